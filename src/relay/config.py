@@ -1,0 +1,190 @@
+"""Relay's settings: the only module that reads ``os.environ``.
+
+Every ``RELAY_*`` variable of SPEC §1 and §10.6 is declared here once, parsed and validated at start,
+and frozen. A bad value becomes a :class:`ConfigError` whose message names the variable in one line, so
+``relay serve`` can print it and exit without a traceback.
+
+It deliberately does not create files or generate secrets: embedded-mode defaults that need the disk
+(``relay-data/master.key``, ``relay-data/admin.token``) are provisioned by ``relay.secrets`` at boot.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+import socket
+from collections.abc import Mapping
+from typing import Annotated, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+ENV_PREFIX = "RELAY_"
+DEFAULT_DATA_DIR = "relay-data"
+DEFAULT_SQLITE_URL = f"sqlite:///{DEFAULT_DATA_DIR}/relay.db"
+
+
+class ConfigError(ValueError):
+    """A setting has a bad value; the message is one line naming the variable."""
+
+
+def _port_or_off(value: object) -> object:
+    if isinstance(value, str) and value.strip().lower() == "off":
+        return None
+    return value
+
+
+PortOrOff = Annotated[Annotated[int, Field(ge=1, le=65535)] | None, BeforeValidator(_port_or_off)]
+
+
+class Settings(BaseModel):
+    """Effective configuration. Frozen: objects receive it from ``boot`` and never mutate it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    port: int = Field(8080, ge=1, le=65535)
+    control_port: PortOrOff = 8081
+    bind: str = "0.0.0.0"
+    instance_id: str = Field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}", min_length=1)
+    database_url: str = DEFAULT_SQLITE_URL
+    redis_url: str | None = None
+    migrate_on_boot: bool = True
+    master_key: SecretStr | None = None
+    admin_token: SecretStr | None = None
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["json", "console"] = "console"
+    max_request_bytes: int = Field(32 * 1024 * 1024, ge=1024)
+    upstream_timeout_s: float = Field(300.0, gt=0)
+    batch_workers: int = Field(16, ge=0, le=4096)
+    batch_max_items: int = Field(50_000, ge=1)
+    batch_max_bytes: int = Field(200 * 1024 * 1024, ge=1024)
+    batch_item_timeout_s: float = Field(300.0, gt=0)
+    batch_rescue_after_s: float = Field(900.0, gt=0)
+    batch_payload_dir: str = "relay-batch-payloads"
+    shutdown_grace_s: float = Field(30.0, ge=0)
+    data_dir: str = DEFAULT_DATA_DIR
+
+    @field_validator("log_level", "log_format", mode="before")
+    @classmethod
+    def _lower(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
+
+    @field_validator("redis_url", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        return None if value == "" else value
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, value: str) -> str:
+        try:
+            url = make_url(value)
+        except ArgumentError:
+            raise ValueError("not a SQLAlchemy URL (sqlite:///path.db or postgresql://user@host/db)")
+        backend = url.get_backend_name()
+        if backend not in ("sqlite", "postgresql"):
+            raise ValueError(f"unsupported database {backend!r}: use sqlite:/// or postgresql://")
+        return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("must start with redis://, rediss:// or unix://")
+        return value
+
+    @field_validator("master_key")
+    @classmethod
+    def _master_key(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or value.get_secret_value() == "":
+            return None
+        try:
+            raw = base64.b64decode(value.get_secret_value(), validate=True)
+        except (binascii.Error, ValueError):
+            raise ValueError("must be base64 of 32 bytes (e.g. `openssl rand -base64 32`)")
+        if len(raw) != 32:
+            raise ValueError(f"must be base64 of 32 bytes, got {len(raw)} bytes")
+        return value
+
+    @field_validator("admin_token")
+    @classmethod
+    def _admin_token(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or value.get_secret_value() == "":
+            return None
+        if len(value.get_secret_value()) < 16:
+            raise ValueError("must be at least 16 characters")
+        return value
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> Settings:
+        if self.is_postgres and self.master_key is None:
+            raise ValueError("RELAY_MASTER_KEY: required when RELAY_DATABASE_URL is Postgres")
+        if self.batch_rescue_after_s <= self.batch_item_timeout_s:
+            raise ValueError(
+                "RELAY_BATCH_RESCUE_AFTER_S: must exceed RELAY_BATCH_ITEM_TIMEOUT_S "
+                f"({self.batch_rescue_after_s:g} <= {self.batch_item_timeout_s:g})"
+            )
+        if self.control_port is not None and self.control_port == self.port:
+            raise ValueError("RELAY_CONTROL_PORT: must differ from RELAY_PORT")
+        return self
+
+    @property
+    def is_postgres(self) -> bool:
+        return make_url(self.database_url).get_backend_name() == "postgresql"
+
+    @property
+    def is_embedded(self) -> bool:
+        return not self.is_postgres
+
+    def masked(self) -> dict[str, object]:
+        """The effective configuration as ``RELAY_*`` names, secrets and URL passwords masked."""
+        out: dict[str, object] = {}
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if isinstance(value, SecretStr):
+                value = "********"
+            elif name in ("database_url", "redis_url") and value:
+                value = _mask_url_password(value)
+            out[ENV_PREFIX + name.upper()] = "off" if name == "control_port" and value is None else value
+        return out
+
+
+def _mask_url_password(url: str) -> str:
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return url
+    if parsed.password is None:
+        return url
+    return parsed.render_as_string(hide_password=True)
+
+
+def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
+    """Read and validate the settings once; raise :class:`ConfigError` naming the bad variable."""
+    env = dict(os.environ if environ is None else environ)
+    values = {k[len(ENV_PREFIX) :].lower(): v for k, v in env.items() if k.startswith(ENV_PREFIX)}
+    known = set(Settings.model_fields)
+    try:
+        return Settings.model_validate({k: v for k, v in values.items() if k in known})
+    except ValidationError as exc:
+        raise ConfigError(_one_line(exc)) from None
+
+
+def _one_line(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    loc = err.get("loc") or ()
+    message = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
+    if loc:
+        return f"{ENV_PREFIX}{str(loc[0]).upper()}: {message}"
+    return message

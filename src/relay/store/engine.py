@@ -1,0 +1,93 @@
+"""The database engine: URL handling, connection setup, and every SQLite/Postgres difference.
+
+Relay takes URLs in plain SQLAlchemy form (``sqlite:///relay-data/relay.db``,
+``postgresql://user@host/db``) and runs them on asyncio drivers (aiosqlite, asyncpg). SQLite gets
+foreign keys switched on (it ignores them otherwise), WAL and a busy timeout, so the embedded default
+enforces the same references as Postgres.
+
+Integrity errors from either dialect are classified here into one small vocabulary so repositories can
+answer "duplicate name" or "still referenced" without knowing which database they run on.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from sqlalchemy import event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import NullPool
+
+ASYNC_DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+asyncpg"}
+
+
+def async_url(url: str) -> URL:
+    """The URL with the asyncio driver of its dialect (any driver named in the URL is replaced)."""
+    parsed = make_url(url)
+    backend = parsed.get_backend_name()
+    return parsed.set(drivername=ASYNC_DRIVERS[backend])
+
+
+def is_postgres(url: str) -> bool:
+    return make_url(url).get_backend_name() == "postgresql"
+
+
+def asyncpg_dsn(url: str) -> str:
+    """A DSN asyncpg accepts directly (for the LISTEN connection, which lives outside the pool)."""
+    parsed = make_url(url).set(drivername="postgresql")
+    return parsed.render_as_string(hide_password=False)
+
+
+def create_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
+    parsed = async_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        database = parsed.database or ""
+        if database and database != ":memory:":
+            Path(database).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_async_engine(parsed, poolclass=NullPool if database == ":memory:" else None)
+        event.listen(engine.sync_engine, "connect", _sqlite_on_connect)
+        return engine
+    return create_async_engine(parsed, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+
+
+def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+@dataclass(frozen=True)
+class IntegrityProblem:
+    kind: Literal["unique", "foreign_key", "check", "not_null", "other"]
+    detail: str  # the column (unique) or constraint name when the driver says it; else ""
+
+
+_SQLITE_UNIQUE = re.compile(r"UNIQUE constraint failed: ([\w.]+)")
+_SQLITE_CHECK = re.compile(r"CHECK constraint failed: (\w+)")
+
+
+def classify_integrity_error(exc: IntegrityError) -> IntegrityProblem:
+    orig = exc.orig
+    sqlstate = getattr(orig, "sqlstate", None) or getattr(getattr(orig, "__cause__", None), "sqlstate", None)
+    text = str(orig)
+    if sqlstate == "23505" or "UNIQUE constraint failed" in text:
+        match = _SQLITE_UNIQUE.search(text)
+        if match:
+            return IntegrityProblem("unique", match.group(1).split(".")[-1])
+        key = re.search(r"Key \((\w+)", text)
+        return IntegrityProblem("unique", key.group(1) if key else "")
+    if sqlstate == "23503" or "FOREIGN KEY constraint failed" in text:
+        return IntegrityProblem("foreign_key", "")
+    if sqlstate == "23514" or "CHECK constraint failed" in text:
+        match = _SQLITE_CHECK.search(text)
+        return IntegrityProblem("check", match.group(1) if match else "")
+    if sqlstate == "23502" or "NOT NULL constraint failed" in text:
+        return IntegrityProblem("not_null", "")
+    return IntegrityProblem("other", "")
