@@ -188,3 +188,30 @@ def _one_line(exc: ValidationError) -> str:
     if loc:
         return f"{ENV_PREFIX}{str(loc[0]).upper()}: {message}"
     return message
+
+
+def host_key_env() -> Mapping[str, str]:
+    """The process environment, for host keys stored as ``value_from_env`` (read at snapshot build)."""
+    return os.environ
+
+
+class ClientSettings(BaseModel):
+    """What the CLI's client commands need: where Relay listens and which credential to present."""
+
+    model_config = ConfigDict(frozen=True)
+
+    url: str = "http://127.0.0.1:8080"
+    control_url: str = "http://127.0.0.1:8081"
+    api_key: SecretStr | None = None
+    admin_token: SecretStr | None = None
+    data_dir: str = DEFAULT_DATA_DIR
+
+
+def load_client_settings(environ: Mapping[str, str] | None = None) -> ClientSettings:
+    env = os.environ if environ is None else environ
+    values: dict[str, str] = {}
+    for name in ("url", "control_url", "api_key", "admin_token", "data_dir"):
+        raw = env.get(ENV_PREFIX + name.upper())
+        if raw:
+            values[name] = raw.rstrip("/") if name.endswith("url") else raw
+    return ClientSettings.model_validate(values)

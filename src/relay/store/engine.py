@@ -50,17 +50,33 @@ def create_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
             Path(database).parent.mkdir(parents=True, exist_ok=True)
         engine = create_async_engine(parsed, poolclass=NullPool if database == ":memory:" else None)
         event.listen(engine.sync_engine, "connect", _sqlite_on_connect)
+        event.listen(engine.sync_engine, "begin", _sqlite_on_begin)
         return engine
     return create_async_engine(parsed, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
 
 
 def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
+    # The sqlite3 module's own transaction handling defers BEGIN and breaks SAVEPOINTs; switch it off
+    # and emit BEGIN ourselves (SQLAlchemy's documented recipe), so nested rollbacks really roll back.
+    dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA busy_timeout=10000")
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.close()
+
+
+def _sqlite_on_begin(conn: Any) -> None:
+    # ``conn.execution_options(sqlite_begin="IMMEDIATE")`` takes the write lock up front (migrations,
+    # queue claims); plain BEGIN keeps WAL readers concurrent.
+    options = conn.get_execution_options()
+    if options.get("isolation_level") == "AUTOCOMMIT":
+        return
+    mode = options.get("sqlite_begin", "")
+    if mode not in ("", "DEFERRED", "IMMEDIATE", "EXCLUSIVE"):
+        raise ValueError(f"unknown sqlite_begin mode {mode!r}")
+    conn.exec_driver_sql(f"BEGIN {mode}".strip())
 
 
 @dataclass(frozen=True)

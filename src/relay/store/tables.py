@@ -12,6 +12,9 @@ Timestamps are timezone-aware UTC.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from typing import Any
+
 from sqlalchemy import (
     JSON,
     Boolean,
@@ -22,11 +25,13 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     MetaData,
+    PrimaryKeyConstraint,
     String,
     Table,
     Text,
-    UniqueConstraint,
+    TypeDecorator,
 )
+from sqlalchemy.dialects.postgresql import JSONB
 
 NAMING = {
     "ix": "ix_%(column_0_label)s",
@@ -40,10 +45,24 @@ metadata = MetaData(naming_convention=NAMING)
 
 ID = String(40)
 NAME = String(63)
+# jsonb on Postgres: comparable and indexable; plain JSON text on SQLite.
+JSONType = JSON().with_variant(JSONB(), "postgresql")
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC on both dialects (SQLite stores no offset and returns naive values)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value
 
 
 def _ts(name: str, nullable: bool = False) -> Column:
-    return Column(name, DateTime(timezone=True), nullable=nullable)
+    return Column(name, UTCDateTime(), nullable=nullable)
 
 
 def _common() -> list[Column]:
@@ -71,9 +90,9 @@ policies = Table(
     "policies",
     metadata,
     *_common(),
-    Column("models", JSON, nullable=False),
+    Column("models", JSONType, nullable=False),
     Column("key_selection", String(32), nullable=False, server_default="prioritized"),
-    Column("rate_limit", JSON, nullable=False),
+    Column("rate_limit", JSONType, nullable=False),
     Column("payload_logging", Boolean, nullable=False, server_default="0"),
     Column("enabled", Boolean, nullable=False, server_default="1"),
     CheckConstraint(
@@ -116,7 +135,7 @@ user_memberships = Table(
     _ref("project_id", "projects", nullable=False),
     _ref("policy_id", "policies", nullable=True),
     Column("position", Integer, nullable=False),
-    UniqueConstraint("user_id", "project_id", name="uq_user_memberships_user_project"),
+    PrimaryKeyConstraint("user_id", "project_id"),
 )
 
 hosts = Table(
@@ -135,9 +154,7 @@ host_keys = Table(
     Column("value_encrypted", LargeBinary, nullable=True),
     Column("value_from_env", String(255), nullable=True),
     Column("enabled", Boolean, nullable=False, server_default="1"),
-    CheckConstraint(
-        "(value_encrypted IS NULL) <> (value_from_env IS NULL)", name="exactly_one_value_source"
-    ),
+    CheckConstraint("(value_encrypted IS NULL) <> (value_from_env IS NULL)", name="exactly_one_value_source"),
 )
 
 models = Table(
@@ -164,7 +181,7 @@ bindings = Table(
     _ref("host_id", "hosts", nullable=False),
     Column("adapter", String(32), nullable=False),
     Column("upstream_name", String(200), nullable=True),
-    Column("pricing", JSON, nullable=True),
+    Column("pricing", JSONType, nullable=True),
     Column("enabled", Boolean, nullable=False, server_default="1"),
     CheckConstraint("adapter IN ('openai', 'anthropic', 'openai_responses')", name="adapter"),
 )
@@ -175,7 +192,7 @@ policy_host_keys = Table(
     _ref("policy_id", "policies", nullable=False, ondelete="CASCADE"),
     _ref("host_key_id", "host_keys", nullable=False),
     Column("position", Integer, nullable=False),
-    UniqueConstraint("policy_id", "host_key_id", name="uq_policy_host_keys_policy_key"),
+    PrimaryKeyConstraint("policy_id", "host_key_id"),
 )
 
 relay_keys = Table(
@@ -207,7 +224,7 @@ settings = Table(
     "settings",
     metadata,
     Column("key", String(100), primary_key=True),
-    Column("value", JSON, nullable=False),
+    Column("value", JSONType, nullable=False),
     _ts("updated_at"),
 )
 

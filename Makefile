@@ -1,0 +1,36 @@
+# Relay — the two commands a newcomer needs are `make demo` and `make test`.
+# Both create .venv and install what they need on a fresh machine (Python 3.11+ and PyPI only).
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint unit bench serve clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+demo: $(STAMP)  ## Relay on embedded SQLite + a fake upstream + a demo catalog, until Ctrl-C
+	$(BIN)/relay demo
+
+lint: $(STAMP)  ## ruff, mypy on src/, import-linter contracts (ARCHITECTURE.md rule 3)
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+test: lint  ## lint, then every test (real Postgres and Redis on 127.0.0.1; see README)
+	$(BIN)/pytest -q
+
+bench: $(STAMP)  ## benchmarks: print figures next to a baseline measured in the same run
+	$(BIN)/python bench/fake_upstream_speed.py
+
+serve: $(STAMP)
+	$(BIN)/relay serve
+
+clean:
+	rm -rf $(VENV) relay-data relay-batch-payloads .pytest_cache .mypy_cache .ruff_cache

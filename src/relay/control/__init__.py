@@ -1,0 +1,1 @@
+"""The control plane: catalog administration over HTTP (SPEC §11)."""

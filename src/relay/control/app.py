@@ -1,0 +1,219 @@
+"""The control-plane ASGI app (SPEC §11): ``/api`` CRUD for every catalog kind, apply/export,
+reload, snapshot status, ``/metrics`` and ``/api/openapi.json``.
+
+Handlers are thin: parse, call a service, render. Every error leaves as
+``{"error": {"code", "message"}}``; request validation failures are 400 naming the field. The admin
+bearer is compared in constant time and never logged.
+"""
+
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any
+
+from fastapi import Body, Depends, FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from relay.catalog import CatalogReloader
+from relay.control.apply import ApplyService
+from relay.control.catalog import CatalogService
+from relay.control.kinds import KINDS, Kind
+from relay.errors import RelayError, Unauthenticated
+from relay.secrets import constant_time_equal
+
+
+class ApplyRequest(BaseModel):
+    documents: list[dict[str, Any]]
+    dry_run: bool = False
+    prune: bool = False
+
+
+class ApplyPlanStep(BaseModel):
+    kind: str
+    name: str
+    action: str = Field(description="create | update | unchanged | delete")
+
+
+class ApplyPlan(BaseModel):
+    plan: list[ApplyPlanStep]
+
+
+class JsonBodies:
+    """The control API speaks JSON only: a body sent without ``Content-Type: application/json`` (curl's
+    ``-d`` default is form-encoded) is read as JSON anyway, so the caller gets a JSON verdict on it."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] in ("POST", "PUT", "PATCH"):
+            headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
+            scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
+        await self.app(scope, receive, send)
+
+
+def error_body(code: str, message: str) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message}}
+
+
+def build_control_app(
+    *,
+    admin_token: str,
+    catalog: CatalogService,
+    applier: ApplyService,
+    reloader: CatalogReloader,
+    registry: CollectorRegistry,
+    extra_routes: Callable[[FastAPI, Callable[..., Awaitable[None]]], None] | None = None,
+) -> FastAPI:
+    app = FastAPI(
+        title="Relay control API",
+        version="1",
+        openapi_url="/api/openapi.json",
+        docs_url="/api/docs",
+        redoc_url=None,
+    )
+    app.add_middleware(JsonBodies)
+
+    async def require_admin(request: Request) -> None:
+        header = request.headers.get("authorization", "")
+        scheme, _, credential = header.partition(" ")
+        if scheme.lower() != "bearer" or not credential:
+            raise Unauthenticated("missing admin bearer token")
+        if not constant_time_equal(credential.strip(), admin_token):
+            raise Unauthenticated("invalid admin token")
+
+    admin = [Depends(require_admin)]
+
+    @app.exception_handler(RelayError)
+    async def _relay_error(_request: Request, exc: RelayError) -> JSONResponse:
+        return JSONResponse(error_body(exc.code, exc.message), status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        parts = []
+        for err in exc.errors()[:5]:
+            loc = ".".join(str(p) for p in err.get("loc", ()) if p not in ("body",))
+            msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+            if err.get("type") == "json_invalid":
+                return JSONResponse(error_body("invalid_json", "body is not valid JSON"), status_code=400)
+            parts.append(f"{loc}: {msg}" if loc else msg)
+        return JSONResponse(error_body("invalid_request", "; ".join(parts)), status_code=400)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code)
+
+    for kind in KINDS:
+        _mount_kind(app, kind, catalog, admin)
+
+    @app.post("/api/apply", dependencies=admin, response_model=ApplyPlan, tags=["apply"])
+    async def apply(body: ApplyRequest) -> dict[str, Any]:
+        """Apply catalog documents in one transaction (all or nothing); answers the plan."""
+        plan = await applier.apply(body.documents, dry_run=body.dry_run, prune=body.prune)
+        return {"plan": plan}
+
+    @app.get("/api/export", dependencies=admin, tags=["apply"])
+    async def export() -> dict[str, Any]:
+        """The catalog as apply documents, without secrets."""
+        return {"documents": await applier.export()}
+
+    @app.post("/api/reload", dependencies=admin, tags=["catalog"])
+    async def reload() -> dict[str, Any]:
+        """Rebuild this replica's snapshot now (others follow within 2 s)."""
+        await catalog.announce()
+        snapshot = await reloader.reload()
+        return {"revision": snapshot.revision}
+
+    @app.get("/api/snapshot", dependencies=admin, tags=["catalog"])
+    async def snapshot_status() -> dict[str, Any]:
+        """Which catalog revision this replica serves, how many objects of each kind it holds, and the
+        entries it cannot use as configured (e.g. a host key whose environment variable is unset)."""
+        snap = reloader.snapshot
+        return {
+            "revision": snap.revision,
+            "loaded_at": snap.loaded_at,
+            "counts": snap.counts(),
+            "problems": list(snap.problems),
+        }
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    if extra_routes is not None:
+        extra_routes(app, require_admin)
+    return app
+
+
+def _mount_kind(app: FastAPI, kind: Kind, catalog: CatalogService, admin: list[Any]) -> None:
+    tag = kind.name
+    base = f"/api/{kind.plural}"
+
+    async def list_objects() -> dict[str, Any]:
+        return {"items": await catalog.list_all(kind)}
+
+    async def create_object(payload: BaseModel) -> JSONResponse:
+        created = await catalog.create(kind, payload.model_dump(exclude_unset=True))
+        return JSONResponse(created, status_code=201)
+
+    # Give the body its real model, so FastAPI validates it and the OpenAPI document shows it.
+    create_object.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [
+            inspect.Parameter(
+                "payload", inspect.Parameter.KEYWORD_ONLY, annotation=Annotated[kind.spec, Body()]
+            )
+        ]
+    )
+
+    async def get_object(ref: str) -> dict[str, Any]:
+        return await catalog.get(kind, ref)
+
+    async def patch_object(ref: str, payload: Annotated[dict[str, Any], Body()]) -> dict[str, Any]:
+        return await catalog.patch(kind, ref, payload)
+
+    async def delete_object(ref: str) -> Response:
+        await catalog.delete(kind, ref)
+        return Response(status_code=204)
+
+    app.add_api_route(
+        base, list_objects, methods=["GET"], dependencies=admin, tags=[tag], summary=f"List {kind.plural}"
+    )
+    app.add_api_route(
+        base,
+        create_object,
+        methods=["POST"],
+        dependencies=admin,
+        tags=[tag],
+        status_code=201,
+        summary=f"Create a {kind.name}",
+    )
+    app.add_api_route(
+        base + "/{ref}",
+        get_object,
+        methods=["GET"],
+        dependencies=admin,
+        tags=[tag],
+        summary=f"Read a {kind.name}",
+    )
+    app.add_api_route(
+        base + "/{ref}",
+        patch_object,
+        methods=["PATCH"],
+        dependencies=admin,
+        tags=[tag],
+        summary=f"Change fields of a {kind.name}",
+    )
+    app.add_api_route(
+        base + "/{ref}",
+        delete_object,
+        methods=["DELETE"],
+        dependencies=admin,
+        tags=[tag],
+        status_code=204,
+        summary=f"Delete a {kind.name} (409 while referenced)",
+    )

@@ -1,0 +1,191 @@
+"""``POST /api/apply`` and ``relay export``: the catalog as declarative documents.
+
+A document is ``{kind, name, spec}``. Apply validates every document first, then, in one transaction,
+creates or updates them in dependency order (teams and hosts before what references them) and, with
+``prune``, deletes objects of the applied kinds that the documents do not name, in reverse order. The
+plan says, per object, ``create``, ``update``, ``unchanged`` or ``delete``; ``dry_run`` computes the same
+plan inside the transaction and rolls it back, so a dry run catches exactly the errors a real run would.
+
+"Unchanged" compares the document with the stored object after resolving references to names, and
+compares write-only values against what is stored (the sealed host-key value, the password hash), so
+applying the same file twice writes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerifyMismatchError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from relay.control.catalog import CatalogService
+from relay.control.kinds import BY_NAME, KINDS, Kind
+from relay.errors import InvalidRequest, Unprocessable
+from relay.secrets import SecretBox
+from relay.store import catalog as store
+
+
+class _Rollback(Exception):
+    pass
+
+
+class ApplyService:
+    def __init__(self, engine: AsyncEngine, catalog: CatalogService, box: SecretBox) -> None:
+        self._engine = engine
+        self._catalog = catalog
+        self._box = box
+        self._hasher = PasswordHasher()
+
+    async def apply(self, documents: Any, *, dry_run: bool, prune: bool) -> list[dict[str, str]]:
+        parsed = self._parse(documents)
+        plan: list[dict[str, str]] = []
+        changed = False
+        try:
+            async with self._engine.begin() as conn:
+                for kind in KINDS:
+                    for name, payload in parsed.get(kind.name, []):
+                        action = await self._apply_one(conn, kind, name, payload)
+                        plan.append({"kind": kind.name, "name": name, "action": action})
+                if prune:
+                    for kind in reversed(KINDS):
+                        if kind.name not in parsed:
+                            continue
+                        named = {n for n, _ in parsed[kind.name]}
+                        for row in await store.list_rows(conn, kind.table):
+                            if row["name"] not in named:
+                                await self._catalog.delete_in(conn, kind, row["id"])
+                                plan.append({"kind": kind.name, "name": row["name"], "action": "delete"})
+                changed = any(step["action"] != "unchanged" for step in plan)
+                if dry_run:
+                    raise _Rollback
+                if changed:
+                    await store.bump_revision(conn)
+        except _Rollback:
+            return plan
+        if changed:
+            await self._catalog.announce()
+        return plan
+
+    def _parse(self, documents: Any) -> dict[str, list[tuple[str, dict[str, Any]]]]:
+        if not isinstance(documents, list):
+            raise InvalidRequest("documents: must be a list of {kind, name, spec}")
+        parsed: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+        seen: set[tuple[str, str]] = set()
+        for index, doc in enumerate(documents):
+            where = f"documents[{index}]"
+            if not isinstance(doc, dict):
+                raise InvalidRequest(f"{where}: must be an object with kind, name and spec")
+            unknown = set(doc) - {"kind", "name", "spec"}
+            if unknown:
+                raise InvalidRequest(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+            kind = BY_NAME.get(doc.get("kind"))  # type: ignore[arg-type]
+            if kind is None:
+                raise InvalidRequest(f"{where}.kind: must be one of {', '.join(k.name for k in KINDS)}")
+            name, spec = doc.get("name"), doc.get("spec", {})
+            if not isinstance(name, str):
+                raise InvalidRequest(f"{where}.name: required string")
+            if not isinstance(spec, dict) or "name" in spec:
+                raise InvalidRequest(f"{where}.spec: must be an object (the name goes beside it)")
+            if (kind.name, name) in seen:
+                raise InvalidRequest(f"{where}: {kind.name} {name!r} appears twice")
+            seen.add((kind.name, name))
+            payload = {"name": name, **spec}
+            try:
+                self._catalog.validate(kind, payload)
+            except InvalidRequest as exc:
+                raise InvalidRequest(f"{where} ({kind.name} {name}): {exc.message}") from None
+            parsed.setdefault(kind.name, []).append((name, payload))
+        return parsed
+
+    async def _apply_one(self, conn: AsyncConnection, kind: Kind, name: str, payload: dict[str, Any]) -> str:
+        object_id = await self._catalog.find_optional(conn, kind, name)
+        if object_id is None:
+            if (
+                kind.name == "HostKey"
+                and payload.get("value") is None
+                and payload.get("value_from_env") is None
+            ):
+                raise Unprocessable(
+                    f"HostKey {name!r}: a new host key needs value or value_from_env "
+                    "(exported documents omit stored values)"
+                )
+            await self._catalog.create_in(conn, kind, self._catalog.validate(kind, payload))
+            return "create"
+        current = await self._catalog.spec_of(conn, kind, object_id)
+        if kind.name == "HostKey" and payload.get("value") is None and payload.get("value_from_env") is None:
+            payload = {**payload, "value_from_env": current.get("value_from_env")}
+        spec = self._catalog.validate(kind, payload)
+        if await self._same(conn, kind, object_id, current, spec.model_dump()):
+            return "unchanged"
+        given = {k for k in payload if payload[k] is not None or k not in kind.write_only}
+        await self._catalog.update_in(conn, kind, object_id, spec, given=given)
+        return "update"
+
+    async def _same(
+        self,
+        conn: AsyncConnection,
+        kind: Kind,
+        object_id: str,
+        current: dict[str, Any],
+        wanted: dict[str, Any],
+    ) -> bool:
+        normalized = await self._names_for_refs(conn, kind, wanted)
+        comparable = {k: v for k, v in normalized.items() if k not in kind.write_only}
+        if comparable != {k: current.get(k) for k in comparable}:
+            return False
+        row = await store.get(conn, kind.table, object_id)
+        assert row is not None
+        if kind.name == "HostKey" and wanted.get("value") is not None:
+            sealed = row["value_encrypted"]
+            return sealed is not None and self._box.open(sealed, bound_to=object_id) == wanted["value"]
+        if kind.name == "User" and wanted.get("password") is not None:
+            try:
+                return bool(row["password_hash"]) and self._hasher.verify(
+                    row["password_hash"], wanted["password"]
+                )
+            except (VerifyMismatchError, InvalidHashError):
+                return False
+        return True
+
+    async def _names_for_refs(
+        self, conn: AsyncConnection, kind: Kind, data: dict[str, Any]
+    ) -> dict[str, Any]:
+        out = dict(data)
+        for ref in kind.refs:
+            out[ref.field] = await self._name(conn, ref.target, data[ref.field])
+        for child in kind.children:
+            if child.ref_fields:
+                out[child.field] = [
+                    {f.field: await self._name(conn, f.target, item[f.field]) for f in child.ref_fields}
+                    for item in data[child.field]
+                ]
+            elif child.target is not None:
+                out[child.field] = [await self._name(conn, child.target, item) for item in data[child.field]]
+        if "pricing" in out and out["pricing"] is not None:
+            out["pricing"] = dict(out["pricing"])
+        return out
+
+    @staticmethod
+    async def _name(conn: AsyncConnection, table: Any, ref: str | None) -> str | None:
+        if ref is None:
+            return None
+        object_id = await store.resolve_ref(conn, table, ref)
+        if object_id is None:
+            return ref  # unresolvable: differs from anything stored, and the write will say why
+        return (await store.names(conn, table, [object_id]))[object_id]
+
+    async def export(self) -> list[dict[str, Any]]:
+        documents = []
+        async with self._engine.connect() as conn:
+            for kind in KINDS:
+                for row in await store.list_rows(conn, kind.table):
+                    spec = await self._catalog.spec_of(conn, kind, row["id"])
+                    name = spec.pop("name")
+                    documents.append({"kind": kind.name, "name": name, "spec": _order(kind, spec)})
+        return documents
+
+
+def _order(kind: Kind, spec: dict[str, Any]) -> dict[str, Any]:
+    """Spec fields in the model's declaration order, dropping nulls, so exports read naturally."""
+    return {f: spec[f] for f in kind.spec.model_fields if f in spec and spec[f] is not None}

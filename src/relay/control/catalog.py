@@ -1,0 +1,278 @@
+"""The catalog service: create, read, list, patch and delete any kind of ``control.kinds``.
+
+It owns what stores must not know: validating specs, minting ids and timestamps, resolving references
+(name or id) to ids, sealing host-key values and hashing passwords, and rendering rows for the API
+(references as names plus ``<field>_id``; write-only fields never). Every write runs in one
+transaction that also bumps the catalog revision; after commit the change feed tells every replica.
+
+The transaction-scoped methods (``*_in``) let ``relay apply`` compose many writes into one
+all-or-nothing transaction with exactly the same rules as single writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from argon2 import PasswordHasher
+from pydantic import BaseModel, ValidationError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from relay.control.kinds import ChildList, Kind, RefField
+from relay.domain.ids import mint_id
+from relay.errors import Conflict, InvalidRequest, NotFound, Unprocessable
+from relay.secrets import SecretBox
+from relay.store import catalog as store
+from relay.store.catalog import Row, utcnow
+
+_HIDDEN_COLUMNS = {"password_hash", "value_encrypted"}
+
+
+def validation_message(exc: ValidationError) -> str:
+    """``field.path: message`` for the first few problems, so the caller knows exactly what to fix."""
+    parts = []
+    for err in exc.errors()[:5]:
+        loc = ".".join(str(p) for p in err.get("loc", ()) if p != "__root__")
+        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        parts.append(f"{loc}: {msg}" if loc else msg)
+    return "; ".join(parts)
+
+
+def rfc3339(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    return value.isoformat().replace("+00:00", "Z") if value.tzinfo else value.isoformat() + "Z"
+
+
+class CatalogService:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        box: SecretBox,
+        announce: Callable[[], Awaitable[None]],
+        hasher: PasswordHasher | None = None,
+    ) -> None:
+        self._engine = engine
+        self._box = box
+        self._announce = announce
+        self._hasher = hasher or PasswordHasher()
+
+    async def announce(self) -> None:
+        """Tell every replica (and this one) that the catalog changed; call after commit."""
+        await self._announce()
+
+    # -- single-object operations: one transaction each --------------------------------------------
+
+    async def create(self, kind: Kind, payload: Any) -> dict[str, Any]:
+        spec = self.validate(kind, payload)
+        async with self._engine.begin() as conn:
+            object_id = await self.create_in(conn, kind, spec)
+            await store.bump_revision(conn)
+            rendered = await self.render_one(conn, kind, object_id)
+        await self._announce()
+        return rendered
+
+    async def get(self, kind: Kind, ref: str) -> dict[str, Any]:
+        async with self._engine.connect() as conn:
+            return await self.render_one(conn, kind, await self.find(conn, kind, ref))
+
+    async def list_all(self, kind: Kind) -> list[dict[str, Any]]:
+        async with self._engine.connect() as conn:
+            return await self.render(conn, kind, await store.list_rows(conn, kind.table))
+
+    async def patch(self, kind: Kind, ref: str, payload: Any) -> dict[str, Any]:
+        if not isinstance(payload, dict):
+            raise InvalidRequest("body must be a JSON object")
+        async with self._engine.begin() as conn:
+            object_id = await self.find(conn, kind, ref)
+            current = await self.spec_of(conn, kind, object_id)
+            if any(alt in payload for alt in kind.alternatives):
+                current = {k: v for k, v in current.items() if k not in kind.alternatives}
+            spec = self.validate(kind, {**current, **payload})
+            await self.update_in(conn, kind, object_id, spec, given=set(payload))
+            await store.bump_revision(conn)
+            rendered = await self.render_one(conn, kind, object_id)
+        await self._announce()
+        return rendered
+
+    async def delete(self, kind: Kind, ref: str) -> None:
+        async with self._engine.begin() as conn:
+            object_id = await self.find(conn, kind, ref)
+            await self.delete_in(conn, kind, object_id)
+            await store.bump_revision(conn)
+        await self._announce()
+
+    # -- transaction-scoped building blocks (also used by apply) ----------------------------------
+
+    def validate(self, kind: Kind, payload: Any) -> BaseModel:
+        if not isinstance(payload, dict):
+            raise InvalidRequest("body must be a JSON object")
+        try:
+            return kind.spec.model_validate(payload)
+        except ValidationError as exc:
+            raise InvalidRequest(validation_message(exc)) from None
+
+    async def find(self, conn: AsyncConnection, kind: Kind, ref: str) -> str:
+        object_id = await store.resolve_ref(conn, kind.table, ref)
+        if object_id is None:
+            raise NotFound(f"{kind.name} {ref!r} not found")
+        return object_id
+
+    async def find_optional(self, conn: AsyncConnection, kind: Kind, ref: str) -> str | None:
+        return await store.resolve_ref(conn, kind.table, ref)
+
+    async def create_in(self, conn: AsyncConnection, kind: Kind, spec: BaseModel) -> str:
+        data = spec.model_dump()
+        if kind.name == "HostKey" and data["value"] is None and data["value_from_env"] is None:
+            raise InvalidRequest("value: a host key needs a value or value_from_env")
+        object_id = mint_id(kind.id_prefix)
+        now = utcnow()
+        row = {"id": object_id, "name": data["name"], "created_at": now, "updated_at": now}
+        row.update(await self._columns(conn, kind, object_id, data, given=set(data)))
+        await store.insert_row(conn, kind.table, row, kind=kind.name)
+        await self._write_children(conn, kind, object_id, data)
+        await self._check_model_names(conn, kind, object_id, data)
+        return object_id
+
+    async def update_in(
+        self, conn: AsyncConnection, kind: Kind, object_id: str, spec: BaseModel, *, given: set[str]
+    ) -> None:
+        data = spec.model_dump()
+        values = {"name": data["name"], "updated_at": utcnow()}
+        values.update(await self._columns(conn, kind, object_id, data, given=given))
+        await store.update_row(conn, kind.table, object_id, values, kind=kind.name)
+        await self._write_children(conn, kind, object_id, data)
+        await self._check_model_names(conn, kind, object_id, data)
+
+    async def delete_in(self, conn: AsyncConnection, kind: Kind, object_id: str) -> None:
+        row = await store.get(conn, kind.table, object_id)
+        await store.delete_row(
+            conn, kind.table, object_id, kind=kind.name, name=row["name"] if row else object_id
+        )
+
+    async def spec_of(self, conn: AsyncConnection, kind: Kind, object_id: str) -> dict[str, Any]:
+        """The object as a spec document (references by name, no write-only fields): what a PATCH is
+        overlaid on and what ``relay export`` writes."""
+        rendered = await self.render_one(conn, kind, object_id)
+        fields = set(kind.spec.model_fields) - set(kind.write_only)
+        out = {name: rendered[name] for name in fields if name in rendered}
+        for child in kind.children:
+            if child.ref_fields:
+                out[child.field] = [
+                    {f.field: item[f.field] for f in child.ref_fields} for item in out[child.field]
+                ]
+        return out
+
+    async def _check_model_names(
+        self, conn: AsyncConnection, kind: Kind, object_id: str, data: Mapping[str, Any]
+    ) -> None:
+        """Callers name models by name or alias, so the two share one namespace (the database enforces
+        uniqueness within names and within aliases; this checks across them)."""
+        if kind.name != "Model":
+            return
+        clash = await store.model_name_clash(conn, object_id, data["name"], data["aliases"])
+        if clash:
+            raise Conflict(f"model name or alias {clash!r} is already used by another model")
+
+    # -- rows <-> specs -------------------------------------------------------------------------
+
+    async def _columns(
+        self, conn: AsyncConnection, kind: Kind, object_id: str, data: Mapping[str, Any], *, given: set[str]
+    ) -> Row:
+        values: Row = {name: data[name] for name in kind.plain}
+        for name in kind.json:
+            values[name] = data[name]
+        for ref in kind.refs:
+            values[ref.column] = await self._resolve(conn, ref, data[ref.field])
+        if kind.name == "User" and "password" in given:
+            password = data.get("password")
+            values["password_hash"] = self._hasher.hash(password) if password else None
+        if kind.name == "HostKey":
+            if data.get("value") is not None and "value" in given:
+                values["value_encrypted"] = self._box.seal(data["value"], bound_to=object_id)
+                values["value_from_env"] = None
+            elif data.get("value_from_env") is not None and "value_from_env" in given:
+                values["value_encrypted"] = None
+            else:
+                values.pop("value_from_env")  # neither source given: keep the stored one
+        return values
+
+    async def _resolve(self, conn: AsyncConnection, ref: RefField, value: str | None) -> str | None:
+        if value is None:
+            return None
+        object_id = await store.resolve_ref(conn, ref.target, value)
+        if object_id is None:
+            raise Unprocessable(f"{ref.field}: {ref.target_kind} {value!r} not found")
+        return object_id
+
+    async def _write_children(
+        self, conn: AsyncConnection, kind: Kind, object_id: str, data: Mapping[str, Any]
+    ) -> None:
+        for child in kind.children:
+            rows = []
+            for position, item in enumerate(data[child.field]):
+                row: Row = {child.parent_column: object_id, "position": position}
+                if child.ref_fields:
+                    for ref in child.ref_fields:
+                        row[ref.column] = await self._resolve(conn, ref, item[ref.field])
+                elif child.target is not None:
+                    target = RefField(
+                        child.field, child.value_column or "", child.target, child.target_kind or ""
+                    )
+                    row[target.column] = await self._resolve(conn, target, item)
+                else:
+                    row[child.value_column or ""] = item
+                rows.append(row)
+            await store.replace_children(
+                conn, child.table, child.parent_column, object_id, rows, kind=kind.name
+            )
+
+    async def render_one(self, conn: AsyncConnection, kind: Kind, object_id: str) -> dict[str, Any]:
+        row = await store.get(conn, kind.table, object_id)
+        if row is None:
+            raise NotFound(f"{kind.name} {object_id!r} not found")
+        return (await self.render(conn, kind, [row]))[0]
+
+    async def render(self, conn: AsyncConnection, kind: Kind, rows: list[Row]) -> list[dict[str, Any]]:
+        ids = [r["id"] for r in rows]
+        ref_names = {}
+        for ref in kind.refs:
+            ref_names[ref.field] = await store.names(conn, ref.target, (r[ref.column] for r in rows))
+        child_rows = {
+            c.field: await store.children(conn, c.table, c.parent_column, ids) for c in kind.children
+        }
+        out = []
+        for row in rows:
+            item: dict[str, Any] = {"id": row["id"], "name": row["name"]}
+            for ref in kind.refs:
+                item[ref.field] = ref_names[ref.field].get(row[ref.column])
+                item[ref.field + "_id"] = row[ref.column]
+            for column, value in row.items():
+                if column in item or column in _HIDDEN_COLUMNS or column in {r.column for r in kind.refs}:
+                    continue
+                item[column] = rfc3339(value) if isinstance(value, datetime) else value
+            for child in kind.children:
+                mine = [c for c in child_rows[child.field] if c[child.parent_column] == row["id"]]
+                item[child.field] = await self._render_children(conn, child, mine)
+            if kind.name == "HostKey":
+                item["has_value"] = row["value_encrypted"] is not None
+            out.append(item)
+        return out
+
+    async def _render_children(self, conn: AsyncConnection, child: ChildList, rows: list[Row]) -> list[Any]:
+        if child.ref_fields:
+            rendered = []
+            for row in rows:
+                entry: dict[str, Any] = {}
+                for ref in child.ref_fields:
+                    entry[ref.field] = (await store.names(conn, ref.target, [row[ref.column]])).get(
+                        row[ref.column]
+                    )
+                    entry[ref.field + "_id"] = row[ref.column]
+                rendered.append(entry)
+            return rendered
+        if child.target is not None:
+            names = await store.names(conn, child.target, (r[child.value_column or ""] for r in rows))
+            return [names.get(r[child.value_column or ""]) for r in rows]
+        return [r[child.value_column or ""] for r in rows]

@@ -1,0 +1,78 @@
+"""``relay demo``: Relay on embedded SQLite with the fake upstream and a demo catalog.
+
+The one place a newcomer starts: it must show everything working with no setup. It starts the fake
+upstream as a child process, serves Relay in this process, applies ``catalog.yaml`` through the same
+apply service the control API uses, and prints how to reach everything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from importlib import resources
+
+import yaml
+
+from relay.boot import Runtime, serve
+from relay.config import Settings
+
+
+def demo_documents(upstream_base_url: str) -> list[dict[str, object]]:
+    text = resources.files("relay.demo").joinpath("catalog.yaml").read_text()
+    return [d for d in yaml.safe_load_all(text.replace("${UPSTREAM}", upstream_base_url)) if d]
+
+
+async def _start_fake_upstream(port: int) -> tuple[asyncio.subprocess.Process, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "relay.fake_upstream",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    line = await proc.stdout.readline()
+    if not line:
+        raise OSError(f"the fake upstream did not start (is port {port} free? try --upstream-port)")
+    return proc, line.decode().strip().rsplit(" ", 1)[-1]
+
+
+def banner(settings: Settings, runtime: Runtime, upstream: str, objects: int, written: int) -> str:
+    host = "127.0.0.1" if settings.bind in ("0.0.0.0", "::") else settings.bind
+    control = f"http://{host}:{settings.control_port}"
+    token = runtime.secrets.admin_token_path or "$RELAY_ADMIN_TOKEN"
+    return f"""
+Relay demo is running (Ctrl-C stops it).
+  inference plane  http://{host}:{settings.port}   (try: curl http://{host}:{settings.port}/healthz)
+  control plane    {control}/api   (OpenAPI: {control}/api/openapi.json)
+  fake upstream    {upstream}
+  database         {settings.database_url}
+  demo catalog     {objects} objects ({written} written this start)
+  admin token      in {token}
+
+Try the control API:
+  curl -H "Authorization: Bearer $(cat {token})" {control}/api/models
+  .venv/bin/relay export
+"""
+
+
+async def run_demo(settings: Settings, upstream_port: int) -> None:
+    proc, upstream = await _start_fake_upstream(upstream_port)
+
+    async def ready(runtime: Runtime) -> None:
+        plan = await runtime.applier.apply(demo_documents(upstream), dry_run=False, prune=False)
+        await runtime.reloader.reload()
+        written = sum(1 for step in plan if step["action"] != "unchanged")
+        print(banner(settings, runtime, upstream, len(plan), written), flush=True)
+
+    try:
+        await serve(settings, on_ready=ready)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            proc.terminate()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(proc.wait(), 5)

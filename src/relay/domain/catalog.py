@@ -1,0 +1,166 @@
+"""What a caller may write for each catalog kind (SPEC §2), as strict pydantic models.
+
+One model per kind describes a full object as written by ``POST`` or ``relay apply``. ``PATCH`` is not
+a second model: the services overlay the patch on the current object and validate the result with the
+same model, so a patch can never produce an object a create would refuse. Unknown fields are refused
+(a typo must not be silently ignored), and every message names the field. References to other
+objects are plain strings (name or id); resolving them needs the database and happens in the control
+services.
+
+Write-only fields (``User.password``, ``HostKey.value``) are accepted here and never rendered back.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import (
+    AnyHttpUrl,
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from relay.domain.grants import parse_grant
+from relay.domain.ids import NAME_PATTERN
+from relay.domain.ratelimits import RateLimit
+
+Adapter = Literal["openai", "anthropic", "openai_responses"]
+KeySelection = Literal["prioritized", "round_robin", "least_recently_used"]
+Ref = str
+_HTTP_URL: TypeAdapter[AnyHttpUrl] = TypeAdapter(AnyHttpUrl)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+
+class _Named(_Strict):
+    name: str = Field(pattern=NAME_PATTERN)
+
+
+class TeamSpec(_Named):
+    display_name: str = Field("", max_length=200)
+
+
+class ProjectSpec(_Named):
+    team: Ref
+    default_policy: Ref | None = None
+    enabled: bool = True
+
+
+class ServiceAccountSpec(_Named):
+    project: Ref
+    policy: Ref | None = None
+    enabled: bool = True
+
+
+class Membership(_Strict):
+    project: Ref
+    policy: Ref | None = None
+
+
+class UserSpec(_Named):
+    email: str = Field(pattern=r"^[^@\s]+@[^@\s]+$", max_length=320)
+    password: str | None = Field(None, min_length=8, max_length=1024)
+    enabled: bool = True
+    memberships: list[Membership] = Field(default_factory=list)
+
+    @field_validator("memberships")
+    @classmethod
+    def _one_membership_per_project(cls, value: list[Membership]) -> list[Membership]:
+        seen = set()
+        for m in value:
+            if m.project in seen:
+                raise ValueError(f"project {m.project!r} is listed twice")
+            seen.add(m.project)
+        return value
+
+
+class HostSpec(_Named):
+    base_url: str = Field(max_length=2048)
+    enabled: bool = True
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        try:
+            url = _HTTP_URL.validate_python(value)
+        except ValidationError:
+            raise ValueError("must be an http:// or https:// URL, e.g. https://api.openai.com")
+        if url.query or url.fragment:
+            raise ValueError("must not carry a query or fragment")
+        return value.rstrip("/")
+
+
+class HostKeySpec(_Named):
+    host: Ref
+    value: str | None = Field(None, min_length=1, max_length=4096)
+    value_from_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,254}$")
+    enabled: bool = True
+
+    @model_validator(mode="after")
+    def _one_source(self) -> HostKeySpec:
+        if self.value is not None and self.value_from_env is not None:
+            raise ValueError("value: give either value or value_from_env, not both")
+        return self
+
+
+class ModelSpec(_Named):
+    provider: str = Field(pattern=NAME_PATTERN)
+    aliases: list[str] = Field(default_factory=list)
+    enabled: bool = True
+
+    @field_validator("aliases")
+    @classmethod
+    def _aliases(cls, value: list[str]) -> list[str]:
+        for alias in value:
+            if not alias or len(alias) > 200 or any(c.isspace() for c in alias) or "@" in alias:
+                raise ValueError(f"alias {alias!r} must be 1-200 characters without spaces or '@'")
+        if len(set(value)) != len(value):
+            raise ValueError("aliases must be unique")
+        return value
+
+
+class Pricing(_Strict):
+    """USD per million tokens."""
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+    cached_input: float | None = Field(None, ge=0)
+
+
+class BindingSpec(_Named):
+    model: Ref
+    host: Ref
+    adapter: Adapter
+    upstream_name: str | None = Field(None, min_length=1, max_length=200)
+    pricing: Pricing | None = None
+    enabled: bool = True
+
+
+class PolicySpec(_Named):
+    models: list[str] = Field(default_factory=list)
+    host_keys: list[Ref] = Field(default_factory=list)
+    key_selection: KeySelection = "prioritized"
+    rate_limit: RateLimit = Field(default_factory=RateLimit)
+    payload_logging: bool = False
+    enabled: bool = True
+
+    @field_validator("models")
+    @classmethod
+    def _grants(cls, value: list[str]) -> list[str]:
+        for grant in value:
+            parse_grant(grant)
+        return value
+
+    @field_validator("host_keys")
+    @classmethod
+    def _pool_unique(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("a host key may appear only once in the pool")
+        return value

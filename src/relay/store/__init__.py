@@ -1,0 +1,1 @@
+"""The only code that runs SQL (SQLAlchemy Core on SQLite and Postgres)."""

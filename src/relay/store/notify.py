@@ -1,0 +1,99 @@
+"""Change notices: how a catalog write on one replica reaches every replica's snapshot quickly.
+
+Postgres: every write transaction sends ``pg_notify('relay_catalog')`` (``store.catalog.bump_revision``),
+which Postgres delivers exactly when it commits; every replica keeps one dedicated asyncpg
+connection (outside the pool) that LISTENs and wakes its reloader. The connection is re-opened with
+backoff when it drops; the reloader's revision poll covers any notice lost meanwhile, so a notice is an
+accelerator, never the only path. SQLite (one process): the notice is an in-process event.
+
+It does not know what a snapshot is; it only wakes whoever waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import asyncpg
+
+from relay.store.catalog import CATALOG_CHANNEL as CHANNEL
+from relay.store.engine import asyncpg_dsn
+
+log = logging.getLogger("relay.notify")
+
+
+class ChangeFeed:
+    """In-process feed: ``announce`` wakes ``wait`` in the same process (SQLite, tests)."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def wake(self) -> None:
+        self._event.set()
+
+    async def announce(self) -> None:
+        self.wake()
+
+    async def wait(self, seconds: float) -> bool:
+        """True when woken by a notice, False when ``seconds`` passed first."""
+        try:
+            await asyncio.wait_for(self._event.wait(), seconds)
+        except TimeoutError:
+            return False
+        self._event.clear()
+        return True
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
+
+
+class PostgresChangeFeed(ChangeFeed):
+    """LISTEN/NOTIFY across replicas, plus the in-process wake for this replica's own writes."""
+
+    def __init__(self, database_url: str) -> None:
+        super().__init__()
+        # The write path notifies inside its transaction; ``announce`` (inherited) wakes this replica.
+        self._dsn = asyncpg_dsn(database_url)
+        self._listener: asyncpg.Connection | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._keep_listening(), name="relay-catalog-listen")
+
+    async def stop(self) -> None:
+        self._closing = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._listener is not None:
+            with contextlib.suppress(Exception):
+                await self._listener.close()
+
+    async def _keep_listening(self) -> None:
+        backoff = 0.5
+        while not self._closing:
+            try:
+                lost = asyncio.Event()
+                self._listener = await asyncpg.connect(self._dsn)
+                self._listener.add_termination_listener(lambda _conn, lost=lost: lost.set())
+                await self._listener.add_listener(CHANNEL, self._on_notice)
+                backoff = 0.5
+                self.wake()  # anything may have changed while we were not listening
+                await lost.wait()
+            except asyncio.CancelledError:
+                raise
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                log.warning("catalog LISTEN connection lost (%s); retrying in %.1fs", exc, backoff)
+            self._listener = None
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 10.0)
+
+    def _on_notice(self, *_args: Any) -> None:
+        self.wake()

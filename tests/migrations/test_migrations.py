@@ -1,0 +1,279 @@
+"""The Alembic revisions produce exactly tables.py, on SQLite and Postgres, and migrate safely at boot."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import AsyncIterator, Iterable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import BigInteger, Column, DefaultClause, MetaData, String, UniqueConstraint, inspect, text
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from relay.store import migrate
+from relay.store.engine import create_engine
+from relay.store.migrate import (
+    MIGRATION_LOCK_KEY,
+    check_schema,
+    current_revision,
+    downgrade_to,
+    head_revision,
+    upgrade_to_head,
+)
+from relay.store.tables import NAMING, metadata
+
+RELAY_TABLES = set(metadata.tables)
+
+
+@pytest.fixture
+async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
+    engine = create_engine(database_url)
+    try:
+        yield engine
+    finally:
+        await engine.dispose()
+
+
+async def table_names(engine: AsyncEngine) -> set[str]:
+    async with engine.connect() as conn:
+        return set(await conn.run_sync(lambda sync: inspect(sync).get_table_names()))
+
+
+def changes(diff: Iterable[Any]) -> set[tuple[str, str]]:
+    """An autogenerate diff as (operation, "table.column" or object name) pairs."""
+    found: set[tuple[str, str]] = set()
+    for entry in diff:
+        if isinstance(entry, list):  # column changes come grouped per column
+            found |= changes(entry)
+        elif entry[0] == "add_column":
+            found.add((entry[0], f"{entry[2]}.{entry[3].name}"))
+        elif entry[0].startswith("modify_"):
+            found.add((entry[0], f"{entry[2]}.{entry[3]}"))
+        else:
+            found.add((entry[0], entry[1].name))
+    return found
+
+
+def copy_of_metadata() -> MetaData:
+    copy = MetaData(naming_convention=NAMING)
+    for table in metadata.sorted_tables:
+        table.to_metadata(copy)
+    return copy
+
+
+async def test_empty_database_migrates_to_exactly_tables_py(engine: AsyncEngine) -> None:
+    assert await current_revision(engine) is None
+    assert await table_names(engine) == set()
+
+    await upgrade_to_head(engine)
+
+    assert await current_revision(engine) == head_revision() == "0001"
+    assert await table_names(engine) == RELAY_TABLES | {"alembic_version"}
+    assert await check_schema(engine) == []
+
+
+async def test_check_schema_sees_every_kind_of_difference(engine: AsyncEngine) -> None:
+    """The empty diff above means something only if the comparison notices what it must."""
+    await upgrade_to_head(engine)
+
+    changed = copy_of_metadata()
+    changed.tables["teams"].append_column(Column("color", String(20), nullable=True))
+    changed.tables["policies"].c.enabled.server_default = DefaultClause("0")
+    changed.tables["users"].c.token_version.type = BigInteger()
+    changed.tables["models"].c.name.type = String(64)
+    changed.tables["hosts"].c.base_url.nullable = True
+    relay_keys = changed.tables["relay_keys"]
+    relay_keys.indexes.discard(next(i for i in relay_keys.indexes if i.name == "ix_relay_keys_user_id"))
+    changed.tables["hosts"].append_constraint(UniqueConstraint("base_url", name="uq_hosts_base_url"))
+    (alias_fk,) = changed.tables["model_aliases"].foreign_key_constraints
+    alias_fk.ondelete = "RESTRICT"
+
+    assert changes(await check_schema(engine, target=changed)) == {
+        ("add_column", "teams.color"),
+        ("modify_default", "policies.enabled"),
+        ("modify_type", "users.token_version"),
+        ("modify_type", "models.name"),
+        ("modify_nullable", "hosts.base_url"),
+        ("remove_index", "ix_relay_keys_user_id"),
+        ("add_constraint", "uq_hosts_base_url"),
+        ("remove_fk", "fk_model_aliases_model_id_models"),  # ON DELETE CASCADE, to be replaced by
+        ("add_fk", "fk_model_aliases_model_id_models"),  # ON DELETE RESTRICT
+    }
+
+    async with engine.begin() as conn:
+        await conn.execute(text("CREATE TABLE stray (id INTEGER PRIMARY KEY)"))
+    assert changes(await check_schema(engine)) == {("remove_table", "stray")}
+
+
+async def test_round_trip_down_to_base_and_up_again(engine: AsyncEngine) -> None:
+    await upgrade_to_head(engine)
+    await downgrade_to(engine, "base")
+
+    assert await current_revision(engine) is None
+    assert await table_names(engine) - {"alembic_version"} == set()
+
+    await upgrade_to_head(engine)
+    assert await current_revision(engine) == head_revision()
+    assert await check_schema(engine) == []
+
+
+async def test_catalog_revision_row_starts_at_zero(engine: AsyncEngine) -> None:
+    await upgrade_to_head(engine)
+    async with engine.connect() as conn:
+        rows = (await conn.execute(text("SELECT id, revision, updated_at FROM catalog_revision"))).all()
+    assert [(row.id, row.revision) for row in rows] == [(1, 0)]
+    updated_at = rows[0].updated_at
+    if isinstance(updated_at, str):  # raw SQL on SQLite: no type to parse it
+        updated_at = datetime.fromisoformat(updated_at)
+    # SQLite keeps the UTC wall clock but not the offset.
+    assert abs(updated_at.replace(tzinfo=UTC) - datetime.now(UTC)) < timedelta(minutes=1)
+
+
+async def test_upgrading_twice_is_a_no_op(engine: AsyncEngine) -> None:
+    await upgrade_to_head(engine)
+    async with engine.begin() as conn:
+        await conn.execute(text("UPDATE catalog_revision SET revision = 7"))
+
+    await upgrade_to_head(engine)
+
+    assert await current_revision(engine) == head_revision()
+    async with engine.connect() as conn:
+        assert (await conn.execute(text("SELECT revision FROM catalog_revision"))).scalar_one() == 7
+        assert (await conn.execute(text("SELECT count(*) FROM alembic_version"))).scalar_one() == 1
+    assert await check_schema(engine) == []
+
+
+async def test_sqlite_foreign_keys_are_enforced_after_migrating(tmp_path: Path) -> None:
+    """The migration switches foreign keys off around its transaction; they must come back on the
+    very connection it used (the engine's pool hands that one out next)."""
+    engine = create_engine(f"sqlite:///{tmp_path / 'relay.db'}")
+    try:
+        await upgrade_to_head(engine)
+        async with engine.connect() as conn:
+            assert (await conn.execute(text("PRAGMA foreign_keys"))).scalar_one() == 1
+            with pytest.raises(IntegrityError, match="FOREIGN KEY"):
+                await conn.execute(
+                    text(
+                        "INSERT INTO projects (id, name, created_at, updated_at, team_id)"
+                        " VALUES ('prj_1', 'p', :now, :now, 'tm_missing')"
+                    ),
+                    {"now": datetime.now(UTC)},
+                )
+    finally:
+        await engine.dispose()
+
+
+async def test_a_failing_migration_leaves_the_database_untouched(engine: AsyncEngine) -> None:
+    """All revisions run in one transaction on both backends (SQLite: BEGIN IMMEDIATE)."""
+
+    def upgrade_then_fail(config: Config) -> None:
+        command.upgrade(config, "head")
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        await migrate._migrate(engine, upgrade_then_fail)
+
+    assert await current_revision(engine) is None
+    assert await table_names(engine) - {"alembic_version"} == set()
+    await upgrade_to_head(engine)
+    assert await check_schema(engine) == []
+
+
+async def test_concurrent_migrators_on_postgres(postgres_url: str) -> None:
+    engines = [create_engine(postgres_url) for _ in range(2)]
+    try:
+        await asyncio.gather(*(upgrade_to_head(engine) for engine in engines))
+        for engine in engines:
+            assert await current_revision(engine) == head_revision()
+        assert await check_schema(engines[0]) == []
+        async with engines[0].connect() as conn:
+            assert (await conn.execute(text("SELECT count(*) FROM catalog_revision"))).scalar_one() == 1
+    finally:
+        for engine in engines:
+            await engine.dispose()
+
+
+async def test_upgrade_waits_for_the_advisory_lock(postgres_url: str) -> None:
+    """What makes replicas safe (the test above runs in one process, where migrations also queue on an
+    in-process lock): a migrator finding the advisory lock held waits for it, having changed nothing."""
+    holder, migrator = create_engine(postgres_url), create_engine(postgres_url)
+    waiting = text(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+        " AND classid::bigint = :high AND objid::bigint = :low"
+    )
+    key = {"high": MIGRATION_LOCK_KEY >> 32, "low": MIGRATION_LOCK_KEY & 0xFFFFFFFF}
+    try:
+        async with holder.connect() as conn:
+            transaction = await conn.begin()
+            await conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
+            upgrade = asyncio.create_task(upgrade_to_head(migrator))
+            for _ in range(500):  # up to 10 s
+                if (await conn.execute(waiting, key)).scalar_one() == 1:
+                    break
+                await asyncio.sleep(0.02)
+            else:
+                pytest.fail("upgrade_to_head never waited for the advisory lock")
+            assert not upgrade.done()
+            await transaction.commit()
+        await asyncio.wait_for(upgrade, timeout=10)
+        assert await current_revision(migrator) == head_revision()
+        assert await check_schema(migrator) == []
+    finally:
+        await holder.dispose()
+        await migrator.dispose()
+
+
+# A replica: imports everything, says so, waits for the word, then migrates.
+MIGRATOR = """
+import asyncio, sys
+from relay.store.engine import create_engine
+from relay.store.migrate import upgrade_to_head
+
+async def main(url):
+    engine = create_engine(url)
+    try:
+        await upgrade_to_head(engine)
+    finally:
+        await engine.dispose()
+
+print("ready", flush=True)
+sys.stdin.readline()
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+async def test_two_processes_migrating_one_sqlite_file(tmp_path: Path) -> None:
+    """Separate processes share no in-process lock: BEGIN IMMEDIATE is what serialises them."""
+    url = f"sqlite:///{tmp_path / 'relay.db'}"
+    processes = [
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            MIGRATOR,
+            url,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        for _ in range(2)
+    ]
+    for process in processes:
+        assert process.stdout is not None
+        assert await asyncio.wait_for(process.stdout.readline(), timeout=30) == b"ready\n"
+    outputs = await asyncio.wait_for(
+        asyncio.gather(*(process.communicate(b"go\n") for process in processes)), timeout=30
+    )
+    assert [process.returncode for process in processes] == [0, 0], [err.decode() for _, err in outputs]
+
+    engine = create_engine(url)
+    try:
+        assert await current_revision(engine) == head_revision()
+        assert await check_schema(engine) == []
+    finally:
+        await engine.dispose()
