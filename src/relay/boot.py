@@ -18,14 +18,18 @@ from dataclasses import dataclass, field
 import uvicorn
 from prometheus_client import CollectorRegistry, Gauge
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.types import ASGIApp
 
 from relay.catalog import CatalogReloader
-from relay.config import Settings, host_key_env
+from relay.config import Settings, host_key_env, unknown_variables
 from relay.control.app import build_control_app
 from relay.control.apply import ApplyService
 from relay.control.catalog import CatalogService
+from relay.control.credential_routes import mount_credential_routes
+from relay.control.keys import KeyService
+from relay.control.tokens import TokenService, load_signer
 from relay.inference.app import build_inference_app
 from relay.secrets import ProvisionedSecrets, SecretBox, provision
 from relay.store.engine import create_engine
@@ -44,6 +48,9 @@ class Runtime:
     reloader: CatalogReloader
     catalog: CatalogService
     applier: ApplyService
+    keys: KeyService
+    tokens: TokenService
+    box: SecretBox
     registry: CollectorRegistry
     inference_app: ASGIApp = field(init=False)
     control_app: ASGIApp = field(init=False)
@@ -59,6 +66,7 @@ class Runtime:
     async def start(self) -> None:
         if self.settings.migrate_on_boot:
             await upgrade_to_head(self.engine)
+        self.tokens.attach_signer(await load_signer(self.engine, self.box))
         await self.reloader.start()
 
     async def stop(self) -> None:
@@ -72,20 +80,31 @@ def build_runtime(settings: Settings) -> Runtime:
     engine = create_engine(settings.database_url)
     feed: ChangeFeed = PostgresChangeFeed(settings.database_url) if settings.is_postgres else ChangeFeed()
     reloader = CatalogReloader(engine, feed, box, host_key_env())
-    catalog = CatalogService(engine, box, feed.announce)
+    catalog = CatalogService(engine, box, reloader.reload)
     registry = CollectorRegistry()
     revision = Gauge("relay_catalog_revision", "Catalog revision this replica serves", registry=registry)
     revision.set_function(lambda: reloader.snapshot.revision)
     runtime = Runtime(
-        settings, secrets, engine, feed, reloader, catalog, ApplyService(engine, catalog, box), registry
+        settings=settings,
+        secrets=secrets,
+        engine=engine,
+        feed=feed,
+        reloader=reloader,
+        catalog=catalog,
+        applier=ApplyService(engine, catalog, box),
+        keys=KeyService(engine, catalog),
+        tokens=TokenService(engine, catalog),
+        box=box,
+        registry=registry,
     )
-    runtime.inference_app = build_inference_app(runtime.database_ok)
+    runtime.inference_app = build_inference_app(runtime.database_ok, lambda: reloader.snapshot)
     runtime.control_app = build_control_app(
         admin_token=secrets.admin_token,
         catalog=catalog,
         applier=runtime.applier,
         reloader=reloader,
         registry=registry,
+        extra_routes=lambda app, admin: mount_credential_routes(app, runtime.keys, runtime.tokens, admin),
     )
     return runtime
 
@@ -118,12 +137,18 @@ async def serve(settings: Settings, *, on_ready: Callable[[Runtime], Awaitable[N
         log.warning(
             "RELAY_REDIS_URL is unset with Postgres: rate limits, breakers and key selection are per replica"
         )
+    for name in unknown_variables():
+        log.warning("%s is not a Relay setting (a typo?); it is ignored", name)
     runtime = build_runtime(settings)
     for note in runtime.secrets.generated:
         log.warning(note)
     if not runtime.secrets.generated and runtime.secrets.admin_token_path is not None:
         log.info("admin token: see %s", runtime.secrets.admin_token_path)
-    await runtime.start()
+    try:
+        await runtime.start()
+    except (OSError, DBAPIError) as exc:
+        await runtime.engine.dispose()
+        raise StartupError(_startup_problem(settings, exc)) from None
     servers = [_listener(runtime.inference_app, settings, settings.port)]
     if settings.control_port is not None:
         servers.append(_listener(runtime.control_app, settings, settings.control_port))
@@ -162,6 +187,23 @@ async def serve(settings: Settings, *, on_ready: Callable[[Runtime], Awaitable[N
         raise failed[0]  # type: ignore[misc]
     if not stop.is_set() and any(not s.started for s in servers):
         raise SystemExit("a listener failed to start (is the port in use?)")
+
+
+class StartupError(ValueError):
+    """Relay cannot start; the message is one line that says what to fix."""
+
+
+def _startup_problem(settings: Settings, exc: BaseException) -> str:
+    detail = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+    if isinstance(exc, OSError) or "connect" in detail.lower():
+        return f"cannot reach the database at RELAY_DATABASE_URL ({_masked_url(settings)}): {detail}"
+    if "no such table" in detail or "does not exist" in detail:
+        return "the database schema is missing or old: run `relay migrate` (or let boot migrate)"
+    return f"database error at start: {detail}"
+
+
+def _masked_url(settings: Settings) -> str:
+    return str(settings.masked()["RELAY_DATABASE_URL"])
 
 
 def _display_host(bind: str) -> str:

@@ -6,9 +6,11 @@ read ``reloader.snapshot`` once per request and use that object throughout, so a
 can never show a request half of two catalogs. Rebuilding creates a new object and swaps one
 reference (atomic in CPython).
 
-The reloader wakes on a change notice (``store.notify``) and also polls the catalog revision every
-``poll_interval`` seconds, so a write on any replica is visible everywhere within about a second even if
-a notice is lost. Upstream key values are decrypted once per rebuild, not per request.
+A write through this replica's control plane reloads before it answers (read-your-writes: a key
+created here works here at once). The reloader also wakes on a change notice (``store.notify``) and
+polls the catalog revision every ``poll_interval`` seconds, so a write on any replica is visible
+everywhere within about a second even if a notice is lost. Upstream key values are decrypted once
+per rebuild, not per request.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from relay.domain.ratelimits import RateLimitRule
 from relay.secrets import SecretBox
 from relay.store import catalog as store
 from relay.store.notify import ChangeFeed
+from relay.tokens import TokenVerifier
 
 log = logging.getLogger("relay.catalog")
 
@@ -164,6 +167,10 @@ class Snapshot:
     key_by_hash: Mapping[str, RelayKey] = field(default_factory=dict)
     key_by_previous_hash: Mapping[str, RelayKey] = field(default_factory=dict)
     problems: tuple[str, ...] = ()  # catalog entries that cannot be used as configured (for the log)
+    # credentials
+    verifier: TokenVerifier = field(default_factory=lambda: TokenVerifier({}))
+    signing_key_ids: frozenset[str] = frozenset()
+    revoked_jtis: Mapping[str, datetime] = field(default_factory=dict)
 
     def counts(self) -> dict[str, int]:
         return {
@@ -181,10 +188,23 @@ class Snapshot:
 
 
 def build_snapshot(
-    revision: int, rows: Mapping[str, list[dict[str, Any]]], box: SecretBox, env: Mapping[str, str]
+    revision: int,
+    rows: Mapping[str, list[dict[str, Any]]],
+    box: SecretBox,
+    env: Mapping[str, str],
+    previous: Snapshot | None = None,
 ) -> Snapshot:
-    """A snapshot from the raw tables (``store.catalog.load_catalog``). Pure: no I/O."""
+    """A snapshot from the raw tables (``store.catalog.load_catalog``). Pure: no I/O.
+
+    The token verifier (and its cache of verified tokens) carries over from ``previous`` while the set
+    of signing keys is unchanged."""
     problems: list[str] = []
+    public_keys = {r["id"]: bytes(r["public_key"]) for r in rows.get("signing_keys", [])}
+    key_ids = frozenset(public_keys)
+    if previous is not None and previous.signing_key_ids == key_ids:
+        verifier = previous.verifier
+    else:
+        verifier = TokenVerifier(public_keys)
     memberships: dict[str, dict[str, str | None]] = {}
     for m in sorted(rows["user_memberships"], key=lambda r: r["position"]):
         memberships.setdefault(m["user_id"], {})[m["project_id"]] = m["policy_id"]
@@ -291,6 +311,9 @@ def build_snapshot(
             {k.previous_key_hash: k for k in relay_keys.values() if k.previous_key_hash}
         ),
         problems=tuple(problems),
+        verifier=verifier,
+        signing_key_ids=key_ids,
+        revoked_jtis=_freeze({r["jti"]: r["expires_at"] for r in rows.get("revoked_tokens", [])}),
     )
 
 
@@ -333,13 +356,16 @@ class CatalogReloader:
         async with self._engine.connect() as conn:
             revision = await store.read_revision(conn)
             rows = await store.load_catalog(conn)
-        previous = set(self.snapshot.problems)
-        self.snapshot = build_snapshot(revision, rows, self._box, self._env)
-        for problem in self.snapshot.problems:
-            if problem not in previous:
+        current = self.snapshot
+        if revision < current.revision:
+            return current  # a concurrent reload already swapped in something newer: never go back
+        fresh = build_snapshot(revision, rows, self._box, self._env, current)
+        self.snapshot = fresh
+        for problem in fresh.problems:
+            if problem not in current.problems:
                 log.warning(problem)
         log.debug("catalog snapshot at revision %d", revision)
-        return self.snapshot
+        return fresh
 
     async def start(self) -> None:
         await self.reload()

@@ -32,6 +32,20 @@ def fail(message: str, code: int = 1) -> NoReturn:
     raise typer.Exit(code)
 
 
+def print_table(headers: list[str], rows: list[list[str]], title: str | None = None) -> None:
+    """A table for people on a terminal; tab-separated lines (header first) for pipes and scripts."""
+    if sys.stdout.isatty():
+        table = Table(*headers, title=title)
+        for row in rows:
+            table.add_row(*row)
+        out.print(table)
+        return
+    if title:
+        err.print(title)
+    for row in [headers, *rows]:
+        print("\t".join(row))
+
+
 def _settings() -> Settings:
     try:
         return load_settings()
@@ -133,10 +147,8 @@ def apply(
     """Create or update catalog objects from a YAML file, all or nothing."""
     documents = _read_documents(file)
     result = _call("POST", "/api/apply", {"documents": documents, "dry_run": dry_run, "prune": prune})
-    table = Table("kind", "name", "action", title="plan (dry run: nothing written)" if dry_run else "applied")
-    for step in result["plan"]:
-        table.add_row(step["kind"], step["name"], step["action"])
-    out.print(table)
+    rows = [[step["kind"], step["name"], step["action"]] for step in result["plan"]]
+    print_table(["kind", "name", "action"], rows, "plan (dry run: nothing written)" if dry_run else "applied")
 
 
 @app.command()
@@ -151,6 +163,79 @@ def export(
     else:
         output.write_text(text)
         err.print(f"wrote {len(documents)} documents to {output}")
+
+
+keys_app = typer.Typer(no_args_is_help=True, help="Relay keys (SPEC §3.1), over the control API.")
+app.add_typer(keys_app, name="keys")
+
+
+@keys_app.command("create")
+def keys_create(
+    principal_kind: str = typer.Option(..., "--principal-kind", help="serviceaccount | user"),
+    principal: str = typer.Option(..., "--principal", help="Service account or user (name or id)"),
+    policy: str | None = typer.Option(None, "--policy", help="Policy for this key (name or id)"),
+    project: str | None = typer.Option(None, "--project", help="Project, for a user in several projects"),
+    expires_at: str | None = typer.Option(None, "--expires-at", help="RFC 3339 expiry"),
+    name: str | None = typer.Option(None, "--name", help="Name (default: the key's prefix)"),
+) -> None:
+    """Create a key and print its plaintext (shown this once) on stdout."""
+    body: dict[str, Any] = {"principal_kind": principal_kind, "principal": principal}
+    for field, value in (
+        ("policy", policy),
+        ("project", project),
+        ("expires_at", expires_at),
+        ("name", name),
+    ):
+        if value is not None:
+            body[field] = value
+    created = _call("POST", "/api/keys", body)
+    err.print(
+        f"created key {created['key']['name']} ({created['key']['id']}); the plaintext is shown only now:"
+    )
+    print(created["plaintext"])
+
+
+@keys_app.command("list")
+def keys_list() -> None:
+    """List keys (prefix, owner, state); never a plaintext or hash."""
+    rows = []
+    for key in _call("GET", "/api/keys")["items"]:
+        state = "revoked" if key["revoked_at"] else ("enabled" if key["enabled"] else "disabled")
+        owner = f"{key['principal_kind']}:{key['principal']}"
+        rows.append(
+            [
+                key["id"],
+                key["name"],
+                key["prefix"],
+                owner,
+                key["project"] or "",
+                key["policy"] or "",
+                state,
+                key["expires_at"] or "",
+            ]
+        )
+    print_table(["id", "name", "prefix", "principal", "project", "policy", "state", "expires_at"], rows)
+
+
+@keys_app.command("rotate")
+def keys_rotate(
+    key: str = typer.Argument(..., help="Key id or name"),
+    grace_seconds: int = typer.Option(
+        0, "--grace-seconds", help="How long the old plaintext keeps working (0-86400)"
+    ),
+) -> None:
+    """Replace a key's plaintext; print the new one on stdout."""
+    rotated = _call("POST", f"/api/keys/{key}/rotate", {"grace_seconds": grace_seconds})
+    until = rotated["key"]["grace_until"]
+    err.print(f"rotated {rotated['key']['name']}; the old plaintext works until {until}")
+    print(rotated["plaintext"])
+
+
+@keys_app.command("revoke")
+def keys_revoke(key: str = typer.Argument(..., help="Key id or name")) -> None:
+    """Revoke a key for good."""
+    revoked = _call("POST", f"/api/keys/{key}/revoke")
+    out.print(f"revoked {revoked['name']} at {revoked['revoked_at']}")
 
 
 @app.command("fake-upstream")
@@ -173,8 +258,10 @@ def demo(
 ) -> None:
     """Run Relay on embedded SQLite with a fake upstream and a demo catalog, until Ctrl-C."""
     from relay.demo import run_demo
+    from relay.logs import configure_logging
 
     settings = _settings()
+    configure_logging(settings.log_level, settings.log_format)
     if settings.is_postgres:
         fail("relay demo runs on the embedded SQLite database; unset RELAY_DATABASE_URL")
     try:

@@ -181,6 +181,20 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         raise ConfigError(_one_line(exc)) from None
 
 
+CLIENT_VARIABLES = {"URL", "CONTROL_URL", "API_KEY"}
+
+
+def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
+    """``RELAY_*`` names that no setting reads (typos such as ``RELAY_PROT``), for a boot warning."""
+    env = os.environ if environ is None else environ
+    known = {name.upper() for name in Settings.model_fields} | CLIENT_VARIABLES
+    return sorted(
+        k
+        for k in env
+        if k.startswith(ENV_PREFIX) and k[len(ENV_PREFIX) :] not in known and not k.startswith("RELAY_TEST_")
+    )
+
+
 def _one_line(exc: ValidationError) -> str:
     err = exc.errors()[0]
     loc = err.get("loc") or ()

@@ -74,11 +74,11 @@ def test_apply_creates_then_is_unchanged_then_updates(relay: RelayProcess, tmp_p
 
 def test_dry_run_writes_nothing_but_reports_the_plan(relay: RelayProcess) -> None:
     s = uuid.uuid4().hex[:6]
-    revision = relay.api("POST", "/api/reload").json()["revision"]
+    revision = relay.api("GET", "/api/snapshot").json()["revision"]
     plan = relay.api("POST", "/api/apply", {"documents": catalog_docs(s), "dry_run": True}).json()["plan"]
     assert {step["action"] for step in plan} == {"create"}
     assert relay.api("GET", f"/api/teams/t-{s}").status_code == 404
-    assert relay.api("POST", "/api/reload").json()["revision"] == revision
+    assert relay.api("GET", "/api/snapshot").json()["revision"] == revision
 
 
 def test_apply_is_all_or_nothing(relay: RelayProcess) -> None:
@@ -143,7 +143,7 @@ def test_cli_apply_export_round_trip(relay: RelayProcess, tmp_path: Path) -> Non
     source = write_yaml(tmp_path / "catalog.yaml", catalog_docs(s))
     dry = run_cli(relay, "apply", "-f", str(source), "--dry-run")
     assert dry.returncode == 0, dry.stderr
-    assert "dry run" in dry.stdout and f"t-{s}" in dry.stdout
+    assert "dry run" in dry.stderr and f"Team\tt-{s}\tcreate" in dry.stdout
     assert relay.api("GET", f"/api/teams/t-{s}").status_code == 404
     applied = run_cli(relay, "apply", "-f", str(source))
     assert applied.returncode == 0, applied.stderr

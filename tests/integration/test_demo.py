@@ -36,7 +36,7 @@ def read_banner(proc: subprocess.Popen[str], timeout: float = 60) -> str:
         if not line:
             break
         lines.append(line)
-        if "relay export" in line:
+        if line.strip().startswith("eyJ"):  # the inference token is the banner's last line
             return "".join(lines)
     raise AssertionError("demo banner not printed:\n" + "".join(lines))
 
@@ -58,10 +58,10 @@ def test_demo_runs_and_restarts_cleanly(tmp_path: Path) -> None:
         assert f"http://127.0.0.1:{port}" in banner and f"http://127.0.0.1:{control_port}/api" in banner
         assert f"http://127.0.0.1:{upstream_port}" in banner
         assert "written this start" in banner
-        token = (tmp_path / "relay-data" / "admin.token").read_text().strip()
-        assert token in banner  # printed once, on the first boot only
+        admin = (tmp_path / "relay-data" / "admin.token").read_text().strip()
+        assert admin in banner  # printed once, on the first boot only
         control = httpx.Client(
-            base_url=f"http://127.0.0.1:{control_port}", headers={"Authorization": f"Bearer {token}"}
+            base_url=f"http://127.0.0.1:{control_port}", headers={"Authorization": f"Bearer {admin}"}
         )
         models = {m["name"] for m in control.get("/api/models").json()["items"]}
         assert {"gpt-4o-mini", "claude-haiku", "gpt-4-1-mini", "text-embedding-3-small"} <= models
@@ -70,6 +70,13 @@ def test_demo_runs_and_restarts_cleanly(tmp_path: Path) -> None:
         counts = control.get("/api/snapshot").json()["counts"]
         assert counts["hosts"] == 3 and counts["policies"] == 1 and counts["service_accounts"] == 1
         assert httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200
+        key = banner.split("export RELAY_API_KEY=")[1].split()[0]
+        token = next(line.strip() for line in banner.splitlines() if line.strip().startswith("eyJ"))
+        for credential in (key, token):
+            listed = httpx.get(
+                f"http://127.0.0.1:{port}/v1/models", headers={"Authorization": f"Bearer {credential}"}
+            )
+            assert listed.status_code == 200 and "gpt-4o-mini" in listed.text
         assert httpx.get(f"http://127.0.0.1:{upstream_port}/health").status_code == 200
     finally:
         assert stop(proc) in (0, 130, -signal.SIGINT)
@@ -84,6 +91,7 @@ def test_demo_runs_and_restarts_cleanly(tmp_path: Path) -> None:
     try:
         banner = read_banner(again)
         assert "(0 written this start)" in banner
-        assert token not in banner  # the admin token is not printed again
+        assert admin not in banner  # the admin token is not printed again
+        assert f"RELAY_API_KEY={key}" in banner  # the demo key is reused, not minted again
     finally:
         stop(again)

@@ -11,6 +11,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import text
 
 from relay.store.engine import create_engine
@@ -83,13 +84,24 @@ def test_host_key_values_are_encrypted_at_rest(database_url: str, relay_factory:
     assert secret not in relay.logs()
 
 
-def test_a_wrong_master_key_is_reported_not_used(database_url: str, relay_factory: Any) -> None:
+def test_a_wrong_master_key_stops_the_start_with_one_line(database_url: str, relay_factory: Any) -> None:
     first: RelayProcess = relay_factory(database_url)
     first.create("hosts", {"name": "upstream", "base_url": "https://api.example.com"})
     first.create("host-keys", {"name": "k1", "host": "upstream", "value": "sk-abc"})
     assert first.api("GET", "/api/snapshot").json()["problems"] == []
     first.stop()
     other_key = base64.b64encode(os.urandom(32)).decode()
-    second: RelayProcess = relay_factory(database_url, env={"RELAY_MASTER_KEY": other_key})
-    problems = second.api("GET", "/api/snapshot").json()["problems"]
-    assert problems and "k1" in problems[0] and "master key" in problems[0]
+    with pytest.raises(RuntimeError) as info:
+        relay_factory(database_url, env={"RELAY_MASTER_KEY": other_key})
+    assert "error: RELAY_MASTER_KEY: does not open the secrets stored in this database" in str(info.value)
+    assert "Traceback" not in str(info.value)
+
+
+def test_an_unset_key_variable_is_reported_not_used(database_url: str, relay_factory: Any) -> None:
+    relay: RelayProcess = relay_factory(database_url)
+    relay.create("hosts", {"name": "upstream", "base_url": "https://api.example.com"})
+    relay.create(
+        "host-keys", {"name": "k-env", "host": "upstream", "value_from_env": "RELAY_TEST_UNSET_KEY_VAR"}
+    )
+    problems = relay.api("GET", "/api/snapshot").json()["problems"]
+    assert problems == ["host key k-env: environment variable RELAY_TEST_UNSET_KEY_VAR is unset"]

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 from fastapi import Body, Depends, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -78,12 +79,13 @@ def build_control_app(
     )
     app.add_middleware(JsonBodies)
 
-    async def require_admin(request: Request) -> None:
-        header = request.headers.get("authorization", "")
-        scheme, _, credential = header.partition(" ")
-        if scheme.lower() != "bearer" or not credential:
+    bearer = HTTPBearer(auto_error=False, description="RELAY_ADMIN_TOKEN")
+
+    async def require_admin(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
+        # Declared through HTTPBearer so the OpenAPI document (and /api/docs) knows the scheme.
+        if credentials is None or not credentials.credentials:
             raise Unauthenticated("missing admin bearer token")
-        if not constant_time_equal(credential.strip(), admin_token):
+        if not constant_time_equal(credentials.credentials.strip(), admin_token):
             raise Unauthenticated("invalid admin token")
 
     admin = [Depends(require_admin)]
@@ -124,10 +126,9 @@ def build_control_app(
 
     @app.post("/api/reload", dependencies=admin, tags=["catalog"])
     async def reload() -> dict[str, Any]:
-        """Rebuild this replica's snapshot now (others follow within 2 s)."""
-        await catalog.announce()
-        snapshot = await reloader.reload()
-        return {"revision": snapshot.revision}
+        """Make every replica rebuild its snapshot: this one before answering, the others within 2 s
+        (the revision moves, so even a replica that missed the notice reloads on its next poll)."""
+        return {"revision": await catalog.force_reload()}
 
     @app.get("/api/snapshot", dependencies=admin, tags=["catalog"])
     async def snapshot_status() -> dict[str, Any]:

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from argon2 import PasswordHasher
-from argon2.exceptions import InvalidHashError, VerifyMismatchError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from relay.control.catalog import CatalogService
 from relay.control.kinds import BY_NAME, KINDS, Kind
 from relay.errors import InvalidRequest, Unprocessable
+from relay.passwords import verify_password
 from relay.secrets import SecretBox
 from relay.store import catalog as store
 
@@ -35,7 +34,6 @@ class ApplyService:
         self._engine = engine
         self._catalog = catalog
         self._box = box
-        self._hasher = PasswordHasher()
 
     async def apply(self, documents: Any, *, dry_run: bool, prune: bool) -> list[dict[str, str]]:
         parsed = self._parse(documents)
@@ -140,12 +138,7 @@ class ApplyService:
             sealed = row["value_encrypted"]
             return sealed is not None and self._box.open(sealed, bound_to=object_id) == wanted["value"]
         if kind.name == "User" and wanted.get("password") is not None:
-            try:
-                return bool(row["password_hash"]) and self._hasher.verify(
-                    row["password_hash"], wanted["password"]
-                )
-            except (VerifyMismatchError, InvalidHashError):
-                return False
+            return await verify_password(row["password_hash"], wanted["password"])
         return True
 
     async def _names_for_refs(

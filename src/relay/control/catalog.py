@@ -15,13 +15,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from argon2 import PasswordHasher
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from relay.control.kinds import ChildList, Kind, RefField
 from relay.domain.ids import mint_id
 from relay.errors import Conflict, InvalidRequest, NotFound, Unprocessable
+from relay.passwords import hash_password
 from relay.secrets import SecretBox
 from relay.store import catalog as store
 from relay.store.catalog import Row, utcnow
@@ -50,17 +50,22 @@ class CatalogService:
         self,
         engine: AsyncEngine,
         box: SecretBox,
-        announce: Callable[[], Awaitable[None]],
-        hasher: PasswordHasher | None = None,
+        announce: Callable[[], Awaitable[object]],
     ) -> None:
         self._engine = engine
         self._box = box
         self._announce = announce
-        self._hasher = hasher or PasswordHasher()
 
     async def announce(self) -> None:
-        """Tell every replica (and this one) that the catalog changed; call after commit."""
+        """Make this replica serve the committed change before answering (other replicas learn of it
+        from the notice sent inside the transaction); call after commit."""
         await self._announce()
+
+    async def force_reload(self) -> int:
+        async with self._engine.begin() as conn:
+            revision = await store.bump_revision(conn)
+        await self._announce()
+        return revision
 
     # -- single-object operations: one transaction each --------------------------------------------
 
@@ -141,6 +146,11 @@ class CatalogService:
         data = spec.model_dump()
         values = {"name": data["name"], "updated_at": utcnow()}
         values.update(await self._columns(conn, kind, object_id, data, given=given))
+        if kind.name == "User" and data["enabled"] is False:
+            current = await store.get(conn, kind.table, object_id)
+            if current is not None and current["enabled"]:
+                # SPEC §3.2: disabling a user revokes every token it holds.
+                values["token_version"] = current["token_version"] + 1
         await store.update_row(conn, kind.table, object_id, values, kind=kind.name)
         await self._write_children(conn, kind, object_id, data)
         await self._check_model_names(conn, kind, object_id, data)
@@ -187,7 +197,7 @@ class CatalogService:
             values[ref.column] = await self._resolve(conn, ref, data[ref.field])
         if kind.name == "User" and "password" in given:
             password = data.get("password")
-            values["password_hash"] = self._hasher.hash(password) if password else None
+            values["password_hash"] = await hash_password(password) if password else None
         if kind.name == "HostKey":
             if data.get("value") is not None and "value" in given:
                 values["value_encrypted"] = self._box.seal(data["value"], bound_to=object_id)

@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sys
+import time
 from importlib import resources
+from pathlib import Path
 
 import yaml
 
 from relay.boot import Runtime, serve
 from relay.config import Settings
+from relay.domain.credentials import hash_key
 
 
 def demo_documents(upstream_base_url: str) -> list[dict[str, object]]:
@@ -39,6 +43,24 @@ async def _start_fake_upstream(port: int) -> tuple[asyncio.subprocess.Process, s
     if not line:
         raise OSError(f"the fake upstream did not start (is port {port} free? try --upstream-port)")
     return proc, line.decode().strip().rsplit(" ", 1)[-1]
+
+
+async def demo_credentials(runtime: Runtime, data_dir: Path) -> tuple[str, str]:
+    """A relay key for the demo service account (kept in relay-data/demo.key, reused while valid) and
+    a fresh one-hour inference token for the demo user."""
+    path = data_dir / "demo.key"
+    plaintext = path.read_text().strip() if path.exists() else ""
+    if not plaintext or hash_key(plaintext) not in runtime.reloader.snapshot.key_by_hash:
+        created = await runtime.keys.create(
+            {"principal_kind": "serviceaccount", "principal": "demo-app", "name": f"demo-{int(time.time())}"}
+        )
+        plaintext = created["plaintext"]
+        path.unlink(missing_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(plaintext + "\n")
+    token = await runtime.tokens.mint_for_user("demo-user", {"project": "demo", "ttl_seconds": 3600})
+    return plaintext, token["token"]
 
 
 def banner(settings: Settings, runtime: Runtime, upstream: str, objects: int, written: int) -> str:
@@ -65,9 +87,18 @@ async def run_demo(settings: Settings, upstream_port: int) -> None:
 
     async def ready(runtime: Runtime) -> None:
         plan = await runtime.applier.apply(demo_documents(upstream), dry_run=False, prune=False)
-        await runtime.reloader.reload()
         written = sum(1 for step in plan if step["action"] != "unchanged")
+        key, token = await demo_credentials(runtime, Path(settings.data_dir))
         print(banner(settings, runtime, upstream, len(plan), written), flush=True)
+        print(
+            f"""A relay key for the demo service account (kept in {settings.data_dir}/demo.key):
+  export RELAY_API_KEY={key}
+  curl -H "Authorization: Bearer $RELAY_API_KEY" http://127.0.0.1:{settings.port}/v1/models
+An inference token for demo-user (valid 1 h):
+  {token}
+""",
+            flush=True,
+        )
 
     try:
         await serve(settings, on_ready=ready)

@@ -31,3 +31,16 @@ def parse_grant(text: str) -> Grant:
     if match.group("provider"):
         return Grant(provider=match.group("provider"))
     return Grant(model=match.group("model"), host=match.group("host"))
+
+
+def grant_matches(
+    grant: Grant, *, model: str, aliases: tuple[str, ...], provider: str, host: str | None
+) -> bool:
+    """Does ``grant`` allow this model on ``host`` (None: on any host, for listing)?"""
+    if grant.every:
+        return True
+    if grant.provider is not None:
+        return grant.provider == provider
+    if grant.model is not None and grant.model != model and grant.model not in aliases:
+        return False
+    return grant.host is None or host is None or grant.host == host

@@ -27,6 +27,7 @@ REFERRER_NAMES = {
     "policy_host_keys": "policy pools",
     "user_memberships": "user memberships",
     "relay_keys": "keys",
+    "host_keys": "host keys",
     "service_accounts": "service accounts",
 }
 
@@ -182,6 +183,12 @@ async def load_catalog(conn: AsyncConnection) -> dict[str, list[Row]]:
     out: dict[str, list[Row]] = {}
     for table in t.CATALOG_TABLES:
         out[table.name] = [_as_dict(r) for r in await conn.execute(select(table))]
+    keys = select(t.signing_keys.c.id, t.signing_keys.c.public_key, t.signing_keys.c.active)
+    out["signing_keys"] = [_as_dict(r) for r in await conn.execute(keys)]
+    revoked = select(t.inference_tokens.c.jti, t.inference_tokens.c.expires_at).where(
+        t.inference_tokens.c.revoked_at.is_not(None), t.inference_tokens.c.expires_at > utcnow()
+    )
+    out["revoked_tokens"] = [_as_dict(r) for r in await conn.execute(revoked)]
     return out
 
 

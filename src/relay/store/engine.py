@@ -47,7 +47,11 @@ def create_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
     if parsed.get_backend_name() == "sqlite":
         database = parsed.database or ""
         if database and database != ":memory:":
-            Path(database).parent.mkdir(parents=True, exist_ok=True)
+            path = Path(database)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if not path.exists():
+                # It holds sealed upstream keys and password hashes: readable by the owner only.
+                path.touch(mode=0o600)
         engine = create_async_engine(parsed, poolclass=NullPool if database == ":memory:" else None)
         event.listen(engine.sync_engine, "connect", _sqlite_on_connect)
         event.listen(engine.sync_engine, "begin", _sqlite_on_begin)

@@ -25,16 +25,14 @@ log = logging.getLogger("relay.notify")
 
 
 class ChangeFeed:
-    """In-process feed: ``announce`` wakes ``wait`` in the same process (SQLite, tests)."""
+    """In-process feed: ``wake`` releases ``wait`` (SQLite: the only writer is this process, whose
+    control plane reloads directly; the feed then only paces the revision poll)."""
 
     def __init__(self) -> None:
         self._event = asyncio.Event()
 
     def wake(self) -> None:
         self._event.set()
-
-    async def announce(self) -> None:
-        self.wake()
 
     async def wait(self, seconds: float) -> bool:
         """True when woken by a notice, False when ``seconds`` passed first."""
@@ -57,7 +55,7 @@ class PostgresChangeFeed(ChangeFeed):
 
     def __init__(self, database_url: str) -> None:
         super().__init__()
-        # The write path notifies inside its transaction; ``announce`` (inherited) wakes this replica.
+        # The write path notifies inside its transaction; this replica's own writes reload directly.
         self._dsn = asyncpg_dsn(database_url)
         self._listener: asyncpg.Connection | None = None
         self._task: asyncio.Task[None] | None = None

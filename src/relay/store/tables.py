@@ -228,6 +228,41 @@ settings = Table(
     _ts("updated_at"),
 )
 
+# Ed25519 keys that sign inference tokens (SPEC §3.2). The private half is sealed under the master key;
+# every replica verifies with the public halves in its snapshot and signs with the newest active key.
+signing_keys = Table(
+    "signing_keys",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("private_key_sealed", LargeBinary, nullable=False),
+    Column("public_key", LargeBinary, nullable=False),
+    Column("active", Boolean, nullable=False, server_default="1"),
+    _ts("created_at"),
+)
+
+# Every minted inference token (never the token itself): revoking one needs its expiry, and the
+# denylist is "revoked and not yet expired".
+inference_tokens = Table(
+    "inference_tokens",
+    metadata,
+    Column("jti", String(64), primary_key=True),
+    _ref("user_id", "users", nullable=False, ondelete="CASCADE"),
+    Column("project_id", ID, nullable=False),
+    _ts("issued_at"),
+    _ts("expires_at"),
+    _ts("revoked_at", nullable=True),
+)
+
+# Login sessions for /api/auth/* (stored as sha256 of the opaque session value).
+user_sessions = Table(
+    "user_sessions",
+    metadata,
+    Column("session_hash", String(64), primary_key=True),
+    _ref("user_id", "users", nullable=False, ondelete="CASCADE"),
+    _ts("created_at"),
+    _ts("expires_at"),
+)
+
 # One row (id = 1) whose revision every catalog write bumps in the same transaction. Replicas compare
 # it with their snapshot's revision: the notice (LISTEN/NOTIFY) makes reloads fast, the revision makes
 # them certain even when a notice was missed during a reconnect.

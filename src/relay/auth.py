@@ -1,0 +1,212 @@
+"""Who is calling, and under which policy (SPEC §3.1–§3.4), judged against one catalog snapshot.
+
+``authenticate`` turns a credential (relay key or inference token) into a :class:`Principal` carrying
+the full attribution of §3.4, or raises the exact §3 error. It never touches the database: everything
+it needs is in the snapshot, and token signatures are verified once per token (``tokens``).
+
+``recheck`` answers the same questions later, for work admitted earlier (batch items): given what was
+recorded at submit (the key hash, or the token's claims), is the credential still valid *now*? It
+returns the §3 reason, so callers can write ``credential no longer valid: <reason>``.
+
+The admission order is part of the contract (a disabled key that is also expired says "disabled"),
+so each check below is in SPEC order and each failure is raised where it is found.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from relay.catalog import Policy, RelayKey, Snapshot
+from relay.domain.credentials import hash_key, looks_like_jwt
+from relay.errors import Forbidden, Unauthenticated
+from relay.tokens import TokenClaims, TokenExpired, TokenInvalid
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """An authenticated caller with its attribution (SPEC §3.4)."""
+
+    policy: Policy
+    project_id: str
+    team_id: str
+    principal_kind: str  # "serviceaccount" | "user"
+    principal_id: str
+    credential_kind: str  # "key" | "token"
+    credential_id: str  # key id or token jti
+    key_hash: str | None  # the sha256 presented (relay keys): owner of batches, usage attribution
+    owner: str  # batch owner: the key hash, or "user:<id>" for tokens (SPEC §10.2 RelayKeyHash)
+    key_payload_logging: bool
+    token: TokenClaims | None = None
+
+    @property
+    def policy_id(self) -> str:
+        return self.policy.id
+
+
+def authenticate(credential: str | None, snapshot: Snapshot, now: float | None = None) -> Principal:
+    if not credential:
+        raise Unauthenticated("missing credential")
+    current = time.time() if now is None else now
+    if looks_like_jwt(credential):
+        return _from_token(credential, snapshot, current)
+    return _from_key(hash_key(credential), snapshot, current)
+
+
+def _from_key(key_hash: str, snapshot: Snapshot, now: float) -> Principal:
+    key = snapshot.key_by_hash.get(key_hash)
+    rotated = False
+    if key is None:
+        key = snapshot.key_by_previous_hash.get(key_hash)
+        rotated = key is not None
+    if key is None:
+        raise Unauthenticated("invalid api key")
+    reason = key_problem(key, snapshot, now, presented_previous=rotated)
+    if reason is not None:
+        raise Unauthenticated(reason)
+    project_id, principal_id = _key_scope(key, snapshot)
+    policy = resolve_policy(snapshot, key.policy_id, key.principal_kind, principal_id, project_id)
+    return Principal(
+        policy=policy,
+        project_id=project_id,
+        team_id=snapshot.projects[project_id].team_id,
+        principal_kind=key.principal_kind,
+        principal_id=principal_id,
+        credential_kind="key",
+        credential_id=key.id,
+        key_hash=key_hash,
+        owner=key_hash,
+        key_payload_logging=key.payload_logging,
+    )
+
+
+def key_problem(key: RelayKey, snapshot: Snapshot, now: float, *, presented_previous: bool) -> str | None:
+    """The §3.1 admission checks after the hash lookup, in SPEC order; None when the key is good."""
+    if not key.enabled:
+        return "api key disabled"
+    if key.revoked_at is not None:
+        return "api key revoked"
+    if key.expires_at is not None and _ts(key.expires_at) <= now:
+        return "api key expired"
+    if presented_previous and (key.grace_until is None or _ts(key.grace_until) <= now):
+        return "api key rotated"
+    try:
+        project_id, principal_id = _key_scope(key, snapshot)
+    except LookupError:
+        return "api key disabled"
+    principal_enabled = (
+        snapshot.service_accounts[principal_id].enabled
+        if key.principal_kind == "serviceaccount"
+        else snapshot.users[principal_id].enabled
+    )
+    if not principal_enabled or not snapshot.projects[project_id].enabled:
+        return "api key disabled"
+    return None
+
+
+def _key_scope(key: RelayKey, snapshot: Snapshot) -> tuple[str, str]:
+    """(project id, principal id) of a key; LookupError when its principal or project is gone."""
+    if key.principal_kind == "serviceaccount":
+        account = snapshot.service_accounts[key.service_account_id or ""]
+        return account.project_id, account.id
+    user = snapshot.users[key.user_id or ""]
+    project_id = key.project_id or ""
+    if project_id not in snapshot.projects or project_id not in user.memberships:
+        raise LookupError(project_id)  # the project is gone or the user left it: the key is disabled
+    return project_id, user.id
+
+
+def _from_token(token: str, snapshot: Snapshot, now: float) -> Principal:
+    try:
+        claims = snapshot.verifier.verify(token, now)
+    except TokenExpired:
+        raise Unauthenticated("token expired") from None
+    except TokenInvalid:
+        raise Unauthenticated("invalid token") from None
+    problem = token_problem(claims, snapshot, now)
+    if problem is not None:
+        status, code, message = problem
+        if status == 403:
+            raise Forbidden(message, code=code)
+        raise Unauthenticated(message, code=code)
+    policy = resolve_policy(snapshot, None, "user", claims.user_id, claims.project_id)
+    return Principal(
+        policy=policy,
+        project_id=claims.project_id,
+        team_id=snapshot.projects[claims.project_id].team_id,
+        principal_kind="user",
+        principal_id=claims.user_id,
+        credential_kind="token",
+        credential_id=claims.jti,
+        key_hash=None,
+        owner=f"user:{claims.user_id}",
+        key_payload_logging=False,
+        token=claims,
+    )
+
+
+def token_problem(claims: TokenClaims, snapshot: Snapshot, now: float) -> tuple[int, str, str] | None:
+    """The §3.2 checks after signature verification: (status, code, message), or None when good."""
+    if claims.expires_at <= now:
+        return 401, "unauthenticated", "token expired"
+    user = snapshot.users.get(claims.user_id)
+    if user is None or user.token_version != claims.version or claims.jti in snapshot.revoked_jtis:
+        return 401, "token_revoked", "token revoked"
+    if not user.enabled:
+        return 401, "token_revoked", "token revoked"
+    project = snapshot.projects.get(claims.project_id)
+    if project is None or not project.enabled:
+        return 403, "project_unavailable", "project unavailable"
+    if claims.project_id not in user.memberships:
+        return 403, "project_unavailable", "user is no longer a member of the project"
+    return None
+
+
+def resolve_policy(
+    snapshot: Snapshot, key_policy_id: str | None, principal_kind: str, principal_id: str, project_id: str
+) -> Policy:
+    """SPEC §3.4: the key's policy, else the service account's (or the user's membership) policy, else
+    the project's default policy."""
+    policy_id = key_policy_id
+    if policy_id is None:
+        if principal_kind == "serviceaccount":
+            policy_id = snapshot.service_accounts[principal_id].policy_id
+        else:
+            policy_id = snapshot.users[principal_id].memberships.get(project_id)
+    if policy_id is None:
+        policy_id = snapshot.projects[project_id].default_policy_id
+    if policy_id is None:
+        raise Forbidden("no policy governs this credential", code="no_policy")
+    policy = snapshot.policies.get(policy_id)
+    if policy is None:
+        raise Forbidden("no policy governs this credential", code="no_policy")
+    if not policy.enabled:
+        raise Forbidden(f"policy {policy.name!r} is disabled", code="policy_disabled")
+    return policy
+
+
+def recheck_key(key_hash: str, snapshot: Snapshot, now: float | None = None) -> str | None:
+    """Is the relay key recorded at submit still valid? The §3.1 reason when not, else None."""
+    current = time.time() if now is None else now
+    key = snapshot.key_by_hash.get(key_hash)
+    presented_previous = False
+    if key is None:
+        key = snapshot.key_by_previous_hash.get(key_hash)
+        presented_previous = key is not None
+    if key is None:
+        # Deleted, or rotated twice since (a key remembers only its previous hash).
+        return "invalid api key"
+    return key_problem(key, snapshot, current, presented_previous=presented_previous)
+
+
+def recheck_token(claims: TokenClaims, snapshot: Snapshot, now: float | None = None) -> str | None:
+    """Is the inference token recorded at submit still valid? The §3.2 reason when not, else None."""
+    problem = token_problem(claims, snapshot, time.time() if now is None else now)
+    return None if problem is None else problem[2]
+
+
+def _ts(value: datetime) -> float:
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.timestamp()

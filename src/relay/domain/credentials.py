@@ -1,0 +1,48 @@
+"""Relay keys and the shapes of credentials (SPEC §3.1, §3.3). No I/O beyond the OS random source.
+
+A relay key is ``sk-relay-`` + base64url(32 random bytes) without padding (43 characters). Only its
+sha256 (hex of the whole plaintext) and a 16-character display prefix are ever stored; the plaintext
+exists once, in the response that creates or rotates the key.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+from dataclasses import dataclass
+
+KEY_PREFIX = "sk-relay-"
+DISPLAY_PREFIX_LENGTH = 16
+
+
+@dataclass(frozen=True)
+class NewKey:
+    plaintext: str
+    key_hash: str
+    prefix: str
+
+
+def hash_key(plaintext: str) -> str:
+    return hashlib.sha256(plaintext.encode()).hexdigest()
+
+
+def new_relay_key() -> NewKey:
+    plaintext = KEY_PREFIX + base64.urlsafe_b64encode(os.urandom(32)).rstrip(b"=").decode()
+    return NewKey(plaintext, hash_key(plaintext), plaintext[:DISPLAY_PREFIX_LENGTH])
+
+
+def looks_like_jwt(credential: str) -> bool:
+    """SPEC §3.3: a value that starts ``ey`` and has two dots is a token; anything else a relay key."""
+    return credential.startswith("ey") and credential.count(".") == 2
+
+
+def read_credential(authorization: str | None, x_api_key: str | None) -> str | None:
+    """``Authorization: Bearer <credential>``, else ``x-api-key``; None when neither carries one."""
+    if authorization:
+        scheme, _, value = authorization.partition(" ")
+        if scheme.lower() == "bearer" and value.strip():
+            return value.strip()
+    if x_api_key and x_api_key.strip():
+        return x_api_key.strip()
+    return None

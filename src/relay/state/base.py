@@ -1,0 +1,174 @@
+"""The shared hot state seam: one Protocol, its value types, and the rules both twins share.
+
+Rate-limit counters, concurrency leases, circuit breakers and key-selection counters live behind
+:class:`SharedState`. ``MemoryState`` keeps them in this process (correct for one replica);
+``RedisState`` keeps them in Redis so every replica sees the same numbers (SPEC §1, §5, §6).
+
+This module deliberately knows nothing about policies, meters, host keys or HTTP: callers
+(``ratelimit``, ``keypool``) build opaque key strings and interpret the answers. It does no I/O.
+
+Invariants every implementation keeps (the contract suite in ``tests/state`` checks them):
+
+- every operation is atomic and costs at most one round trip to the backing store;
+- ``reserve`` is all-or-nothing: either every check is admitted and applied, or nothing changes;
+- time is the store's clock (Redis ``TIME``; ``time.time()`` in memory), in epoch seconds;
+- nothing grows forever: windows, leases and breaker records expire on their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol, runtime_checkable
+
+from relay.errors import Unavailable
+
+LimitKind = Literal["window", "window_peek", "concurrency"]
+
+#: Exponential breaker backoff is 1, 2, 4 … seconds, capped here (SPEC §6).
+MAX_BACKOFF_S = 60
+#: A breaker record outlives its ``open_until`` by this much, so repeated failures keep climbing the
+#: backoff ladder while a key that stays quiet forgets its history.
+BREAKER_TTL_AFTER_OPEN_S = 600
+#: Auth-failure records ("open until the key's version changes") are kept this long at most.
+PERMANENT_BREAKER_TTL_S = 7 * 24 * 3600
+#: Window counters and lease sets outlive their last use by this much (nothing reads old windows;
+#: the margin only keeps a counter alive across a commit that lands right at the boundary).
+EXPIRY_SLACK_S = 1
+
+_WINDOW_KINDS = frozenset(("window", "window_peek"))
+_KINDS = frozenset(("window", "window_peek", "concurrency"))
+
+
+class StateUnavailable(Unavailable):
+    """The shared state store could not answer (Redis down, timed out, or refused a command).
+
+    Raised instead of the driver's own exceptions so callers depend on the error tree only; whether a
+    request then fails closed or open is the caller's policy, not this package's.
+    """
+
+    code = "state_unavailable"
+
+
+def backoff_s(failures: int) -> int:
+    """Seconds a breaker stays open after its ``failures``-th consecutive failure: 1, 2, 4 … 60."""
+    if failures >= 7:  # 2**6 = 64 is already past the cap; also avoids huge powers
+        return MAX_BACKOFF_S
+    return min(MAX_BACKOFF_S, 2 ** max(0, failures - 1))
+
+
+@dataclass(frozen=True, slots=True)
+class LimitCheck:
+    """One limit to test in a :meth:`SharedState.reserve`.
+
+    ``window``: fixed epoch-aligned window of ``window_s`` seconds; admitted iff used + amount ≤ limit,
+    then ``amount`` is added. ``window_peek``: admitted iff used < limit; nothing is added (token
+    meters learn the real amount only at commit). ``concurrency``: admitted iff in-flight + 1 ≤ limit,
+    then a lease is held until released or ``lease_s`` passes (``window_s``/``amount`` are unused).
+    """
+
+    key: str
+    kind: LimitKind
+    limit: int
+    window_s: int = 0
+    amount: int = 1
+
+    def __post_init__(self) -> None:
+        # Cheap guards: a zero window would divide by zero inside a Lua script, far from the cause.
+        if self.kind not in _KINDS:
+            raise ValueError(f"unknown limit kind {self.kind!r}")
+        if self.kind in _WINDOW_KINDS and self.window_s < 1:
+            raise ValueError(f"{self.kind} check {self.key!r} needs window_s >= 1")
+        if self.limit < 0 or self.amount < 0:
+            raise ValueError(f"check {self.key!r}: limit and amount must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The answer of a reserve: admitted, or which check failed and how long to wait (seconds)."""
+
+    admitted: bool
+    failed_key: str | None = None
+    retry_after: float = 0.0
+
+
+#: The one admitted verdict; shared so the hot path does not allocate on success.
+ADMITTED = Verdict(True, None, 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerRecord:
+    """A host key's breaker. ``open_until`` is epoch seconds on the store's clock; ``None`` means open
+    until the key's ``version`` changes (auth failures). A time in the past means half-open: the pool
+    may try the key again. ``failures`` counts consecutive backoff trips for the same version."""
+
+    open_until: float | None
+    failures: int
+    reason: str
+    version: str
+
+
+@runtime_checkable
+class SharedState(Protocol):
+    """Shared hot state. Every method is one atomic step and at most one round trip."""
+
+    async def reserve(self, checks: Sequence[LimitCheck], lease_id: str, lease_s: float) -> Verdict:
+        """Evaluate all ``checks``; apply them all only if all pass (concurrency leases get ``lease_id``,
+        expiring after ``lease_s``). Re-reserving a lease already held does not count it twice."""
+        ...
+
+    async def commit(
+        self, adds: Sequence[tuple[str, int, int]], release: Sequence[str], lease_id: str
+    ) -> None:
+        """Add each ``(key, window_s, amount)`` to the key's current window; drop ``lease_id`` from each
+        concurrency key in ``release``."""
+        ...
+
+    async def breakers(self, key_ids: Sequence[str]) -> dict[str, BreakerRecord]:
+        """The breaker records of those ``key_ids`` that have one (closed keys are absent)."""
+        ...
+
+    async def trip(
+        self,
+        key_id: str,
+        *,
+        reason: str,
+        version: str,
+        retry_after: float | None = None,
+        permanent: bool = False,
+    ) -> BreakerRecord:
+        """Open a breaker: ``permanent`` → until the version changes; ``retry_after`` → for that long,
+        failures unchanged; otherwise failures += 1 and backoff 1, 2, 4 … 60 s. A record of another
+        version is treated as absent (an edited key starts with a clean history); a permanent record of
+        the same version stays as it is (a late 5xx must not shorten an auth failure)."""
+        ...
+
+    async def reset(self, key_id: str) -> None:
+        """Close the breaker (a success): delete its record."""
+        ...
+
+    async def next_counter(self, name: str) -> int:
+        """Atomically increment and return a counter (1, 2, 3 …), for round-robin selection."""
+        ...
+
+    async def touch(self, name: str, member: str, at: float) -> None:
+        """Record that ``member`` of set ``name`` was used at epoch seconds ``at``."""
+        ...
+
+    async def least_recent(self, name: str, members: Sequence[str]) -> list[str]:
+        """``members`` ordered by last use, oldest first; never-used first; ties keep the given order."""
+        ...
+
+    async def pick_state(
+        self, key_ids: Sequence[str], counter_name: str | None
+    ) -> tuple[dict[str, BreakerRecord], int | None]:
+        """``breakers(key_ids)`` and, if ``counter_name`` is given, ``next_counter`` — in one step."""
+        ...
+
+    async def ping(self) -> bool:
+        """True if the store answers; never raises (for readiness probes and boot checks)."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections. The object is unusable afterwards."""
+        ...

@@ -1,0 +1,216 @@
+"""``MemoryState``: the in-process twin of ``RedisState``, for one replica (``RELAY_REDIS_URL`` unset).
+
+It keeps exactly the semantics of the Redis implementation (the contract suite runs against both) but
+its numbers are per process: N replicas on memory state admit up to N × limit. No method awaits
+anything, so each one runs to completion without yielding to the event loop — that is what makes it
+atomic under asyncio without locks. Do not add an ``await`` inside these methods.
+
+Memory stays bounded by what is live, even with per-credential limits over short-lived credentials:
+a window counter keeps only its current window (a new window overwrites the old one in place), expired
+leases are dropped on every reserve of their key, expired breaker records are dropped when read, and a
+sweep at most once a minute (run inside ``reserve``, O(entries)) drops whatever nobody touched again.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+
+from relay.state.base import (
+    ADMITTED,
+    BREAKER_TTL_AFTER_OPEN_S,
+    EXPIRY_SLACK_S,
+    PERMANENT_BREAKER_TTL_S,
+    BreakerRecord,
+    LimitCheck,
+    Verdict,
+    backoff_s,
+)
+
+SWEEP_EVERY_S = 60.0
+
+
+class MemoryState:
+    """Shared state kept in this process's memory. Implements :class:`relay.state.base.SharedState`."""
+
+    def __init__(self) -> None:
+        # (key, window_s) -> [window index, used]; one entry per counter, reused across windows.
+        self._windows: dict[tuple[str, int], list[int]] = {}
+        # concurrency key -> {lease_id: expires_at}
+        self._leases: dict[str, dict[str, float]] = {}
+        # key_id -> (record, forget_at)
+        self._breakers: dict[str, tuple[BreakerRecord, float]] = {}
+        self._counters: dict[str, int] = {}
+        self._last_use: dict[str, dict[str, float]] = {}
+        self._next_sweep = time.time() + SWEEP_EVERY_S
+
+    # -- rate limits ---------------------------------------------------------------------------------
+
+    def _used(self, key: str, window_s: int, index: int) -> int:
+        entry = self._windows.get((key, window_s))
+        return entry[1] if entry is not None and entry[0] == index else 0
+
+    def _add(self, key: str, window_s: int, index: int, amount: int) -> None:
+        entry = self._windows.get((key, window_s))
+        if entry is None:
+            self._windows[(key, window_s)] = [index, amount]
+        elif entry[0] == index:
+            entry[1] += amount
+        else:
+            entry[0] = index
+            entry[1] = amount
+
+    def _live_leases(self, key: str, now: float) -> dict[str, float]:
+        leases = self._leases.get(key)
+        if leases is None:
+            leases = self._leases[key] = {}
+        elif leases:
+            expired = [lease for lease, until in leases.items() if until <= now]
+            for lease in expired:
+                del leases[lease]
+        return leases
+
+    def _sweep(self, now: float) -> None:
+        """Forget ended windows, lease sets with no live lease, and breaker records past their TTL."""
+        self._next_sweep = now + SWEEP_EVERY_S
+        second = math.floor(now) - EXPIRY_SLACK_S
+        ended = [wkey for wkey, (index, _used) in self._windows.items() if index < second // wkey[1]]
+        for wkey in ended:
+            del self._windows[wkey]
+        idle = [key for key, leases in self._leases.items() if all(until <= now for until in leases.values())]
+        for key in idle:
+            del self._leases[key]
+        forgotten = [key_id for key_id, (_record, forget_at) in self._breakers.items() if forget_at <= now]
+        for key_id in forgotten:
+            del self._breakers[key_id]
+
+    async def reserve(self, checks: Sequence[LimitCheck], lease_id: str, lease_s: float) -> Verdict:
+        now = time.time()
+        if now >= self._next_sweep:
+            self._sweep(now)
+        second = math.floor(now)
+        # Phase 1: evaluate every check; nothing is written unless all pass.
+        for check in checks:
+            if check.kind == "concurrency":
+                leases = self._live_leases(check.key, now)
+                if lease_id not in leases and len(leases) + 1 > check.limit:
+                    return Verdict(False, check.key, 1.0)
+                continue
+            index = second // check.window_s
+            used = self._used(check.key, check.window_s, index)
+            ok = used + check.amount <= check.limit if check.kind == "window" else used < check.limit
+            if not ok:
+                retry_after = (index + 1) * check.window_s - now
+                return Verdict(False, check.key, max(1.0, retry_after))
+        # Phase 2: apply.
+        expires_at = now + lease_s
+        for check in checks:
+            if check.kind == "concurrency":
+                self._leases[check.key][lease_id] = expires_at
+            elif check.kind == "window" and check.amount:
+                self._add(check.key, check.window_s, second // check.window_s, check.amount)
+        return ADMITTED
+
+    async def commit(
+        self, adds: Sequence[tuple[str, int, int]], release: Sequence[str], lease_id: str
+    ) -> None:
+        second = math.floor(time.time())
+        for key, window_s, amount in adds:
+            if amount > 0:
+                self._add(key, window_s, second // window_s, amount)
+        for key in release:
+            leases = self._leases.get(key)
+            if leases is not None:
+                leases.pop(lease_id, None)
+                if not leases:
+                    del self._leases[key]
+
+    # -- breakers ------------------------------------------------------------------------------------
+
+    def _record(self, key_id: str, now: float) -> BreakerRecord | None:
+        entry = self._breakers.get(key_id)
+        if entry is None:
+            return None
+        if entry[1] <= now:
+            del self._breakers[key_id]
+            return None
+        return entry[0]
+
+    async def breakers(self, key_ids: Sequence[str]) -> dict[str, BreakerRecord]:
+        if not self._breakers:
+            return {}
+        now = time.time()
+        found: dict[str, BreakerRecord] = {}
+        for key_id in key_ids:
+            record = self._record(key_id, now)
+            if record is not None:
+                found[key_id] = record
+        return found
+
+    async def trip(
+        self,
+        key_id: str,
+        *,
+        reason: str,
+        version: str,
+        retry_after: float | None = None,
+        permanent: bool = False,
+    ) -> BreakerRecord:
+        now = time.time()
+        previous = self._record(key_id, now)
+        failures = 0
+        if previous is not None and previous.version == version:
+            if previous.open_until is None and not permanent:
+                return previous  # auth failure is sticky: only a new version (or reset) reopens the key
+            failures = previous.failures
+        open_until: float | None
+        if permanent:
+            open_until, forget_at = None, now + PERMANENT_BREAKER_TTL_S
+        else:
+            if retry_after is None:
+                failures += 1
+                retry_after = backoff_s(failures)
+            open_until = now + retry_after
+            forget_at = open_until + BREAKER_TTL_AFTER_OPEN_S
+        record = BreakerRecord(open_until, failures, reason, version)
+        self._breakers[key_id] = (record, forget_at)
+        return record
+
+    async def reset(self, key_id: str) -> None:
+        self._breakers.pop(key_id, None)
+
+    # -- key selection -------------------------------------------------------------------------------
+
+    async def next_counter(self, name: str) -> int:
+        value = self._counters.get(name, 0) + 1
+        self._counters[name] = value
+        return value
+
+    async def touch(self, name: str, member: str, at: float) -> None:
+        uses = self._last_use.get(name)
+        if uses is None:
+            uses = self._last_use[name] = {}
+        uses[member] = at
+
+    async def least_recent(self, name: str, members: Sequence[str]) -> list[str]:
+        uses = self._last_use.get(name)
+        if not uses:
+            return list(members)
+        # sorted() is stable, so ties (and all never-used members) keep the given order.
+        return sorted(members, key=lambda member: uses.get(member, -math.inf))
+
+    async def pick_state(
+        self, key_ids: Sequence[str], counter_name: str | None
+    ) -> tuple[dict[str, BreakerRecord], int | None]:
+        found = await self.breakers(key_ids)  # no suspension: breakers() itself never awaits
+        counter = await self.next_counter(counter_name) if counter_name is not None else None
+        return found, counter
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+
+    async def ping(self) -> bool:
+        return True
+
+    async def close(self) -> None:
+        """Nothing to release; the state dies with the object."""

@@ -1,0 +1,213 @@
+"""``RedisState``: shared hot state in Redis, so N replicas together admit at most the limit (SPEC §5).
+
+Every operation is exactly one round trip: multi-step ones are one EVALSHA of a script from
+``relay.state.scripts`` (registered once; after a Redis restart or ``SCRIPT FLUSH`` the first call gets
+NOSCRIPT, reloads and retries — three round trips once, then one again), single-step ones are one native
+command (MGET, INCR, ZADD, ZMSCORE). Empty requests return without touching the network.
+
+It deliberately does not decide what happens when Redis is down: driver errors become
+:class:`relay.state.base.StateUnavailable` and the caller (rate limiter, key pool) chooses to fail open
+or closed. Requires Redis ≥ 6.2 (ZMSCORE). Connections come from redis-py's pool; a stale pooled
+connection (Redis restarted) is retried once on a fresh one, but timeouts are not retried, because a
+script that timed out may already have run and must not be applied twice.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+
+from relay.state import scripts
+from relay.state.base import (
+    ADMITTED,
+    BREAKER_TTL_AFTER_OPEN_S,
+    EXPIRY_SLACK_S,
+    MAX_BACKOFF_S,
+    PERMANENT_BREAKER_TTL_S,
+    BreakerRecord,
+    LimitCheck,
+    StateUnavailable,
+    Verdict,
+)
+
+_SLACK_MS = EXPIRY_SLACK_S * 1000
+_TTL_AFTER_OPEN_MS = BREAKER_TTL_AFTER_OPEN_S * 1000
+_PERMANENT_TTL_MS = PERMANENT_BREAKER_TTL_S * 1000
+_MAX_BACKOFF_MS = MAX_BACKOFF_S * 1000
+
+
+def _unavailable(exc: RedisError) -> StateUnavailable:
+    # The message names the failure, never the URL (it may carry a password).
+    return StateUnavailable(f"shared state (Redis) failed: {type(exc).__name__}: {exc}")
+
+
+def _decode_breaker(raw: str | bytes) -> BreakerRecord:
+    data = orjson.loads(raw)
+    open_ms = data.get("o")
+    return BreakerRecord(
+        None if open_ms is None else open_ms / 1000,
+        int(data.get("f", 0)),
+        str(data.get("r", "")),
+        str(data.get("v", "")),
+    )
+
+
+class RedisState:
+    """Shared state in Redis under ``prefix``. Implements :class:`relay.state.base.SharedState`.
+
+    ``url`` is a redis-py URL (``redis://``, ``rediss://``, ``unix://``); its query options, such as
+    ``socket_timeout``, override ``timeout_s``. Replicas share state iff they use the same Redis,
+    database and prefix. Construction does no I/O; the first operation connects.
+    """
+
+    def __init__(self, url: str, prefix: str = "relay:", *, timeout_s: float = 2.0) -> None:
+        self._redis: Redis = Redis.from_url(
+            url,
+            decode_responses=True,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
+            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
+        )
+        self.prefix = prefix
+        self._rl = prefix + "rl:"
+        self._cc = prefix + "cc:"
+        self._br = prefix + "br:"
+        self._rr = prefix + "rr:"
+        self._lru = prefix + "lru:"
+        self._reserve = self._redis.register_script(scripts.RESERVE)
+        self._commit = self._redis.register_script(scripts.COMMIT)
+        self._trip = self._redis.register_script(scripts.TRIP)
+        self._pick = self._redis.register_script(scripts.PICK)
+
+    # -- rate limits ---------------------------------------------------------------------------------
+
+    async def reserve(self, checks: Sequence[LimitCheck], lease_id: str, lease_s: float) -> Verdict:
+        if not checks:
+            return ADMITTED
+        keys: list[str] = []
+        args: list[Any] = [lease_id, max(1, round(lease_s * 1000)), _SLACK_MS]
+        for check in checks:
+            keys.append((self._cc if check.kind == "concurrency" else self._rl) + check.key)
+            args += (check.kind, check.limit, check.window_s, check.amount)
+        try:
+            admitted, index, retry_ms = await self._reserve(keys=keys, args=args)
+        except RedisError as exc:
+            raise _unavailable(exc) from exc
+        if admitted:
+            return ADMITTED
+        return Verdict(False, checks[index - 1].key, retry_ms / 1000)
+
+    async def commit(
+        self, adds: Sequence[tuple[str, int, int]], release: Sequence[str], lease_id: str
+    ) -> None:
+        keys: list[str] = []
+        args: list[Any] = [lease_id, _SLACK_MS, 0]
+        for key, window_s, amount in adds:
+            if amount > 0:  # a zero add would only create an empty counter
+                keys.append(self._rl + key)
+                args += (window_s, amount)
+        args[2] = len(keys)
+        keys += [self._cc + key for key in release]
+        if not keys:
+            return
+        try:
+            await self._commit(keys=keys, args=args)
+        except RedisError as exc:
+            raise _unavailable(exc) from exc
+
+    # -- breakers ------------------------------------------------------------------------------------
+
+    async def breakers(self, key_ids: Sequence[str]) -> dict[str, BreakerRecord]:
+        if not key_ids:
+            return {}
+        try:
+            raws = await self._redis.mget([self._br + key_id for key_id in key_ids])
+        except RedisError as exc:
+            raise _unavailable(exc) from exc
+        return {key_id: _decode_breaker(raw) for key_id, raw in zip(key_ids, raws, strict=True) if raw}
+
+    async def trip(
+        self,
+        key_id: str,
+        *,
+        reason: str,
+        version: str,
+        retry_after: float | None = None,
+        permanent: bool = False,
+    ) -> BreakerRecord:
+        if permanent:
+            mode, retry_ms = "permanent", 0
+        elif retry_after is not None:
+            mode, retry_ms = "retry", max(0, round(retry_after * 1000))
+        else:
+            mode, retry_ms = "backoff", 0
+        args = (mode, retry_ms, reason, version, _TTL_AFTER_OPEN_MS, _PERMANENT_TTL_MS, _MAX_BACKOFF_MS)
+        try:
+            raw = await self._trip(keys=[self._br + key_id], args=args)
+        except RedisError as exc:
+            raise _unavailable(exc) from exc
+        return _decode_breaker(raw)
+
+    async def reset(self, key_id: str) -> None:
+        try:
+            await self._redis.delete(self._br + key_id)
+        except RedisError as exc:
+            raise _unavailable(exc) from exc
+
+    # -- key selection -------------------------------------------------------------------------------
+
+    async def next_counter(self, name: str) -> int:
+        try:
+            return int(await self._redis.incr(self._rr + name))
+        except RedisError as exc:
+            raise _unavailable(exc) from exc
+
+    async def touch(self, name: str, member: str, at: float) -> None:
+        try:
+            await self._redis.zadd(self._lru + name, {member: at})
+        except RedisError as exc:
+            raise _unavailable(exc) from exc
+
+    async def least_recent(self, name: str, members: Sequence[str]) -> list[str]:
+        if not members:
+            return []
+        try:
+            scores = await self._redis.zmscore(self._lru + name, list(members))
+        except RedisError as exc:
+            raise _unavailable(exc) from exc
+        last_use = {m: -math.inf if s is None else s for m, s in zip(members, scores, strict=True)}
+        # Never used sorts first; sorted() is stable, so ties keep the given order.
+        return sorted(members, key=last_use.__getitem__)
+
+    async def pick_state(
+        self, key_ids: Sequence[str], counter_name: str | None
+    ) -> tuple[dict[str, BreakerRecord], int | None]:
+        if counter_name is None:
+            return await self.breakers(key_ids), None
+        keys = [self._br + key_id for key_id in key_ids]
+        keys.append(self._rr + counter_name)
+        try:
+            values = await self._pick(keys=keys)
+        except RedisError as exc:
+            raise _unavailable(exc) from exc
+        found = {key_id: _decode_breaker(raw) for key_id, raw in zip(key_ids, values, strict=False) if raw}
+        return found, int(values[-1])
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+
+    async def ping(self) -> bool:
+        try:
+            return bool(await self._redis.ping())
+        except (RedisError, OSError):
+            return False
+
+    async def close(self) -> None:
+        await self._redis.aclose()

@@ -1,0 +1,153 @@
+"""The Lua scripts behind ``RedisState``: each multi-step operation is one atomic EVALSHA.
+
+Kept as Python strings rather than ``.lua`` files so a wheel or container image cannot ship without
+them (no package-data to forget). Each script reads the clock with ``redis.call('TIME')`` so replicas
+with skewed clocks still agree on window boundaries, lease expiry and breaker deadlines. Redis ≥ 5
+replicates script *effects*, so calling TIME before writing is safe.
+
+Key layout (``<p>`` is the instance prefix, e.g. ``relay:``; see docs/state.md):
+
+- ``<p>rl:<key>:<window_s>:<index>`` window counter (string), expires at the window's end + 1 s;
+- ``<p>cc:<key>`` concurrency leases (sorted set: lease id → expiry in ms), expires after its newest lease;
+- ``<p>br:<key_id>`` breaker record (JSON ``{"o": open_until_ms, "f": failures, "r": reason,
+  "v": version}``, no ``o`` when open until the version changes), expires 10 min after ``o`` (7 days
+  when permanent);
+- ``<p>rr:<name>`` round-robin counter; ``<p>lru:<name>`` last use per member (sorted set).
+
+Window counter names are derived inside the scripts from the key passed in KEYS plus the server's
+window index, so they are not declared in KEYS. That is fine on a single Redis (and on a cluster
+whose prefix carries a hash tag such as ``{relay}:``, since every key then lands in one slot).
+"""
+
+from __future__ import annotations
+
+# KEYS[i]: base key of check i (<p>rl:<key> or <p>cc:<key>).
+# ARGV: lease_id, lease_ms, slack_ms, then per check: kind, limit, window_s, amount.
+# Returns {1, 0, 0} when admitted, else {0, index of the failing check (1-based), retry_after_ms}.
+RESERVE = """
+local t = redis.call('TIME')
+local sec = tonumber(t[1])
+local now_ms = sec * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lease_id = ARGV[1]
+local lease_ms = tonumber(ARGV[2])
+local slack_ms = tonumber(ARGV[3])
+local n = #KEYS
+local wkeys = {}
+for i = 1, n do
+  local j = 4 + (i - 1) * 4
+  local kind = ARGV[j]
+  local limit = tonumber(ARGV[j + 1])
+  if kind == 'concurrency' then
+    redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now_ms)
+    if not redis.call('ZSCORE', KEYS[i], lease_id) and redis.call('ZCARD', KEYS[i]) + 1 > limit then
+      return {0, i, 1000}
+    end
+  else
+    local window = tonumber(ARGV[j + 2])
+    local index = math.floor(sec / window)
+    local wkey = KEYS[i] .. ':' .. ARGV[j + 2] .. ':' .. index
+    wkeys[i] = wkey
+    local used = tonumber(redis.call('GET', wkey) or '0')
+    local ok
+    if kind == 'window' then
+      ok = used + tonumber(ARGV[j + 3]) <= limit
+    else
+      ok = used < limit
+    end
+    if not ok then
+      local retry_ms = (index + 1) * window * 1000 - now_ms
+      if retry_ms < 1000 then retry_ms = 1000 end
+      return {0, i, retry_ms}
+    end
+  end
+end
+for i = 1, n do
+  local j = 4 + (i - 1) * 4
+  local kind = ARGV[j]
+  if kind == 'concurrency' then
+    redis.call('ZADD', KEYS[i], now_ms + lease_ms, lease_id)
+    if redis.call('PTTL', KEYS[i]) < lease_ms + slack_ms then
+      redis.call('PEXPIRE', KEYS[i], lease_ms + slack_ms)
+    end
+  elseif kind == 'window' then
+    local amount = tonumber(ARGV[j + 3])
+    if amount > 0 then
+      local window = tonumber(ARGV[j + 2])
+      redis.call('INCRBY', wkeys[i], amount)
+      redis.call('PEXPIREAT', wkeys[i], (math.floor(sec / window) + 1) * window * 1000 + slack_ms)
+    end
+  end
+end
+return {1, 0, 0}
+"""
+
+# KEYS: base window keys of the adds (<p>rl:<key>), then concurrency keys to release (<p>cc:<key>).
+# ARGV: lease_id, slack_ms, number of adds, then per add: window_s, amount.
+COMMIT = """
+local sec = tonumber(redis.call('TIME')[1])
+local lease_id = ARGV[1]
+local slack_ms = tonumber(ARGV[2])
+local nadds = tonumber(ARGV[3])
+for i = 1, nadds do
+  local window = tonumber(ARGV[2 + i * 2])
+  local amount = tonumber(ARGV[3 + i * 2])
+  local index = math.floor(sec / window)
+  local wkey = KEYS[i] .. ':' .. ARGV[2 + i * 2] .. ':' .. index
+  redis.call('INCRBY', wkey, amount)
+  redis.call('PEXPIREAT', wkey, (index + 1) * window * 1000 + slack_ms)
+end
+for i = nadds + 1, #KEYS do
+  redis.call('ZREM', KEYS[i], lease_id)
+end
+return 0
+"""
+
+# KEYS[1]: <p>br:<key_id>.
+# ARGV: mode ('permanent' | 'retry' | 'backoff'), retry_after_ms, reason, version,
+#       ttl_after_open_ms, permanent_ttl_ms, max_backoff_ms.
+# Returns the new record as JSON (the same encoding as stored).
+TRIP = """
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local mode = ARGV[1]
+local failures = 0
+local raw = redis.call('GET', KEYS[1])
+if raw then
+  local ok, old = pcall(cjson.decode, raw)
+  if ok and type(old) == 'table' and old.v == ARGV[4] and tonumber(old.f) then
+    -- an auth failure is sticky: only a new version (or a reset) reopens the key
+    if old.o == nil and mode ~= 'permanent' then return raw end
+    failures = tonumber(old.f)
+  end
+end
+local record = {f = failures, r = ARGV[3], v = ARGV[4]}
+local ttl_ms
+if mode == 'permanent' then
+  ttl_ms = tonumber(ARGV[6])
+else
+  local open_ms
+  if mode == 'retry' then
+    open_ms = tonumber(ARGV[2])
+  else
+    failures = failures + 1
+    record.f = failures
+    open_ms = tonumber(ARGV[7])
+    if failures <= 7 then open_ms = math.min(open_ms, 1000 * 2 ^ (failures - 1)) end
+  end
+  record.o = now_ms + open_ms
+  ttl_ms = open_ms + tonumber(ARGV[5])
+end
+local encoded = cjson.encode(record)
+redis.call('SET', KEYS[1], encoded, 'PX', math.max(1, math.floor(ttl_ms)))
+return encoded
+"""
+
+# KEYS: breaker keys (<p>br:<key_id>), then the counter key (<p>rr:<name>).
+# Returns the breaker values (nil where absent) followed by the incremented counter.
+PICK = """
+local nb = #KEYS - 1
+local out = {}
+if nb > 0 then out = redis.call('MGET', unpack(KEYS, 1, nb)) end
+out[nb + 1] = redis.call('INCR', KEYS[nb + 1])
+return out
+"""
