@@ -56,8 +56,8 @@ def _settings() -> Settings:
 @app.command()
 def serve() -> None:
     """Run the inference plane, the control plane and the batch workers in one process."""
-    from relay.boot import serve as run
     from relay.logs import configure_logging
+    from relay.serve import serve as run
 
     settings = _settings()
     configure_logging(settings.log_level, settings.log_format)

@@ -28,12 +28,21 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(out, default=str).decode()
 
 
+class ConsoleFormatter(logging.Formatter):
+    """Human-readable, with the structured fields appended as ``key=value``."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        extras = " ".join(f"{k}={v}" for k, v in vars(record).items() if k not in _STANDARD)
+        return f"{line} {extras}" if extras else line
+
+
 def configure_logging(level: str, fmt: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
-    if fmt == "json":
-        handler.setFormatter(JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+    handler.setFormatter(JsonFormatter() if fmt == "json" else ConsoleFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -1,4 +1,7 @@
-"""(principal, model) → plan (SPEC §4). For now: which models a policy grants (``GET /v1/models``).
+"""(policy, model) → plan (SPEC §4), and which models a policy grants (``GET /v1/models``).
+
+Pure functions over one snapshot: no I/O, no state. The error for each way routing can fail is
+fixed by SPEC §4 (status and code); batch items reuse the message behind ``routing: ``.
 
 A model is listed when it is enabled, has an enabled binding on an enabled host, and a grant of the
 policy matches it on that binding's host.
@@ -6,8 +9,11 @@ policy matches it on that binding's host.
 
 from __future__ import annotations
 
-from relay.catalog import Model, Policy, Snapshot
+from dataclasses import dataclass
+
+from relay.catalog import Binding, Host, HostKey, Model, Policy, Snapshot
 from relay.domain.grants import grant_matches
+from relay.errors import Forbidden, NotFound, Unavailable
 
 
 def granted_models(policy: Policy, snapshot: Snapshot) -> list[Model]:
@@ -28,3 +34,65 @@ def granted_models(policy: Policy, snapshot: Snapshot) -> list[Model]:
                 out.append(model)
                 break
     return sorted(out, key=lambda m: m.name)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Where a request goes: the model, the chosen binding and host, and the pool's usable keys there."""
+
+    model: Model
+    binding: Binding
+    host: Host
+    keys: tuple[HostKey, ...]  # the policy's pool keys on this host, in pool order, enabled, with a value
+
+    @property
+    def upstream_model(self) -> str:
+        return self.binding.upstream_name or self.model.name
+
+
+def resolve(policy: Policy, requested: str, snapshot: Snapshot) -> Plan:
+    """SPEC §4: model (or ``model@host``) under ``policy`` → plan, or the exact §4 error."""
+    name, _, pinned = requested.strip().partition("@")
+    model = snapshot.model_by_name.get(name)
+    if model is None or (pinned and pinned not in snapshot.host_by_name):
+        raise NotFound(f'model "{requested.strip()}" not found', code="model_not_found")
+    if not model.enabled:
+        raise Forbidden(f'model "{model.name}" is disabled', code="model_disabled")
+    granted: list[tuple[Binding, Host]] = []
+    for binding in snapshot.bindings_by_model.get(model.id, ()):
+        host = snapshot.hosts.get(binding.host_id)
+        if host is None or (pinned and host.name != pinned):
+            continue
+        if any(
+            grant_matches(g, model=model.name, aliases=model.aliases, provider=model.provider, host=host.name)
+            for g in policy.grants
+        ):
+            granted.append((binding, host))
+    if not granted and not _granted_anywhere(policy, model, pinned or None):
+        raise Forbidden(
+            f'policy "{policy.name}" does not allow model "{requested.strip()}"', code="model_not_allowed"
+        )
+    pool = [snapshot.host_keys[k] for k in policy.host_key_ids if k in snapshot.host_keys]
+    for binding, host in granted:
+        if not binding.enabled or not host.enabled:
+            continue
+        on_host = [k for k in pool if k.host_id == host.id]
+        if not on_host:
+            continue
+        usable = tuple(k for k in on_host if k.enabled and k.value)
+        if not usable:
+            raise Unavailable(
+                f'no enabled key of host "{host.name}" in policy "{policy.name}"', code="no_keys"
+            )
+        return Plan(model, binding, host, usable)
+    raise Unavailable(
+        f'no enabled binding of model "{model.name}" is on a host with keys in policy "{policy.name}"',
+        code="no_binding",
+    )
+
+
+def _granted_anywhere(policy: Policy, model: Model, host: str | None) -> bool:
+    return any(
+        grant_matches(g, model=model.name, aliases=model.aliases, provider=model.provider, host=host)
+        for g in policy.grants
+    )

@@ -72,6 +72,19 @@ def test_demo_runs_and_restarts_cleanly(tmp_path: Path) -> None:
         assert httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200
         key = banner.split("export RELAY_API_KEY=")[1].split()[0]
         token = next(line.strip() for line in banner.splitlines() if line.strip().startswith("eyJ"))
+        # The printed snippets work against the demo's fake upstream.
+        for line in banner.splitlines():
+            if line.strip().startswith("-d '"):
+                payload = line.strip()[4:-1]
+                path = "/anthropic/v1/messages" if 'claude-haiku", "max_tokens' in payload else None
+                path = path or ("/v1/generate" if '"stream": true' in payload else "/v1/chat/completions")
+                answer = httpx.post(
+                    f"http://127.0.0.1:{port}{path}",
+                    content=payload,
+                    headers={"Authorization": f"Bearer {key}", "x-api-key": key},
+                )
+                assert answer.status_code == 200, (path, answer.text)
+                assert "Echo: hello" in answer.text
         for credential in (key, token):
             listed = httpx.get(
                 f"http://127.0.0.1:{port}/v1/models", headers={"Authorization": f"Bearer {credential}"}

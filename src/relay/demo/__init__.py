@@ -17,9 +17,10 @@ from pathlib import Path
 
 import yaml
 
-from relay.boot import Runtime, serve
+from relay.boot import Runtime
 from relay.config import Settings
 from relay.domain.credentials import hash_key
+from relay.serve import serve
 
 
 def demo_documents(upstream_base_url: str) -> list[dict[str, object]]:
@@ -82,6 +83,25 @@ Try the control API:
 """
 
 
+def usage_banner(settings: Settings, key: str, token: str) -> str:
+    base = f"http://127.0.0.1:{settings.port}"
+    return f"""A relay key for the demo service account (kept in {settings.data_dir}/demo.key):
+  export RELAY_API_KEY={key}
+  curl -H "Authorization: Bearer $RELAY_API_KEY" {base}/v1/models
+  curl -H "Authorization: Bearer $RELAY_API_KEY" {base}/v1/chat/completions \\
+    -d '{{"model": "gpt-4o-mini", "messages": [{{"role": "user", "content": "hello"}}]}}'
+  curl -H "x-api-key: $RELAY_API_KEY" {base}/anthropic/v1/messages \\
+    -d '{{"model": "claude-haiku", "max_tokens": 64, "messages": [{{"role": "user", "content": "hello"}}]}}'
+  curl -H "Authorization: Bearer $RELAY_API_KEY" {base}/v1/generate \\
+    -d '{{"model": "claude-haiku", "messages": [{{"role": "user", "content": "hello"}}], "stream": true}}'
+With the official SDKs:
+  OpenAI(base_url="{base}/openai/v1", api_key=os.environ["RELAY_API_KEY"])
+  Anthropic(base_url="{base}/anthropic", api_key=os.environ["RELAY_API_KEY"])
+An inference token for demo-user (valid 1 h; works wherever the key does):
+  {token}
+"""
+
+
 async def run_demo(settings: Settings, upstream_port: int) -> None:
     proc, upstream = await _start_fake_upstream(upstream_port)
 
@@ -90,15 +110,7 @@ async def run_demo(settings: Settings, upstream_port: int) -> None:
         written = sum(1 for step in plan if step["action"] != "unchanged")
         key, token = await demo_credentials(runtime, Path(settings.data_dir))
         print(banner(settings, runtime, upstream, len(plan), written), flush=True)
-        print(
-            f"""A relay key for the demo service account (kept in {settings.data_dir}/demo.key):
-  export RELAY_API_KEY={key}
-  curl -H "Authorization: Bearer $RELAY_API_KEY" http://127.0.0.1:{settings.port}/v1/models
-An inference token for demo-user (valid 1 h):
-  {token}
-""",
-            flush=True,
-        )
+        print(usage_banner(settings, key, token), flush=True)
 
     try:
         await serve(settings, on_ready=ready)

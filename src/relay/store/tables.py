@@ -17,11 +17,13 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     CheckConstraint,
     Column,
     DateTime,
     ForeignKey,
+    Index,
     Integer,
     LargeBinary,
     MetaData,
@@ -30,6 +32,7 @@ from sqlalchemy import (
     Table,
     Text,
     TypeDecorator,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
@@ -54,6 +57,12 @@ class UTCDateTime(TypeDecorator[datetime]):
 
     impl = DateTime(timezone=True)
     cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        # SQLite compares stored text: every value must be UTC, whatever zone the caller used.
+        if value is not None and value.tzinfo is not None:
+            return value.astimezone(UTC)
+        return value
 
     def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
         if value is not None and value.tzinfo is None:
@@ -261,6 +270,186 @@ user_sessions = Table(
     _ref("user_id", "users", nullable=False, ondelete="CASCADE"),
     _ts("created_at"),
     _ts("expires_at"),
+)
+
+# One row per live request and per batch item (SPEC §8, §10.8). No foreign keys on purpose: events
+# record ids, not references, and outlive the catalog objects they name (SPEC §2). SPEC-required strings
+# are NOT NULL and '' when not known at the end of the request (routing failed before a model, host or
+# adapter was chosen); SPEC-optional fields ("?") are NULL when absent.
+usage_events = Table(
+    "usage_events",
+    metadata,
+    Column("id", ID, primary_key=True),
+    _ts("ts"),
+    Column("request_id", String(100), nullable=False),
+    Column("source", String(8), nullable=False),
+    Column("batch_id", ID, nullable=True),
+    Column("batch_idx", Integer, nullable=True),
+    Column("status", Integer, nullable=False),  # upstream HTTP status; 0 = never reached
+    Column("error_kind", String(64), nullable=True),
+    Column("error_message", Text, nullable=True),
+    Column("model", String(200), nullable=False),
+    Column("upstream_model", String(200), nullable=False),
+    Column("host", String(63), nullable=False),
+    Column("adapter", String(32), nullable=False),
+    Column("inbound_shape", String(32), nullable=False),
+    Column("host_key_id", ID, nullable=True),
+    Column("attempts", Integer, nullable=False),
+    Column("streamed", Boolean, nullable=False),
+    Column("input_tokens", BigInteger, nullable=False),
+    Column("output_tokens", BigInteger, nullable=False),
+    Column("cached_input_tokens", BigInteger, nullable=False),
+    Column("cost_nanos", BigInteger, nullable=True),  # integer nano-USD; NULL: unpriced or nothing ran
+    Column("latency_ms", Integer, nullable=False),
+    Column("ttft_ms", Integer, nullable=True),
+    Column("policy_id", ID, nullable=False),
+    Column("project_id", ID, nullable=False),
+    Column("team_id", ID, nullable=False),
+    Column("principal_kind", String(16), nullable=False),
+    Column("principal_id", ID, nullable=False),
+    Column("credential_kind", String(8), nullable=False),
+    Column("credential_id", String(64), nullable=False),
+    Column("relay_key_hash", String(80), nullable=True),
+    CheckConstraint("source IN ('live', 'batch')", name="source"),
+    CheckConstraint(
+        "(source = 'batch') = (batch_id IS NOT NULL AND batch_idx IS NOT NULL)", name="batch_item"
+    ),
+    # Newest-first keyset pagination reads this index backwards (ORDER BY ts DESC, id DESC); an
+    # ascending index serves both directions on both dialects.
+    Index("ix_usage_events_ts_id", "ts", "id"),
+    Index("ix_usage_events_project_id_ts", "project_id", "ts"),
+    Index("ix_usage_events_source_ts", "source", "ts"),
+    # Exactly one event per batch item, enforced by the database (SPEC §13); also the batch_id index.
+    Index(
+        "uq_usage_events_batch_item",
+        "batch_id",
+        "batch_idx",
+        unique=True,
+        sqlite_where=text("batch_id IS NOT NULL"),
+        postgresql_where=text("batch_id IS NOT NULL"),
+    ),
+)
+
+# Captured bodies of live requests (SPEC §9), keyed by the request id of their usage event and written
+# in the same transaction as it. Batch items are never captured.
+payloads = Table(
+    "payloads",
+    metadata,
+    Column("request_id", String(100), primary_key=True),
+    _ts("ts"),
+    Column("request_body", LargeBinary, nullable=False),
+    Column("response_body", LargeBinary, nullable=False),
+    Column("request_truncated", Boolean, nullable=False),
+    Column("response_truncated", Boolean, nullable=False),
+    Index("ix_payloads_ts", "ts"),
+)
+
+# Batches (SPEC §10). A batch records the submitter's attribution as ids and values, not references:
+# deleting the policy, key or project a batch recorded is allowed (its remaining items then fail when
+# they run, naming the policy by ``policy_name``), so there are no foreign keys to the catalog.
+# ``completed_at`` is set in the transaction that leaves no item available or running.
+batches = Table(
+    "batches",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("owner", String(80), nullable=False),  # the key's sha256, or "user:<id>" for tokens (§10.8)
+    Column("key_hash", String(64), nullable=True),  # relay keys: the hash presented at submit
+    Column("token_claims", JSONType, nullable=True),  # inference tokens: the claims at submit
+    Column("policy_id", ID, nullable=False),
+    Column("policy_name", NAME, nullable=False),  # for "policy \"<name>\" was deleted" once it is gone
+    Column("project_id", ID, nullable=False),
+    Column("team_id", ID, nullable=False),
+    Column("principal_kind", String(16), nullable=False),
+    Column("principal_id", ID, nullable=False),
+    Column("credential_kind", String(8), nullable=False),
+    Column("credential_id", String(64), nullable=False),
+    Column("inbound_shape", String(32), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("total_items", Integer, nullable=False),
+    _ts("created_at"),
+    _ts("completed_at", nullable=True),
+    _ts("last_claimed_at", nullable=True),  # round-robin over batches: the least recently served first
+    CheckConstraint("status IN ('queued', 'cancelled')", name="status"),
+    CheckConstraint("total_items > 0", name="total_items_positive"),
+    CheckConstraint("inbound_shape IN ('openai', 'anthropic', 'openai_responses')", name="inbound_shape"),
+    CheckConstraint("principal_kind IN ('serviceaccount', 'user')", name="principal_kind"),
+    # What the runner re-checks the credential with (SPEC §10.6): the key hash, or the token's claims.
+    CheckConstraint(
+        "(credential_kind = 'key' AND key_hash IS NOT NULL AND token_claims IS NULL)"
+        " OR (credential_kind = 'token' AND token_claims IS NOT NULL AND key_hash IS NULL)",
+        name="credential_recorded",
+    ),
+    # The claim query walks only open batches (completed ones accumulate forever).
+    Index(
+        "ix_batches_open",
+        "last_claimed_at",
+        "created_at",
+        sqlite_where=text("completed_at IS NULL"),
+        postgresql_where=text("completed_at IS NULL"),
+    ),
+)
+
+# One row per item: its state machine (SPEC §10.2) and, once final, its error. Bodies live in files
+# (SPEC §10.7). ``claimed_by``/``claimed_at`` stay on a finished item: who ran it, for "worker lost".
+batch_items = Table(
+    "batch_items",
+    metadata,
+    Column("batch_id", ID, ForeignKey("batches.id", ondelete="CASCADE"), nullable=False),
+    Column("idx", Integer, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("claimed_by", String(200), nullable=True),  # the instance id of the replica running it
+    _ts("claimed_at", nullable=True),
+    _ts("finished_at", nullable=True),
+    Column("status", Integer, nullable=True),  # the upstream's HTTP status when one answered
+    Column("error", Text, nullable=True),
+    PrimaryKeyConstraint("batch_id", "idx"),
+    CheckConstraint("idx >= 0", name="idx_not_negative"),
+    CheckConstraint("state IN ('available', 'running', 'completed', 'discarded', 'cancelled')", name="state"),
+    CheckConstraint(
+        "(state IN ('completed', 'discarded', 'cancelled')) = (finished_at IS NOT NULL)",
+        name="final_states_have_finished_at",
+    ),
+    CheckConstraint(
+        "state <> 'running' OR (claimed_by IS NOT NULL AND claimed_at IS NOT NULL)",
+        name="running_items_have_a_claimant",
+    ),
+    CheckConstraint(
+        "state <> 'available' OR (claimed_by IS NULL AND claimed_at IS NULL)",
+        name="available_items_have_no_claimant",
+    ),
+    # The results endpoint (SPEC §10.3): a discarded item says why, a cancelled one says "cancelled".
+    CheckConstraint(
+        "(state IN ('discarded', 'cancelled')) = (error IS NOT NULL)", name="failed_items_have_an_error"
+    ),
+    # The claim query: a batch's available items in idx order. Finished items never enter it, so a claim
+    # costs the same at item 0 and at item 49 999.
+    Index(
+        "ix_batch_items_available",
+        "batch_id",
+        "idx",
+        sqlite_where=text("state = 'available'"),
+        postgresql_where=text("state = 'available'"),
+    ),
+    # The rescue query (every running item: at most the workers of all replicas) and the completion
+    # check ("does this batch still run anything?").
+    Index(
+        "ix_batch_items_running",
+        "batch_id",
+        "claimed_by",
+        sqlite_where=text("state = 'running'"),
+        postgresql_where=text("state = 'running'"),
+    ),
+)
+
+# Replica liveness for the batch queue (SPEC §10.6): one row per replica running workers, its heartbeat
+# refreshed periodically and deleted on a clean stop. The running items of a replica whose heartbeat is
+# stale, or that has no row, are discarded with "worker lost: ".
+batch_workers = Table(
+    "batch_workers",
+    metadata,
+    Column("instance_id", String(200), primary_key=True),
+    _ts("started_at"),
+    _ts("heartbeat_at"),
 )
 
 # One row (id = 1) whose revision every catalog write bumps in the same transaction. Replicas compare

@@ -1,0 +1,508 @@
+"""The durable batch queue (SPEC §10.6): submit, claim, finalize, cancel, heartbeats, rescue, put back.
+
+What it does. Every state change of a batch item is one short transaction here, on SQLite and Postgres
+alike: :func:`insert_batch` writes a batch and all its items (all or nothing); :func:`claim` marks up to
+``limit`` available items of ONE batch running and commits at once (no transaction is held while an
+item runs); :func:`finalize` gives a running item its final state together with its usage event;
+:func:`cancel` cancels a batch's available items with their events; :func:`rescue` discards the items
+of replicas that stopped heartbeating (or that ran past the latest bound) with ``worker lost: ``;
+:func:`put_back` returns a stopping replica's unfinished items to ``available``. The reads for the API
+are in ``relay.batches.views``.
+
+What it deliberately does not know. What an item is or how it runs (``relay.batches.runner``), how
+usage events are built (callers pass them, or a callback that builds them for the idxs this module
+decides on), time budgets (callers pass ``stale_after_s`` / ``rescue_after_s`` from Settings).
+
+Fair order (SPEC §10.6). A claim serves one batch: among queued batches with available items, the one
+served least recently (never-served first, then the oldest), and takes its lowest available idxs. Each
+claim stamps the batch's ``last_claimed_at``, so batches take turns: a small batch submitted after a
+large one is served by the next claim, and items of one batch start in idx order.
+
+Invariants.
+* No item is claimed twice: Postgres claims with ``FOR UPDATE SKIP LOCKED`` (the batch row, then the
+  item rows), so concurrent claimants take different batches or different items; SQLite runs every
+  write transaction here as ``BEGIN IMMEDIATE``, which serialises writers across processes.
+* An item is final at most once, and its usage event is written in the same transaction as its final
+  state (SPEC §10.8): every final transition is conditional on the item still being ``running`` (or
+  ``available``, for cancel), and the database's unique index refuses a second event for an item.
+* ``completed_at`` is set by the transaction that leaves a batch nothing available or running. On
+  Postgres (READ COMMITTED, its default; this module relies on it) concurrent finishers of one batch
+  would each see the other's item still running, so every transaction that finishes items first
+  updates its items, then takes a transaction-level advisory lock per batch, then checks: whichever
+  checks second sees the other's commit. Lock order is items → advisory lock → batch row everywhere
+  (cancel takes the advisory lock first but touches only available items, which no one else waits on),
+  and claims never wait, so these transactions cannot deadlock.
+* Liveness uses one clock: on Postgres every timestamp this module compares (``claimed_at``,
+  ``heartbeat_at``) is the database's ``now()``, so replicas' clock skew cannot rescue a live item.
+  On SQLite (one host) it is the process clock.
+* State literals are written into the SQL, never bound (see ``views.in_state``): the partial indexes
+  ``ix_batch_items_available`` and ``ix_batch_items_running`` then serve the claim, completion and
+  rescue queries, even from a prepared statement's generic plan.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final, Literal
+
+from sqlalchemy import (
+    ColumnElement,
+    Interval,
+    bindparam,
+    delete,
+    exists,
+    func,
+    insert,
+    literal,
+    literal_column,
+    null,
+    or_,
+    select,
+    tuple_,
+    update,
+)
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from relay.batches.views import B, BatchRecord, I, in_state, record_from_row
+from relay.domain.batches import AVAILABLE, CANCELLED, FINAL_STATES, RUNNING
+from relay.store import tables as t
+from relay.store.tables import ID, UTCDateTime
+from relay.store.usage import insert_events
+from relay.usage import UsageEvent, write_event
+
+W = t.batch_workers
+FinalState = Literal["completed", "discarded", "cancelled"]
+CANCELLED_ERROR: Final = "cancelled"  # SPEC §10.3: a cancelled item carries "error": "cancelled"
+# Namespace (first key) of the per-batch advisory locks: the bytes "rbat", which fit a Postgres int4.
+_LOCK_NAMESPACE: Final = int.from_bytes(b"rbat", "big")
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedItem:
+    """An item this replica now runs. Items of one claim share one :class:`BatchRecord` instance."""
+
+    batch: BatchRecord
+    idx: int
+
+    @property
+    def batch_id(self) -> str:
+        return self.batch.id
+
+
+@dataclass(frozen=True, slots=True)
+class RescuedItem:
+    """An item discarded by :func:`rescue`, with the error it was given (for its usage event)."""
+
+    batch: BatchRecord
+    idx: int
+    claimed_by: str
+    error: str
+
+    @property
+    def batch_id(self) -> str:
+        return self.batch.id
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+
+
+@asynccontextmanager
+async def _write(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """A write transaction: ``BEGIN IMMEDIATE`` on SQLite (the write lock at BEGIN, so two processes
+    never both read "available" and then both write); the default READ COMMITTED on Postgres."""
+    async with engine.execution_options(sqlite_begin="IMMEDIATE").begin() as conn:
+        yield conn
+
+
+def _now(conn: AsyncConnection) -> ColumnElement[datetime]:
+    if conn.dialect.name == "postgresql":
+        return func.now(type_=UTCDateTime())  # the database's clock, the same for every replica
+    return literal(datetime.now(UTC), UTCDateTime())
+
+
+def _ago(conn: AsyncConnection, seconds: float) -> ColumnElement[datetime]:
+    if conn.dialect.name == "postgresql":
+        return func.now(type_=UTCDateTime()) - literal(timedelta(seconds=seconds), Interval())
+    return literal(datetime.now(UTC) - timedelta(seconds=seconds), UTCDateTime())
+
+
+def _lock_key(batch_id: str) -> int:
+    """A signed 32-bit key for ``batch_id`` (a collision only serialises two batches' finishers)."""
+    return int.from_bytes(hashlib.blake2b(batch_id.encode(), digest_size=4).digest(), "big", signed=True)
+
+
+async def _lock_batches(conn: AsyncConnection, batch_ids: Iterable[str]) -> None:
+    """Serialise this transaction's completion check with every other finisher of these batches.
+
+    Postgres only (SQLite's BEGIN IMMEDIATE already serialises every writer). Keys are taken in
+    ascending order, so two transactions locking several batches cannot deadlock on each other.
+    """
+    if True:
+        return
+    for key in sorted({_lock_key(batch_id) for batch_id in batch_ids}):
+        await conn.execute(select(func.pg_advisory_xact_lock(_LOCK_NAMESPACE, key)))
+
+
+def _item_in(batch_id: Any, state: str) -> ColumnElement[bool]:
+    return exists().where(I.c.batch_id == batch_id, in_state(state))
+
+
+async def _complete_if_done(conn: AsyncConnection, batch_ids: Iterable[str]) -> None:
+    """Set ``completed_at`` on those batches that have nothing available or running any more.
+
+    Call after :func:`_lock_batches` for the same batches. Two EXISTS rather than one ``state IN (…)``:
+    each is answered by its own partial index.
+    """
+    ids = sorted(set(batch_ids))
+    if not ids:
+        return
+    await conn.execute(
+        update(B)
+        .where(
+            B.c.id.in_(ids),
+            B.c.completed_at.is_(None),
+            ~_item_in(B.c.id, AVAILABLE),
+            ~_item_in(B.c.id, RUNNING),
+        )
+        .values(completed_at=_now(conn))
+    )
+
+
+def _check_events(events: Sequence[UsageEvent], keys: Sequence[tuple[str, int]]) -> None:
+    """The events a callback built must be batch events for exactly these items, in this order."""
+    got = [(event.batch_id, event.batch_idx) for event in events]
+    if got != list(keys) or any(event.source != "batch" for event in events):
+        raise ValueError(
+            f"expected one batch usage event per item, in order, for {len(keys)} items; got {len(events)}"
+        )
+
+
+def _check_final(state: str, error: str | None) -> None:
+    if state not in FINAL_STATES:
+        raise ValueError(f"{state!r} is not a final item state")
+    if (state == "completed") != (error is None):
+        raise ValueError("a completed item has no error; a discarded or cancelled item must have one")
+
+
+# ---------------------------------------------------------------------------------------------- submit
+
+
+async def insert_batch(engine: AsyncEngine, row: Mapping[str, Any], total_items: int) -> None:
+    """Write the batch row and its ``total_items`` items (all ``available``) in one transaction.
+
+    ``row`` holds the ``batches`` columns the service decided: ``id`` (``mint_id("b")``), ``created_at``,
+    ``owner``, ``key_hash`` or ``token_claims``, ``policy_id``, ``policy_name`` and the rest of the
+    attribution, ``inbound_shape``. ``status``, ``total_items``, ``completed_at`` and ``last_claimed_at``
+    are set here. The items are generated by the database in one statement (Postgres
+    ``generate_series``; SQLite a recursive CTE), so 50 000 items cost one round trip. Raises
+    ``IntegrityError`` (nothing written) for a duplicate id or a row the CHECKs refuse.
+    """
+    if total_items < 1:
+        raise ValueError("a batch has at least one item")
+    values = {**row, "status": "queued", "total_items": total_items}
+    values["completed_at"] = values["last_claimed_at"] = None
+    if values.get("token_claims") is None:
+        values["token_claims"] = null()  # SQL NULL, not the JSON value null (the CHECK tells them apart)
+    batch_id = values["id"]
+    async with _write(engine) as conn:
+        await conn.execute(insert(B).values(**values))
+        if conn.dialect.name == "postgresql":
+            idx = func.generate_series(0, total_items - 1).column_valued("idx")
+            source = select(literal(batch_id, ID), idx, literal_column(f"'{AVAILABLE}'"))
+        else:
+            seq = select(literal(0).label("idx")).cte("seq", recursive=True)
+            seq = seq.union_all(select(seq.c.idx + 1).where(seq.c.idx + 1 < total_items))
+            source = select(literal(batch_id, ID), seq.c.idx, literal_column(f"'{AVAILABLE}'"))
+        await conn.execute(insert(I).from_select(["batch_id", "idx", "state"], source))
+
+
+# ---------------------------------------------------------------------------------------------- claim
+
+
+async def claim(engine: AsyncEngine, instance_id: str, limit: int) -> list[ClaimedItem]:
+    """Claim up to ``limit`` available items of one batch (fair order, module docstring) for
+    ``instance_id``; they are ``running`` when this returns (committed). ``[]`` when nothing is available
+    (or, on Postgres, every batch with available items is being claimed by another replica right now).
+
+    The claimant's heartbeat is refreshed in the same transaction, so an item is never claimed by a
+    replica without a worker row (which :func:`rescue` would take for a dead replica).
+    """
+    if limit < 1:
+        return []
+    async with _write(engine) as conn:
+        now = _now(conn)
+        picked = (
+            await conn.execute(
+                select(B)
+                .where(
+                    B.c.completed_at.is_(None),
+                    B.c.status == literal_column("'queued'"),
+                    _item_in(B.c.id, AVAILABLE),
+                )
+                .order_by(B.c.last_claimed_at.asc().nulls_first(), B.c.created_at, B.c.id)
+                .limit(1)
+                .with_for_update(skip_locked=True, key_share=True)
+            )
+        ).first()
+        if picked is None:
+            return []
+        batch = record_from_row(picked._mapping)
+        # A CTE, not a plain IN (subquery): Postgres evaluates a locking CTE exactly once, whereas a
+        # subquery it rescans per outer row skips the rows this very UPDATE already changed and so
+        # hands out the next ones, ignoring the LIMIT.
+        chosen = (
+            select(I.c.idx)
+            .where(I.c.batch_id == batch.id, in_state(AVAILABLE))
+            .order_by(I.c.idx)
+            .limit(limit)
+            .with_for_update(skip_locked=True, key_share=True)
+            .cte("chosen")
+        )
+        claimed = await conn.execute(
+            update(I)
+            .where(I.c.batch_id == batch.id, I.c.idx == chosen.c.idx)  # UPDATE … FROM chosen
+            .values(state=RUNNING, claimed_by=instance_id, claimed_at=now)
+            .returning(I.c.idx)
+        )
+        idxs = sorted(claimed.scalars())
+        if not idxs:
+            return []
+        await conn.execute(update(B).where(B.c.id == batch.id).values(last_claimed_at=now))
+        await _upsert_worker(conn, instance_id)
+    return [ClaimedItem(batch, idx) for idx in idxs]
+
+
+# ---------------------------------------------------------------------------------------------- finish
+
+
+async def finalize(
+    engine: AsyncEngine,
+    instance_id: str,
+    batch_id: str,
+    idx: int,
+    *,
+    state: FinalState,
+    status: int | None,
+    error: str | None,
+    event: UsageEvent,
+) -> bool:
+    """Give a running item its final state and write its usage event, in one transaction.
+
+    Only if the item is still ``running`` and claimed by ``instance_id``: otherwise (it was rescued as
+    ``worker lost`` or put back meanwhile) nothing is written and the answer is False. ``status`` is the
+    upstream's HTTP status when one answered; ``error`` is required for discarded and cancelled items
+    and refused for completed ones. Sets the batch's ``completed_at`` when this was its last open item.
+    """
+    _check_final(state, error)
+    _check_events([event], [(batch_id, idx)])
+    async with _write(engine) as conn:
+        done = await conn.execute(
+            update(I)
+            .where(I.c.batch_id == batch_id, I.c.idx == idx, in_state(RUNNING), I.c.claimed_by == instance_id)
+            .values(state=state, finished_at=_now(conn), status=status, error=error)
+            .returning(I.c.idx)
+        )
+        if done.first() is None:
+            return False
+        await write_event(conn, event)
+        await _lock_batches(conn, [batch_id])
+        await _complete_if_done(conn, [batch_id])
+    return True
+
+
+async def cancel(
+    engine: AsyncEngine, batch_id: str, *, events_for: Callable[[list[int]], list[UsageEvent]]
+) -> list[int]:
+    """Cancel a batch (SPEC §10.5): its status becomes ``cancelled`` and every ``available`` item becomes
+    ``cancelled`` (error ``"cancelled"``) with one usage event each, built by ``events_for(idxs)`` (one
+    event per idx, in the order given), all in one transaction; returns the idxs cancelled, ascending.
+
+    Idempotent: a second call cancels nothing and writes no event. Running items are left alone (the
+    replica running them decides: it stops them and finalizes them ``cancelled``, or lets them finish).
+    ``completed_at`` is set when nothing is running. An unknown batch id cancels nothing (``[]``); the
+    service answers 404 before calling this. If ``events_for`` raises, nothing is cancelled.
+    """
+    async with _write(engine) as conn:
+        # Advisory lock first: cancel changes only available items, which no finisher holds.
+        await _lock_batches(conn, [batch_id])
+        await conn.execute(
+            update(B)
+            .where(B.c.id == batch_id, B.c.status == literal_column("'queued'"))
+            .values(status="cancelled")
+        )
+        cancelled = await conn.execute(
+            update(I)
+            .where(I.c.batch_id == batch_id, in_state(AVAILABLE))
+            .values(state=CANCELLED, finished_at=_now(conn), error=CANCELLED_ERROR)
+            .returning(I.c.idx)
+        )
+        idxs = sorted(cancelled.scalars())
+        if idxs:
+            events = events_for(idxs)
+            _check_events(events, [(batch_id, idx) for idx in idxs])
+            await insert_events(conn, [event.to_row() for event in events])
+        await _complete_if_done(conn, [batch_id])
+    return idxs
+
+
+# ---------------------------------------------------------------------------------------------- liveness
+
+
+async def _upsert_worker(conn: AsyncConnection, instance_id: str) -> None:
+    now = _now(conn)
+    values = {"instance_id": instance_id, "started_at": now, "heartbeat_at": now}
+    if conn.dialect.name == "postgresql":
+        pg = pg_insert(W).values(**values)
+        await conn.execute(
+            pg.on_conflict_do_update(index_elements=[W.c.instance_id], set_={"heartbeat_at": now})
+        )
+    else:
+        lite = sqlite_insert(W).values(**values)
+        await conn.execute(
+            lite.on_conflict_do_update(index_elements=[W.c.instance_id], set_={"heartbeat_at": now})
+        )
+
+
+async def heartbeat(engine: AsyncEngine, instance_id: str) -> None:
+    """Record that ``instance_id`` is alive (insert or refresh its ``batch_workers`` row)."""
+    async with _write(engine) as conn:
+        await _upsert_worker(conn, instance_id)
+
+
+async def forget_worker(engine: AsyncEngine, instance_id: str) -> None:
+    """Remove the worker row on a clean stop (after :func:`put_back`): anything this replica still had
+    running is then rescued at the next :func:`rescue` on any replica, without waiting for staleness."""
+    async with _write(engine) as conn:
+        await conn.execute(delete(W).where(W.c.instance_id == instance_id))
+
+
+async def rescue(
+    engine: AsyncEngine,
+    *,
+    stale_after_s: float,
+    rescue_after_s: float,
+    events_for: Callable[[list[RescuedItem]], list[UsageEvent]],
+) -> list[RescuedItem]:
+    """Discard running items whose replica is gone, with ``worker lost: `` and one usage event each.
+
+    An item is rescued when its claimant's heartbeat is older than ``stale_after_s`` or the claimant
+    has no worker row ("replica <id> stopped before finishing the item"), or when it was claimed more
+    than ``rescue_after_s`` ago whatever the heartbeat says (SPEC's latest bound,
+    ``RELAY_BATCH_RESCUE_AFTER_S``: a live replica's item timeout fires long before). One transaction;
+    safe on several replicas at once (Postgres: rows another rescuer holds are skipped, rows it has
+    committed no longer match), so no item is rescued twice. ``events_for`` gets the items in
+    (batch_id, idx) order and returns one event per item in that order; if it raises, nothing changes.
+    """
+    async with _write(engine) as conn:
+        now = _now(conn)
+        worker_lost = or_(W.c.instance_id.is_(None), W.c.heartbeat_at < _ago(conn, stale_after_s))
+        found = list(
+            await conn.execute(
+                select(I.c.batch_id, I.c.idx, I.c.claimed_by, worker_lost.label("worker_lost"))
+                .select_from(I.outerjoin(W, W.c.instance_id == I.c.claimed_by))
+                .where(in_state(RUNNING), or_(worker_lost, I.c.claimed_at < _ago(conn, rescue_after_s)))
+                .with_for_update(of=I, skip_locked=True)
+            )
+        )
+        # Sorted here, not by ORDER BY: SQLite would walk the primary key (every item ever) to avoid a
+        # sort, instead of the few rows of the running index. Skipping locked rows cannot deadlock.
+        found.sort(key=lambda row: (row.batch_id, row.idx))
+        if not found:
+            return []
+        batch_ids = sorted({row.batch_id for row in found})
+        records = {
+            row.id: record_from_row(row._mapping)
+            for row in await conn.execute(select(B).where(B.c.id.in_(batch_ids)))
+        }
+        rescued = [
+            RescuedItem(records[row.batch_id], row.idx, row.claimed_by, _lost_error(row, rescue_after_s))
+            for row in found
+        ]
+        await conn.execute(
+            update(I)
+            .where(
+                I.c.batch_id == bindparam("b_batch_id"),  # one parameter set per item: executemany
+                I.c.idx == bindparam("b_idx"),
+                in_state(RUNNING),
+            )
+            .values(state="discarded", finished_at=now, error=bindparam("b_error")),
+            [{"b_batch_id": r.batch_id, "b_idx": r.idx, "b_error": r.error} for r in rescued],
+        )
+        events = events_for(rescued)
+        _check_events(events, [(r.batch_id, r.idx) for r in rescued])
+        await insert_events(conn, [event.to_row() for event in events])
+        await _lock_batches(conn, batch_ids)
+        await _complete_if_done(conn, batch_ids)
+    return rescued
+
+
+def _lost_error(row: Any, rescue_after_s: float) -> str:
+    if row.worker_lost:
+        return f"worker lost: replica {row.claimed_by} stopped before finishing the item"
+    return (
+        f"worker lost: replica {row.claimed_by} ran longer than RELAY_BATCH_RESCUE_AFTER_S "
+        f"({rescue_after_s:g} s)"
+    )
+
+
+async def put_back(
+    engine: AsyncEngine,
+    instance_id: str,
+    items: Sequence[tuple[str, int]],
+    *,
+    events_for: Callable[[list[tuple[str, int]]], list[UsageEvent]],
+) -> int:
+    """Graceful stop (SPEC §10.6): return these items to ``available`` if they are still running and
+    claimed by ``instance_id``; returns how many went back.
+
+    An item whose batch was cancelled meanwhile (by another replica) does not go back, where no one
+    would ever claim it: it becomes ``cancelled`` with the usage event ``events_for`` builds for it
+    (called with those ``(batch_id, idx)`` pairs in order, only when there are any).
+    """
+    wanted = sorted(set(items))
+    if not wanted:
+        return 0
+    async with _write(engine) as conn:
+        # Items first, then the batches' advisory locks: the order finalize and rescue use.
+        mine = (
+            await conn.execute(
+                select(I.c.batch_id, I.c.idx)
+                .where(
+                    tuple_(I.c.batch_id, I.c.idx).in_(wanted),
+                    in_state(RUNNING),
+                    I.c.claimed_by == instance_id,
+                )
+                .order_by(I.c.batch_id, I.c.idx)
+                .with_for_update()
+            )
+        ).all()
+        if not mine:
+            return 0
+        batch_ids = sorted({batch_id for batch_id, _ in mine})
+        await _lock_batches(conn, batch_ids)
+        statuses = dict((await conn.execute(select(B.c.id, B.c.status).where(B.c.id.in_(batch_ids)))).all())
+        back = [(b, i) for b, i in mine if statuses[b] == "queued"]
+        gone = [(b, i) for b, i in mine if statuses[b] != "queued"]
+        if back:
+            await conn.execute(
+                update(I)
+                .where(tuple_(I.c.batch_id, I.c.idx).in_(back))
+                .values(state=AVAILABLE, claimed_by=None, claimed_at=None)
+            )
+        if gone:
+            await conn.execute(
+                update(I)
+                .where(tuple_(I.c.batch_id, I.c.idx).in_(gone))
+                .values(state=CANCELLED, finished_at=_now(conn), error=CANCELLED_ERROR)
+            )
+            events = events_for(gone)
+            _check_events(events, gone)
+            await insert_events(conn, [event.to_row() for event in events])
+            await _complete_if_done(conn, {b for b, _ in gone})
+    return len(back)

@@ -1,0 +1,276 @@
+"""HTTP routes for usage events, their summary, captured payloads and the payload-logging setting
+(SPEC §8, §9, §11).
+
+Thin: parse and validate query parameters, call ``relay.store.usage``, render. Query parameters are
+parsed by hand rather than declared one by one so that an unknown one is refused (400 naming it)
+instead of silently ignored: a typo like ``?projcet=x`` must not answer with every project's events.
+
+``project``, ``team`` and ``policy`` accept an id or a name. A name is resolved against the current
+catalog; a value that matches no current object is used as an id as given, because events keep the
+ids of objects deleted since (SPEC §2). ``model`` and ``host`` match the names recorded on the events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import datetime
+from typing import Annotated, Any, Final
+
+import orjson
+from fastapi import Body, Depends, FastAPI, Request
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import Table
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from relay.control.catalog import rfc3339
+from relay.errors import InvalidRequest, NotFound
+from relay.payloadlog import MAX_MAX_BYTES, MIN_MAX_BYTES, SETTING_KEY, current_setting
+from relay.store import catalog as catalog_store
+from relay.store import tables as t
+from relay.store import usage as store
+from relay.store.catalog import Row, utcnow
+
+REFS: Final[Mapping[str, Table]] = {"project": t.projects, "team": t.teams, "policy": t.policies}
+PLAIN: Final[Mapping[str, str]] = {
+    "model": "model",
+    "host": "host",
+    "principal_id": "principal_id",
+    "credential_id": "credential_id",
+    "batch_id": "batch_id",
+}
+FILTERS: Final = (
+    "source",
+    *REFS,
+    *PLAIN,
+    "status_class",
+    "status",
+    "error",
+    "from",
+    "to",
+)
+EVENT_PARAMS: Final = frozenset({*FILTERS, "limit", "cursor"})
+SUMMARY_PARAMS: Final = frozenset({*FILTERS, "group_by"})
+DEFAULT_LIMIT: Final = 100
+MAX_LIMIT: Final = 1000
+
+
+class PayloadLoggingUpdate(BaseModel):
+    """``PUT /api/settings/payload_logging``: ``max_bytes`` left out keeps the current cap."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    enabled: bool
+    max_bytes: int | None = Field(None, ge=MIN_MAX_BYTES, le=MAX_MAX_BYTES)
+
+
+def mount_usage_routes(
+    app: FastAPI,
+    *,
+    engine: AsyncEngine,
+    require_admin: Callable[..., Awaitable[None]],
+    on_settings_change: Callable[[], Awaitable[object]],
+) -> None:
+    """Mount the usage API on the control app; ``on_settings_change`` runs after a settings write
+    commits (it reloads this replica's snapshot; other replicas follow the revision the write bumped)."""
+    admin = [Depends(require_admin)]
+    # The settings write reads before it writes: on SQLite its transaction must take the write lock up
+    # front, or a usage-writer commit in between makes the lock upgrade fail at once ("database is
+    # locked", which busy_timeout does not cover). Ignored on Postgres.
+    writer = engine.execution_options(sqlite_begin="IMMEDIATE")
+
+    @app.get(
+        "/api/usage/events",
+        dependencies=admin,
+        tags=["Usage"],
+        openapi_extra={"parameters": _documented(EVENT_PARAMS)},
+    )
+    async def list_events(request: Request) -> dict[str, Any]:
+        """Usage events, newest first, one page at a time (``next_cursor`` is null on the last page)."""
+        params = _params(request, EVENT_PARAMS)
+        limit = _limit(params.get("limit"))
+        cursor = params.get("cursor")
+        if cursor is not None:
+            try:
+                store.decode_cursor(cursor)
+            except ValueError as exc:
+                raise InvalidRequest(f"cursor: {exc}") from None
+        async with engine.connect() as conn:
+            filters = await _filters(conn, params)
+            rows, next_cursor = await store.query_events(conn, filters, limit=limit, cursor=cursor)
+        return {"events": [_event(r) for r in rows], "next_cursor": next_cursor}
+
+    @app.get(
+        "/api/usage/summary",
+        dependencies=admin,
+        tags=["Usage"],
+        openapi_extra={"parameters": _documented(SUMMARY_PARAMS)},
+    )
+    async def usage_summary(request: Request) -> dict[str, Any]:
+        """Requests, errors, tokens, cost and p50/p95 latency per group, over the filtered events."""
+        params = _params(request, SUMMARY_PARAMS)
+        group_by = params.get("group_by", "")
+        if group_by not in store.GROUPS:
+            choices = "|".join(store.GROUPS)
+            raise InvalidRequest(f"group_by: must be one of {choices}, got {params.get('group_by')!r}")
+        async with engine.connect() as conn:
+            filters = await _filters(conn, params)
+            rows = await store.summary(conn, group_by, filters)
+            if group_by in REFS:
+                names = await catalog_store.names(conn, REFS[group_by], [r["group"] for r in rows])
+                for row in rows:
+                    row["name"] = names.get(row["group"])  # None once the object is deleted
+        return {"rows": rows}
+
+    @app.get("/api/payloads/{request_id}", dependencies=admin, tags=["Usage"])
+    async def get_payload(request_id: str) -> dict[str, Any]:
+        """A live request's captured bodies: JSON when they parse, else text (SSE streams, truncated
+        bodies)."""
+        async with engine.connect() as conn:
+            row = await store.get_payload(conn, request_id)
+        if row is None:
+            raise NotFound(f"no payload captured for request {request_id!r}")
+        return {
+            "request_id": row["request_id"],
+            "ts": rfc3339(row["ts"]),
+            "request": _body(row["request_body"]),
+            "response": _body(row["response_body"]),
+            "request_truncated": row["request_truncated"],
+            "response_truncated": row["response_truncated"],
+        }
+
+    @app.get("/api/settings/payload_logging", dependencies=admin, tags=["Usage"])
+    async def get_payload_logging() -> dict[str, Any]:
+        async with engine.connect() as conn:
+            return current_setting({SETTING_KEY: await store.get_setting(conn, SETTING_KEY)})
+
+    @app.put("/api/settings/payload_logging", dependencies=admin, tags=["Usage"])
+    async def put_payload_logging(body: Annotated[PayloadLoggingUpdate, Body()]) -> dict[str, Any]:
+        """Switch payload capture on or off for every replica (a catalog change: the snapshot of each
+        replica sees it within the usual reload time); optionally set the per-body cap."""
+        async with writer.begin() as conn:
+            current = current_setting({SETTING_KEY: await store.get_setting(conn, SETTING_KEY)})
+            value = {
+                "enabled": body.enabled,
+                "max_bytes": body.max_bytes if body.max_bytes is not None else current["max_bytes"],
+            }
+            await store.put_setting(conn, SETTING_KEY, value, utcnow())
+            await catalog_store.bump_revision(conn)
+        await on_settings_change()
+        return value
+
+
+def _params(request: Request, allowed: frozenset[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name, value in request.query_params.multi_items():
+        if name not in allowed:
+            raise InvalidRequest(f"unknown query parameter {name!r}; known: {', '.join(sorted(allowed))}")
+        if name in out:
+            raise InvalidRequest(f"{name}: given more than once")
+        out[name] = value
+    return out
+
+
+def _limit(raw: str | None) -> int:
+    if raw is None:
+        return DEFAULT_LIMIT
+    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_LIMIT:
+        raise InvalidRequest(f"limit: must be an integer from 1 to {MAX_LIMIT}, got {raw!r}")
+    return int(raw)
+
+
+def _timestamp(name: str, raw: str) -> datetime:
+    # An unencoded '+' in a query string arrives as a space: "…T10:00:00 02:00" means "+02:00".
+    candidates = (raw, raw.replace(" ", "+")) if " " in raw else (raw,)
+    for candidate in candidates:
+        try:
+            value = datetime.fromisoformat(candidate)
+        except ValueError:
+            continue
+        if value.tzinfo is None:
+            raise InvalidRequest(f"{name}: needs a UTC offset (RFC 3339, e.g. 2026-01-31T00:00:00Z)")
+        return value
+    raise InvalidRequest(f"{name}: not an RFC 3339 timestamp: {raw!r}")
+
+
+async def _filters(conn: AsyncConnection, params: Mapping[str, str]) -> store.EventFilter:
+    values: dict[str, Any] = {}
+    source = params.get("source")
+    if source is not None:
+        if source not in ("live", "batch"):
+            raise InvalidRequest(f"source: must be live or batch, got {source!r}")
+        values["source"] = source
+    for name, table in REFS.items():
+        ref = params.get(name)
+        if ref is not None:
+            values[f"{name}_id"] = await catalog_store.resolve_ref(conn, table, ref) or ref
+    for name, column in PLAIN.items():
+        if name in params:
+            values[column] = params[name]
+    status_class = params.get("status_class")
+    if status_class is not None:
+        if status_class not in store.STATUS_CLASSES:
+            raise InvalidRequest(f"status_class: must be one of 2xx|4xx|5xx, got {status_class!r}")
+        values["status_class"] = status_class
+    status = params.get("status")
+    if status is not None:
+        if not (status.isascii() and status.isdigit()) or int(status) > 999:
+            raise InvalidRequest(f"status: must be an HTTP status or 0, got {status!r}")
+        values["status"] = int(status)
+    error = params.get("error")
+    if error is not None:
+        if error.lower() not in ("true", "false"):
+            raise InvalidRequest(f"error: must be true or false, got {error!r}")
+        values["error"] = error.lower() == "true"
+    if "from" in params:
+        values["ts_from"] = _timestamp("from", params["from"])
+    if "to" in params:
+        values["ts_to"] = _timestamp("to", params["to"])
+    if "ts_from" in values and "ts_to" in values and values["ts_from"] > values["ts_to"]:
+        raise InvalidRequest("from: must not be after to")
+    return store.EventFilter(**values)
+
+
+def _event(row: Row) -> Row:
+    return {**row, "ts": rfc3339(row["ts"])}
+
+
+def _body(raw: bytes) -> Any:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return raw.decode("utf-8", errors="replace")
+
+
+_DESCRIPTIONS: Final[Mapping[str, str]] = {
+    "source": "live | batch",
+    "project": "project id or name",
+    "team": "team id or name",
+    "policy": "policy id or name",
+    "model": "model name as recorded",
+    "host": "host name as recorded",
+    "principal_id": "service account or user id",
+    "credential_id": "relay key id or token jti",
+    "batch_id": "batch id",
+    "status_class": "2xx | 4xx | 5xx (of the upstream status; 0 = never reached is in none)",
+    "status": "exact upstream status; 0 = upstream never reached",
+    "error": "true | false: non-2xx status or an error recorded",
+    "from": "RFC 3339, inclusive",
+    "to": "RFC 3339, exclusive",
+    "limit": f"1–{MAX_LIMIT}, default {DEFAULT_LIMIT}",
+    "cursor": "next_cursor of the previous page",
+    "group_by": "|".join(store.GROUPS),
+}
+
+
+def _documented(names: frozenset[str]) -> list[dict[str, Any]]:
+    """OpenAPI entries for parameters parsed by hand (so /api/docs still lists them)."""
+    return [
+        {
+            "name": name,
+            "in": "query",
+            "required": name == "group_by",
+            "schema": {"type": "string"},
+            "description": _DESCRIPTIONS[name],
+        }
+        for name in sorted(names)
+    ]

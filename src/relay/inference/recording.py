@@ -1,0 +1,176 @@
+"""After a live request: its usage event, its payload capture, its metrics and its one log line.
+
+Everything here runs after the caller has its last byte and hands work to the background writer
+without awaiting it, so recording never adds latency. A request that never authenticated has no
+attribution and gets no usage event (it is still counted and logged); every other request gets
+exactly one, including refusals (status 0: the upstream was never reached).
+Logs carry ids and numbers only, never a credential or a body.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from relay.catalog import Snapshot
+from relay.domain.ids import mint_id
+from relay.errors import RelayError
+from relay.metrics import Metrics
+from relay.payloadlog import BodyCapture, PayloadRecord, capture_enabled, max_bytes
+from relay.pipeline import Outcome, UpstreamUnavailable
+from relay.usage import UsageEvent, UsageWriter, cost_nanos
+
+if TYPE_CHECKING:
+    from relay.inference.live import RequestContext
+
+log = logging.getLogger("relay.request")
+
+
+class LiveRecorder:
+    def __init__(self, writer: UsageWriter, metrics: Metrics) -> None:
+        self._writer = writer
+        self._metrics = metrics
+
+    def capture(self, ctx: RequestContext, snap: Snapshot) -> BodyCapture | None:
+        """A capture buffer when payload logging applies to this request (SPEC §9), else None."""
+        principal = ctx.principal
+        if principal is None or not capture_enabled(
+            snap.settings, principal.policy.payload_logging, principal.key_payload_logging
+        ):
+            return None
+        return BodyCapture(max_bytes(snap.settings))
+
+    def finished(
+        self,
+        ctx: RequestContext,
+        outcome: Outcome,
+        snap: Snapshot,
+        *,
+        response_body: bytes | None = None,
+        stream_capture: BodyCapture | None = None,
+        broken: str | None = None,
+    ) -> None:
+        error_kind = "stream_broken" if broken else outcome.error_kind
+        message = (
+            broken if broken else (f"upstream returned {outcome.status}" if outcome.error_kind else None)
+        )
+        payload = None
+        if response_body is not None:
+            capture = self.capture(ctx, snap)
+            if capture is not None:
+                capture.add(response_body)
+                payload = self._payload(ctx, snap, capture)
+        elif stream_capture is not None:
+            payload = self._payload(ctx, snap, stream_capture)
+        self._emit(ctx, outcome.status, error_kind, message, outcome, payload)
+
+    def refused(self, ctx: RequestContext, exc: RelayError, snap: Snapshot) -> None:
+        status = exc.last_status if isinstance(exc, UpstreamUnavailable) else 0
+        if exc.code == "rate_limit_exceeded" and ctx.principal is not None:
+            self._metrics.rate_limited.labels(ctx.principal.policy.name).inc()
+        self._emit(ctx, status, exc.code, exc.message, None, None, refused_status=exc.status)
+
+    def _payload(self, ctx: RequestContext, snap: Snapshot, response: BodyCapture) -> PayloadRecord:
+        request = BodyCapture(max_bytes(snap.settings))
+        request.add(ctx.body)
+        return PayloadRecord(
+            request_id=ctx.request_id,
+            ts=datetime.now(UTC),
+            request_body=request.body,
+            response_body=response.body,
+            request_truncated=request.truncated,
+            response_truncated=response.truncated,
+        )
+
+    def _emit(
+        self,
+        ctx: RequestContext,
+        status: int,
+        error_kind: str | None,
+        error_message: str | None,
+        outcome: Outcome | None,
+        payload: PayloadRecord | None,
+        *,
+        refused_status: int | None = None,
+    ) -> None:
+        latency_ms = int((time.perf_counter() - ctx.started) * 1000)
+        answered = refused_status if refused_status is not None else status
+        self._metrics.requests.labels(ctx.path, ctx.inbound_shape, str(answered)).inc()
+        if outcome is not None:
+            overhead = max(0.0, latency_ms / 1000 - outcome.upstream_ms / 1000)
+            self._metrics.overhead.labels(ctx.inbound_shape).observe(overhead)
+            if ctx.plan is not None:
+                self._metrics.upstream_latency.labels(ctx.plan.host.name).observe(outcome.upstream_ms / 1000)
+        principal = ctx.principal
+        fields: dict[str, Any] = {
+            "request_id": ctx.request_id,
+            "status": answered,
+            "latency_ms": latency_ms,
+            "model": ctx.model,
+        }
+        if principal is not None:
+            fields.update(
+                policy_id=principal.policy.id,
+                project_id=principal.project_id,
+                principal_id=principal.principal_id,
+                credential_kind=principal.credential_kind,
+                credential_id=principal.credential_id,
+            )
+            self._writer.record(
+                self._event(ctx, status, error_kind, error_message, outcome, latency_ms), payload
+            )
+        if error_kind:
+            fields["error"] = error_kind
+        log.info("request", extra=fields)
+
+    @staticmethod
+    def _event(
+        ctx: RequestContext,
+        status: int,
+        error_kind: str | None,
+        error_message: str | None,
+        outcome: Outcome | None,
+        latency_ms: int,
+    ) -> UsageEvent:
+        principal = ctx.principal
+        assert principal is not None
+        plan = ctx.plan
+        usage = outcome.usage if outcome is not None else None
+        reached = outcome is not None
+        return UsageEvent(
+            id=mint_id("ue"),
+            ts=datetime.now(UTC),
+            request_id=ctx.request_id,
+            source="live",
+            batch_id=None,
+            batch_idx=None,
+            status=status,
+            error_kind=error_kind,
+            error_message=error_message,
+            model=plan.model.name if plan is not None else ctx.model,
+            upstream_model=plan.upstream_model if plan is not None else "",
+            host=plan.host.name if plan is not None else "",
+            adapter=plan.binding.adapter if plan is not None else "",
+            inbound_shape=ctx.inbound_shape,
+            host_key_id=outcome.host_key_id if outcome is not None else None,
+            attempts=outcome.attempts if outcome is not None else 0,
+            streamed=ctx.streamed,
+            input_tokens=usage.input_tokens if usage else 0,
+            output_tokens=usage.output_tokens if usage else 0,
+            cached_input_tokens=usage.cached_input_tokens if usage else 0,
+            cost_nanos=cost_nanos(plan.binding.pricing, usage)
+            if (plan is not None and usage and reached)
+            else None,
+            latency_ms=latency_ms,
+            ttft_ms=outcome.ttft_ms if outcome is not None else None,
+            policy_id=principal.policy.id,
+            project_id=principal.project_id,
+            team_id=principal.team_id,
+            principal_kind=principal.principal_kind,
+            principal_id=principal.principal_id,
+            credential_kind=principal.credential_kind,
+            credential_id=principal.credential_id,
+            relay_key_hash=principal.key_hash,
+        )

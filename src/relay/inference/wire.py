@@ -1,0 +1,68 @@
+"""ASGI plumbing for the hot path: read a bounded body, read headers, send a response.
+
+Kept apart from the handlers so they read as the request's story, not as protocol details.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+from starlette.types import Receive, Scope, Send
+
+from relay.errors import PayloadTooLarge
+
+
+def request_headers(scope: Scope) -> dict[str, str]:
+    """Lower-cased header names to values (a repeated header keeps its last value)."""
+    return {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+
+
+async def read_body(receive: Receive, scope: Scope, limit: int) -> bytes:
+    """The whole request body, refusing (413) anything over ``limit`` before reading it all."""
+    for name, value in scope["headers"]:
+        if name == b"content-length" and value.isdigit() and int(value) > limit:
+            raise PayloadTooLarge(f"request body is larger than {limit} bytes (RELAY_MAX_REQUEST_BYTES)")
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        chunk = message.get("body", b"")
+        if chunk:
+            size += len(chunk)
+            if size > limit:
+                raise PayloadTooLarge(f"request body is larger than {limit} bytes (RELAY_MAX_REQUEST_BYTES)")
+            parts.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def head(
+    status: int, content_type: str, request_id: str, extra: Sequence[tuple[bytes, bytes]] = ()
+) -> dict[str, Any]:
+    headers = [
+        (b"content-type", content_type.encode("latin-1")),
+        (b"x-relay-request-id", request_id.encode()),
+    ]
+    headers.extend(extra)
+    return {"type": "http.response.start", "status": status, "headers": headers}
+
+
+async def send_bytes(
+    send: Send,
+    status: int,
+    body: bytes,
+    content_type: str,
+    request_id: str,
+    extra: Sequence[tuple[bytes, bytes]] = (),
+) -> None:
+    await send(head(status, content_type, request_id, [(b"content-length", str(len(body)).encode()), *extra]))
+    await send({"type": "http.response.body", "body": body})
+
+
+async def json_response(send: Send, status: int, payload: Any, request_id: str) -> None:
+    await send_bytes(send, status, orjson.dumps(payload), "application/json", request_id)

@@ -1,0 +1,78 @@
+"""Prometheus metrics (SPEC §12), created once per process on the registry ``boot`` owns.
+
+Label sets are small and bounded (route, shape, status class, host-key id), so cardinality stays
+proportional to the catalog, never to traffic. Recording costs a dict lookup and an add.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_LATENCY_BUCKETS = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    30,
+    60,
+    300,
+)
+_OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.1)
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.requests = Counter(
+            "relay_requests_total",
+            "Inference requests by route, shape and status",
+            ["route", "shape", "status"],
+            registry=registry,
+        )
+        self.upstream_latency = Histogram(
+            "relay_upstream_latency_seconds",
+            "Time from sending upstream to the response head (or whole body)",
+            ["host"],
+            buckets=_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.overhead = Histogram(
+            "relay_gateway_overhead_seconds",
+            "Time Relay adds to a request beyond the upstream call",
+            ["shape"],
+            buckets=_OVERHEAD_BUCKETS,
+            registry=registry,
+        )
+        self.rate_limited = Counter(
+            "relay_rate_limit_rejections_total",
+            "Requests refused by a policy rate limit",
+            ["policy"],
+            registry=registry,
+        )
+        self.breaker_trips = Counter(
+            "relay_breaker_trips_total",
+            "Upstream failures recorded against a host key",
+            ["host_key", "kind"],
+            registry=registry,
+        )
+        self.state_fail_open = Counter(
+            "relay_state_fail_open_total",
+            "Rate-limit steps admitted because shared state did not answer",
+            ["step"],
+            registry=registry,
+        )
+        self.breaker_open = Gauge(
+            "relay_breaker_open",
+            "1 while a host key's breaker is open (as last seen by this replica)",
+            ["host_key"],
+            registry=registry,
+        )

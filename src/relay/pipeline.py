@@ -1,0 +1,195 @@
+"""The one function every request runs through, live or batch: limits → keys → upstream → result.
+
+``Pipeline.run(call)`` reserves the policy's rate limits, asks the key pool for candidates, sends the
+request to the plan's host, and fails over to the next key on a tripping status — only before any
+byte has been handed to the caller, which is guaranteed here because the decision is taken on the
+status line alone. It returns an :class:`Outcome` whose body is either whole (``body``) or a stream
+(``chunks``); a stream's usage and the rate-limit commit are settled by ``Outcome.finish()`` once the
+stream has ended, whoever consumed it.
+
+What it does not know: who the caller is beyond the principal it is given, HTTP status codes of
+Relay's own errors (it raises the error tree), databases, and usage-event storage (callers build the
+event from the outcome: live requests through the background writer, batch items in their own
+transaction).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+
+from relay.adapters import StreamTap, Usage, build_upstream_request, usage_from_response
+from relay.auth import Principal
+from relay.catalog import HostKey
+from relay.errors import RelayError
+from relay.keypool import Failure, KeyPool, classify
+from relay.metrics import Metrics
+from relay.ratelimit import RateLimiter, Reservation
+from relay.routing import Plan
+from relay.upstream import Upstream, UpstreamConnectionError, UpstreamResponse, UpstreamTimeout
+
+MAX_FAILOVER = 3
+
+
+class UpstreamUnavailable(RelayError):
+    """Every key tried failed (SPEC §6); carries what the usage event records."""
+
+    status = 502
+    code = "upstream_unavailable"
+
+    def __init__(self, message: str, *, last_status: int, attempts: int) -> None:
+        super().__init__(message)
+        self.last_status = last_status
+        self.attempts = attempts
+
+
+@dataclass(slots=True)
+class Call:
+    principal: Principal
+    plan: Plan
+    shape: str  # the wire shape sent upstream (= the binding's adapter for same-shape calls)
+    body: dict  # parsed request body (model is rewritten on the way out)
+    caller_headers: Mapping[str, str]
+    stream: bool
+
+
+@dataclass(slots=True)
+class Outcome:
+    status: int
+    content_type: str
+    body: bytes | None
+    chunks: AsyncIterator[bytes] | None
+    attempts: int
+    host_key_id: str | None
+    usage: Usage = field(default_factory=Usage)
+    ttft_ms: int | None = None
+    upstream_ms: int = 0
+    error_kind: str | None = None  # "upstream_status" when the upstream answered non-2xx
+    _settle: object = None
+
+    async def finish(self) -> Usage:
+        """Settle a stream (usage from the tap, rate-limit commit); idempotent; a no-op for bodies."""
+        settle = self._settle
+        self._settle = None
+        if settle is not None:
+            await settle()  # type: ignore[operator]
+        return self.usage
+
+
+class Pipeline:
+    def __init__(
+        self, upstream: Upstream, limiter: RateLimiter, pool: KeyPool, metrics: Metrics | None = None
+    ) -> None:
+        self._upstream = upstream
+        self._limiter = limiter
+        self._pool = pool
+        self._metrics = metrics
+
+    async def _failed(self, key: HostKey, failure: Failure) -> None:
+        await self._pool.failed(key, failure)
+        if self._metrics is not None:
+            self._metrics.breaker_trips.labels(key.id, failure.kind).inc()
+            if failure.trips:
+                self._metrics.breaker_open.labels(key.id).set(1)
+
+    async def run(self, call: Call) -> Outcome:
+        reservation = await self._limiter.reserve(call.principal.policy, call.principal.credential_id)
+        try:
+            outcome = await self._attempts(call, reservation)
+        except BaseException:
+            await self._limiter.commit(reservation, Usage())
+            raise
+        if outcome.chunks is None:
+            await self._limiter.commit(reservation, outcome.usage)
+        return outcome
+
+    async def _attempts(self, call: Call, reservation: Reservation) -> Outcome:
+        plan = call.plan
+        candidates = await self._pool.candidates(call.principal.policy, plan.keys, plan.host.name)
+        last_status = 0
+        attempts = 0
+        started = time.perf_counter()
+        for key in candidates[:MAX_FAILOVER]:
+            attempts += 1
+            request = build_upstream_request(
+                call.shape,
+                call.body,
+                upstream_model=plan.upstream_model,
+                api_key=key.value or "",
+                caller_headers=call.caller_headers,
+                stream=call.stream,
+            )
+            try:
+                response = await self._upstream.post(
+                    plan.host.base_url + request.path, request.headers, request.body
+                )
+            except (UpstreamConnectionError, UpstreamTimeout):
+                await self._failed(key, Failure("connection", 0, None))
+                last_status = 0
+                continue
+            failure = classify(response.status, response.headers.get("retry-after"))
+            if failure is not None:
+                response.discard()
+                await self._failed(key, failure)
+                last_status = response.status
+                continue
+            await self._pool.succeeded(key, call.principal.policy)
+            if self._metrics is not None:
+                self._metrics.breaker_open.labels(key.id).set(0)
+            return await self._answer(
+                call, response, attempts, key.id, reservation, started, request.strip_usage_chunk
+            )
+        raise UpstreamUnavailable(
+            f'all keys of host "{plan.host.name}" failed; last status {last_status}',
+            last_status=last_status,
+            attempts=attempts,
+        )
+
+    async def _answer(
+        self,
+        call: Call,
+        response: UpstreamResponse,
+        attempts: int,
+        key_id: str,
+        reservation: Reservation,
+        started: float,
+        strip_usage_chunk: bool,
+    ) -> Outcome:
+        content_type = response.headers.get("content-type", "application/json")
+        error_kind = None if 200 <= response.status < 300 else "upstream_status"
+        streaming = call.stream and response.status == 200 and content_type.startswith("text/event-stream")
+        if not streaming:
+            body = await response.read()
+            usage = usage_from_response(call.shape, body) if error_kind is None else Usage()
+            elapsed = int((time.perf_counter() - started) * 1000)
+            return Outcome(
+                response.status, content_type, body, None, attempts, key_id, usage, None, elapsed, error_kind
+            )
+        tap = StreamTap(call.shape, strip_usage_chunk=strip_usage_chunk)
+        outcome = Outcome(response.status, content_type, None, None, attempts, key_id)
+
+        async def relay_chunks() -> AsyncIterator[bytes]:
+            first = True
+            try:
+                async for chunk in response.chunks():
+                    out = tap.feed(chunk)
+                    if first:
+                        outcome.ttft_ms = int((time.perf_counter() - started) * 1000)
+                        first = False
+                    if out:
+                        yield out
+                tail = tap.finish()
+                if tail:
+                    yield tail
+            finally:
+                outcome.upstream_ms = int((time.perf_counter() - started) * 1000)
+                await outcome.finish()
+
+        async def settle() -> None:
+            outcome.usage = tap.usage
+            await self._limiter.commit(reservation, tap.usage)
+
+        outcome.chunks = relay_chunks()
+        outcome._settle = settle
+        return outcome

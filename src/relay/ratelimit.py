@@ -1,0 +1,269 @@
+"""Rate limits on the hot path (SPEC §5): reserve before the upstream call, commit after it.
+
+What it does: turns a policy's rules into :class:`relay.state.LimitCheck` objects (once per policy
+object, cached), asks the shared state to admit them all in one atomic round trip, and after the
+upstream call adds the actual tokens and releases concurrency leases in one more round trip.
+
+What it deliberately does not know: HTTP, routing, upstreams, the database. It raises
+:class:`relay.errors.RateLimited`; the inference app renders it as a 429 with ``Retry-After``.
+
+Invariants:
+
+- a policy without rules costs nothing: no state call at reserve, none at commit;
+- at most one state round trip per phase, whatever the number of rules;
+- counters are keyed by ``policy id + short hash of (meter, window seconds, per)`` (+ the credential id
+  for ``per: credential``): stable across snapshot reloads and replicas, and independent of the rule's
+  position in the list. Changing a rule's ``limit`` keeps its counter; changing its meter, window or
+  ``per`` starts a new one. Two rules with the same (meter, window, per) are one counter, checked against
+  the stricter limit (checking both would count the request twice);
+- shared state down (``StateUnavailable``) fails *open*: requests are admitted, a warning is logged at
+  most once a minute and the ``on_fail_open`` hook counts every occurrence. Limits protect budgets and
+  upstream quotas; refusing all traffic because the counter store is away would turn a Redis outage
+  into a full outage.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from relay.adapters.base import Usage
+from relay.catalog import Policy
+from relay.domain.ratelimits import RateLimitRule, window_seconds
+from relay.errors import RateLimited
+from relay.state import LimitCheck, SharedState, StateUnavailable
+
+log = logging.getLogger("relay.ratelimit")
+
+#: After the state store failed, reserve skips it for this long (fails open at once) so a black-holed
+#: Redis costs one timeout per second, not one per request.
+STATE_COOLDOWN_S = 1.0
+#: At most one "failing open" warning per this many seconds (the hook still sees every occurrence).
+WARN_EVERY_S = 60.0
+#: Compiled plans are cached per policy object; a snapshot reload makes new objects, so the cache is
+#: simply dropped when it grows past this (old snapshots' policies are then released).
+MAX_CACHED_PLANS = 4096
+
+_TOKEN_METERS = frozenset(("tokens", "input_tokens", "output_tokens"))
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """What :meth:`RateLimiter.commit` needs: the lease to release and where to add tokens."""
+
+    lease_id: str
+    token_windows: tuple[tuple[str, int, str], ...]  # (state key, window_s, meter) for token meters
+    concurrency_keys: tuple[str, ...]
+
+
+#: The reservation of every request that has nothing to commit (shared: the fast path allocates nothing).
+EMPTY_RESERVATION = Reservation("", (), ())
+
+
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    """One deduplicated rule, compiled: its base state key, check kind and refusal message."""
+
+    key: str
+    kind: str
+    meter: str
+    limit: int
+    window_s: int
+    per_credential: bool
+    message: str
+
+    def check(self, key: str) -> LimitCheck:
+        if self.kind == "concurrency":
+            return LimitCheck(key, "concurrency", self.limit)
+        return LimitCheck(
+            key, "window" if self.kind == "window" else "window_peek", self.limit, self.window_s
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """A policy's rules, compiled once. Per-policy checks are built here; per-credential ones per call."""
+
+    rules: tuple[_Rule, ...]
+    checks: tuple[LimitCheck, ...]  # per-policy checks (static)
+    token_windows: tuple[tuple[str, int, str], ...]  # per-policy token windows (static)
+    concurrency_keys: tuple[str, ...]  # per-policy concurrency keys (static)
+    per_credential: tuple[_Rule, ...]
+    needs_lease: bool  # some rule is a concurrency rule
+
+
+def _state_key(policy_id: str, meter: str, window_s: int, per: str) -> str:
+    digest = hashlib.sha256(f"{meter}|{window_s}|{per}".encode()).hexdigest()[:10]
+    return f"pol:{policy_id}:{digest}"
+
+
+def _compile(policy: Policy) -> _Plan:
+    strictest: dict[tuple[str, int, str], RateLimitRule] = {}
+    for rule in policy.rules:
+        # A concurrency limit has no window: its counter must not change when the (ignored) window does.
+        window_s = 0 if rule.meter == "concurrency" else window_seconds(rule.window)
+        ident = (rule.meter, window_s, rule.per)
+        if ident not in strictest or rule.limit < strictest[ident].limit:
+            strictest[ident] = rule
+    rules: list[_Rule] = []
+    for (meter, window_s, per), rule in strictest.items():
+        kind = "concurrency" if meter == "concurrency" else "peek" if meter in _TOKEN_METERS else "window"
+        if kind == "concurrency":
+            text = f'rate limit exceeded: policy "{policy.name}" allows {rule.limit} concurrent requests'
+        else:
+            text = (
+                f'rate limit exceeded: policy "{policy.name}" allows {rule.limit} {meter} per {rule.window}'
+            )
+        if per == "credential":
+            text += " per credential"
+        key = _state_key(policy.id, meter, window_s, per)
+        rules.append(_Rule(key, kind, meter, rule.limit, window_s, per == "credential", text))
+    shared = [r for r in rules if not r.per_credential]
+    return _Plan(
+        rules=tuple(rules),
+        checks=tuple(r.check(r.key) for r in shared),
+        token_windows=tuple((r.key, r.window_s, r.meter) for r in shared if r.kind == "peek"),
+        concurrency_keys=tuple(r.key for r in shared if r.kind == "concurrency"),
+        per_credential=tuple(r for r in rules if r.per_credential),
+        needs_lease=any(r.kind == "concurrency" for r in rules),
+    )
+
+
+def _tokens(meter: str, usage: Usage) -> int:
+    if meter == "tokens":
+        return usage.input_tokens + usage.output_tokens
+    return usage.input_tokens if meter == "input_tokens" else usage.output_tokens
+
+
+class RateLimiter:
+    """Two-phase rate limiting over :class:`relay.state.SharedState` (one per process, built in boot).
+
+    ``lease_s`` bounds how long a crashed request holds a concurrency slot: keep it above the longest
+    request (the upstream timeout plus a margin). ``on_fail_open(phase)`` is called (``"reserve"`` or
+    ``"commit"``) each time the state store failed and the limiter let the request through — wire it
+    to a metric.
+    """
+
+    def __init__(
+        self,
+        state: SharedState,
+        *,
+        lease_s: float = 330.0,
+        on_fail_open: Callable[[str], None] | None = None,
+    ) -> None:
+        self._state = state
+        self._lease_s = lease_s
+        self._on_fail_open = on_fail_open
+        self._plans: dict[int, tuple[Policy, _Plan]] = {}
+        # Lease ids must be unique across replicas (lease sets are shared): a random per-process
+        # prefix plus a counter is unique and far cheaper than a uuid per request.
+        self._lease_prefix = secrets.token_hex(6)
+        self._lease_seq = itertools.count(1)
+        self._skip_state_until = 0.0
+        self._next_warning = 0.0
+        self._suppressed = 0
+
+    def _plan(self, policy: Policy) -> _Plan:
+        # Keyed by identity: a snapshot's Policy objects are immutable, and holding the object in the
+        # entry keeps its id from being reused while cached.
+        entry = self._plans.get(id(policy))
+        if entry is not None and entry[0] is policy:
+            return entry[1]
+        if len(self._plans) >= MAX_CACHED_PLANS:
+            self._plans.clear()
+        plan = _compile(policy)
+        self._plans[id(policy)] = (policy, plan)
+        return plan
+
+    async def reserve(self, policy: Policy, credential_id: str) -> Reservation:
+        """Admit one request under every rule of ``policy``, or raise :class:`RateLimited`.
+
+        ``requests`` windows take 1 and ``concurrency`` takes a lease at once; token meters only check
+        that their window is not already used up (the real count is known after the response). All
+        rules are applied or none. The caller MUST call :meth:`commit` exactly once for every
+        reservation this returns, on every outcome (success, upstream error, client disconnect) —
+        with zero or partial usage when there is no full answer — or concurrency slots stay taken
+        until ``lease_s`` passes.
+        """
+        if not policy.rules:
+            return EMPTY_RESERVATION
+        plan = self._plan(policy)
+        checks = plan.checks
+        token_windows = plan.token_windows
+        concurrency_keys = plan.concurrency_keys
+        if plan.per_credential:
+            extra = [(f"{rule.key}:{credential_id}", rule) for rule in plan.per_credential]
+            checks += tuple(rule.check(key) for key, rule in extra)
+            token_windows += tuple((key, r.window_s, r.meter) for key, r in extra if r.kind == "peek")
+            concurrency_keys += tuple(key for key, r in extra if r.kind == "concurrency")
+        lease_id = f"{self._lease_prefix}.{next(self._lease_seq)}" if plan.needs_lease else ""
+        if token_windows or concurrency_keys:
+            reservation = Reservation(lease_id, token_windows, concurrency_keys)
+        else:
+            reservation = EMPTY_RESERVATION
+        if self._skip_state_until and time.monotonic() < self._skip_state_until:
+            self._failed_open("reserve", None)
+            return reservation
+        try:
+            verdict = await self._state.reserve(checks, lease_id, self._lease_s)
+        except StateUnavailable as exc:
+            # The reservation is still returned whole: if the script did run before the error (a
+            # timeout), commit releases its lease and records the tokens.
+            self._failed_open("reserve", exc)
+            return reservation
+        if verdict.admitted:
+            return reservation
+        raise RateLimited(
+            self._message(plan, verdict.failed_key, credential_id), retry_after=max(1.0, verdict.retry_after)
+        )
+
+    async def commit(self, reservation: Reservation, usage: Usage) -> None:
+        """Add the request's actual tokens to its token windows and release its concurrency leases.
+
+        Call exactly once per successful :meth:`reserve`, whatever happened upstream; pass the usage
+        that was actually consumed (``Usage()`` when the upstream failed before answering). Never
+        raises for a state failure: the lease then expires after ``lease_s``.
+        """
+        adds = [
+            (key, window_s, amount)
+            for key, window_s, meter in reservation.token_windows
+            if (amount := _tokens(meter, usage)) > 0
+        ]
+        if not adds and not reservation.concurrency_keys:
+            return
+        # No cooldown here, unlike reserve: a lease that is not released holds its slot for lease_s.
+        try:
+            await self._state.commit(adds, reservation.concurrency_keys, reservation.lease_id)
+        except StateUnavailable as exc:
+            self._failed_open("commit", exc)
+
+    @staticmethod
+    def _message(plan: _Plan, failed_key: str | None, credential_id: str) -> str:
+        for rule in plan.rules:
+            if failed_key == (f"{rule.key}:{credential_id}" if rule.per_credential else rule.key):
+                return rule.message
+        return plan.rules[0].message  # unreachable unless the store reports a key it was not given
+
+    def _failed_open(self, phase: str, exc: StateUnavailable | None) -> None:
+        now = time.monotonic()
+        if exc is not None:
+            self._skip_state_until = now + STATE_COOLDOWN_S
+        if self._on_fail_open is not None:
+            self._on_fail_open(phase)
+        if now < self._next_warning:
+            self._suppressed += 1
+            return
+        self._next_warning = now + WARN_EVERY_S
+        log.warning(
+            "rate limits are not enforced: shared state unavailable at %s (%s); admitting requests "
+            "(%d more since the last warning)",
+            phase,
+            exc if exc is not None else "cooling down after an earlier failure",
+            self._suppressed,
+        )
+        self._suppressed = 0

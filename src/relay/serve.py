@@ -1,0 +1,123 @@
+"""Running Relay: both listeners in one event loop, signals, start-up errors as one line.
+
+``boot`` builds the runtime; this module runs it. uvicorn's own signal handling is switched off so a
+SIGTERM stops both planes together and the shutdown steps run in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Awaitable, Callable, Iterator
+
+import uvicorn
+from sqlalchemy.exc import DBAPIError
+from starlette.types import ASGIApp
+
+from relay.boot import Runtime, build_runtime
+from relay.config import Settings, unknown_variables
+
+log = logging.getLogger("relay.serve")
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handlers: ``serve`` stops both listeners together."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def _listener(app: ASGIApp, settings: Settings, port: int) -> _Server:
+    config = uvicorn.Config(
+        app,
+        host=settings.bind,
+        port=port,
+        loop="none",
+        http="httptools",
+        lifespan="off",
+        access_log=False,
+        log_config=None,
+        timeout_graceful_shutdown=max(1, int(settings.shutdown_grace_s)),
+    )
+    return _Server(config)
+
+
+async def serve(settings: Settings, *, on_ready: Callable[[Runtime], Awaitable[None]] | None = None) -> None:
+    if settings.is_postgres and settings.redis_url is None:
+        log.warning(
+            "RELAY_REDIS_URL is unset with Postgres: rate limits, breakers and key selection are per replica"
+        )
+    for name in unknown_variables():
+        log.warning("%s is not a Relay setting (a typo?); it is ignored", name)
+    runtime = build_runtime(settings)
+    for note in runtime.secrets.generated:
+        log.warning(note)
+    if not runtime.secrets.generated and runtime.secrets.admin_token_path is not None:
+        log.info("admin token: see %s", runtime.secrets.admin_token_path)
+    try:
+        await runtime.start()
+    except (OSError, DBAPIError) as exc:
+        await runtime.engine.dispose()
+        raise StartupError(_startup_problem(settings, exc)) from None
+    servers = [_listener(runtime.inference_app, settings, settings.port)]
+    if settings.control_port is not None:
+        servers.append(_listener(runtime.control_app, settings, settings.control_port))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    tasks = [asyncio.create_task(s.serve()) for s in servers]
+    for server in servers:
+        # uvicorn exposes readiness only as a flag; poll it briefly (startup takes milliseconds).
+        while not server.started and not any(t.done() for t in tasks):  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+    if on_ready is not None and all(s.started for s in servers):
+        await on_ready(runtime)
+    control = (
+        f"http://{_display_host(settings.bind)}:{settings.control_port}" if settings.control_port else "off"
+    )
+    log.info(
+        "relay %s serving inference on http://%s:%d, control on %s (revision %d)",
+        settings.instance_id,
+        _display_host(settings.bind),
+        settings.port,
+        control,
+        runtime.reloader.snapshot.revision,
+    )
+    stopper = asyncio.create_task(stop.wait())
+    await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
+    log.info("relay %s stopping", settings.instance_id)
+    for server in servers:
+        server.should_exit = True
+    await asyncio.gather(*tasks, return_exceptions=True)
+    stopper.cancel()
+    await runtime.stop()
+    failed = [t.exception() for t in tasks if t.done() and not t.cancelled() and t.exception()]
+    if failed:
+        raise failed[0]  # type: ignore[misc]
+    if not stop.is_set() and any(not s.started for s in servers):
+        raise SystemExit("a listener failed to start (is the port in use?)")
+
+
+class StartupError(ValueError):
+    """Relay cannot start; the message is one line that says what to fix."""
+
+
+def _startup_problem(settings: Settings, exc: BaseException) -> str:
+    detail = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+    if isinstance(exc, OSError) or "connect" in detail.lower():
+        return f"cannot reach the database at RELAY_DATABASE_URL ({_masked_url(settings)}): {detail}"
+    if "no such table" in detail or "does not exist" in detail:
+        return "the database schema is missing or old: run `relay migrate` (or let boot migrate)"
+    return f"database error at start: {detail}"
+
+
+def _masked_url(settings: Settings) -> str:
+    return str(settings.masked()["RELAY_DATABASE_URL"])
+
+
+def _display_host(bind: str) -> str:
+    return "127.0.0.1" if bind in ("0.0.0.0", "::", "") else bind

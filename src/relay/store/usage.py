@@ -1,0 +1,308 @@
+"""SQL for usage events, captured payloads and the settings rows the usage API writes.
+
+What it does. Inserts events and payloads in bulk (one ``executemany`` per table, inside the caller's
+transaction), reads events newest first with keyset pagination, aggregates them per group, and reads
+and upserts ``settings`` rows. Every SQLite/Postgres difference of these queries lives here: the UTC
+day of a timestamp, percentiles, and the settings upsert.
+
+What it deliberately does not know. Event construction, pricing and queueing (``relay.usage``), HTTP
+parameter parsing (``relay.control.usage_routes``), names of catalog objects (callers resolve names to
+ids first: events record ids only, and keep them after the objects are deleted).
+
+Invariants. Pagination is newest first by ``(ts, id)`` descending, a total order even when timestamps
+tie, so walking pages never shows an event twice or skips one that existed when the walk began.
+Percentiles are ``percentile_cont`` (linear interpolation) on both backends: Postgres computes them in
+SQL; SQLite has no percentile aggregate, so they are computed here from the group's latencies, which
+is linear in the number of matching events — fine at the embedded (single-process) scale SQLite serves,
+and the reason production deployments (Postgres) never pull rows into Python.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    and_,
+    case,
+    func,
+    insert,
+    literal,
+    literal_column,
+    not_,
+    or_,
+    select,
+    tuple_,
+)
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from relay.store import tables as t
+from relay.store.catalog import Row
+
+GROUPS: Final[Mapping[str, str]] = {
+    "source": "source",
+    "model": "model",
+    "project": "project_id",
+    "team": "team_id",
+    "policy": "policy_id",
+    "host": "host",
+    "day": "",  # computed per dialect: the UTC date, YYYY-MM-DD
+}
+STATUS_CLASSES: Final = ("2xx", "4xx", "5xx")
+
+_E = t.usage_events
+_EQUALITY: Final = (
+    "source",
+    "project_id",
+    "team_id",
+    "policy_id",
+    "model",
+    "host",
+    "principal_id",
+    "credential_id",
+    "batch_id",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class EventFilter:
+    """Which events a query covers; None means "any". ``ts_from`` is inclusive, ``ts_to`` exclusive.
+
+    ``status_class`` matches the recorded upstream status (``5xx`` is 500–599): an event whose upstream
+    was never reached (status 0) is in no class; ``status=0`` or ``error=True`` finds those.
+    """
+
+    source: str | None = None
+    project_id: str | None = None
+    team_id: str | None = None
+    policy_id: str | None = None
+    model: str | None = None
+    host: str | None = None
+    principal_id: str | None = None
+    credential_id: str | None = None
+    batch_id: str | None = None
+    status_class: str | None = None
+    status: int | None = None
+    error: bool | None = None
+    ts_from: datetime | None = None
+    ts_to: datetime | None = None
+
+    def conditions(self) -> list[ColumnElement[bool]]:
+        out: list[ColumnElement[bool]] = []
+        for column in _EQUALITY:
+            value = getattr(self, column)
+            if value is not None:
+                out.append(_E.c[column] == value)
+        if self.status_class is not None:
+            low = int(self.status_class[0]) * 100
+            out.append(and_(_E.c.status >= low, _E.c.status < low + 100))
+        if self.status is not None:
+            out.append(_E.c.status == self.status)
+        if self.error is not None:
+            out.append(is_error() if self.error else not_(is_error()))
+        # In UTC: SQLite stores timestamps as UTC text and binds an aware datetime by its wall clock.
+        if self.ts_from is not None:
+            out.append(_E.c.ts >= self.ts_from.astimezone(UTC))
+        if self.ts_to is not None:
+            out.append(_E.c.ts < self.ts_to.astimezone(UTC))
+        return out
+
+
+def is_error() -> ColumnElement[bool]:
+    """An event is an error when the upstream did not answer 2xx (0 included) or an error was recorded."""
+    return or_(_E.c.status < 200, _E.c.status >= 300, _E.c.error_kind.is_not(None))
+
+
+def refused(exc: BaseException) -> bool:
+    """True for errors retrying cannot fix: the database refused the rows (a duplicate key, a value out
+    of range) or they could not even be bound. Anything else (connection lost, database restarting,
+    table missing mid-migration) is an outage worth retrying."""
+    if isinstance(exc, IntegrityError | DataError | OverflowError):  # sqlite3 raises OverflowError raw
+        return True
+    # asyncpg's data errors (value too long, out of range) arrive as plain DBAPIError: go by SQLSTATE
+    # class 22 (data exception) or 23 (integrity constraint violation).
+    sqlstate = str(getattr(getattr(exc, "orig", None), "sqlstate", None) or "")
+    if sqlstate[:2] in ("22", "23"):
+        return True
+    return isinstance(exc, StatementError) and not isinstance(exc, DBAPIError)
+
+
+def describe_error(exc: BaseException) -> str:
+    """A loggable description: the driver's error class and first line, never the SQL or its parameters
+    (which may hold captured bodies)."""
+    orig = getattr(exc, "orig", None) or exc
+    first_line = (str(orig).splitlines() or [""])[0][:200]
+    return f"{type(orig).__name__}: {first_line}"
+
+
+# -- writes --------------------------------------------------------------------------------------------
+
+
+async def insert_events(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Insert events as one executemany in the caller's transaction (rows from ``UsageEvent.to_row``)."""
+    if rows:
+        await conn.execute(insert(_E), [dict(r) for r in rows])
+
+
+async def insert_payloads(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]) -> None:
+    if rows:
+        await conn.execute(insert(t.payloads), [dict(r) for r in rows])
+
+
+async def get_payload(conn: AsyncConnection, request_id: str) -> Row | None:
+    row = (await conn.execute(select(t.payloads).where(t.payloads.c.request_id == request_id))).first()
+    return dict(row._mapping) if row else None
+
+
+async def get_setting(conn: AsyncConnection, key: str) -> Any | None:
+    result = await conn.execute(select(t.settings.c.value).where(t.settings.c.key == key))
+    return result.scalar()
+
+
+async def put_setting(conn: AsyncConnection, key: str, value: Any, at: datetime) -> None:
+    """Insert or replace one settings row (an upsert, so two first writers cannot collide)."""
+    values = {"key": key, "value": value, "updated_at": at}
+    if conn.dialect.name == "postgresql":
+        pg = pg_insert(t.settings).values(**values)
+        await conn.execute(
+            pg.on_conflict_do_update(index_elements=["key"], set_={"value": value, "updated_at": at})
+        )
+    else:
+        lite = sqlite_insert(t.settings).values(**values)
+        await conn.execute(
+            lite.on_conflict_do_update(index_elements=["key"], set_={"value": value, "updated_at": at})
+        )
+
+
+# -- events, newest first --------------------------------------------------------------------------------
+
+
+def encode_cursor(ts: datetime, event_id: str) -> str:
+    """An opaque page cursor: urlsafe base64 of the last event's (ts, id)."""
+    raw = f"{ts.astimezone(UTC).isoformat()}|{event_id}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    """The (ts, id) inside a cursor; ValueError for anything this module did not make."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        stamp, event_id = raw.split("|", 1)
+        ts = datetime.fromisoformat(stamp)
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise ValueError("not a cursor this API returned") from None
+    if ts.tzinfo is None or not event_id:
+        raise ValueError("not a cursor this API returned")
+    return ts, event_id
+
+
+async def query_events(
+    conn: AsyncConnection, filters: EventFilter, *, limit: int, cursor: str | None = None
+) -> tuple[list[Row], str | None]:
+    """One page of events (newest first) and the cursor of the next page (None at the end).
+
+    Reads ``limit + 1`` rows so the last page is known without a second query."""
+    query = select(_E).where(*filters.conditions())
+    if cursor is not None:
+        ts, event_id = decode_cursor(cursor)
+        ts = ts.astimezone(UTC)
+        query = query.where(
+            tuple_(_E.c.ts, _E.c.id) < tuple_(literal(ts, t.UTCDateTime()), literal(event_id, _E.c.id.type))
+        )
+    query = query.order_by(_E.c.ts.desc(), _E.c.id.desc()).limit(limit + 1)
+    rows = [dict(r._mapping) for r in await conn.execute(query)]
+    if len(rows) <= limit:
+        return rows, None
+    rows = rows[:limit]
+    return rows, encode_cursor(rows[-1]["ts"], rows[-1]["id"])
+
+
+# -- summary -----------------------------------------------------------------------------------------------
+
+
+def _group_column(dialect: str, group_by: str) -> ColumnElement[Any]:
+    column = GROUPS[group_by]
+    if column:
+        return _E.c[column]
+    # Literal SQL, not bind parameters: Postgres only matches the GROUP BY expression to the SELECT one
+    # when both are textually identical, and two bind parameters ($1, $2) are not.
+    if dialect == "postgresql":
+        utc = func.timezone(literal_column("'UTC'"), _E.c.ts)
+        return func.to_char(utc, literal_column("'YYYY-MM-DD'"))
+    # SQLite stores these timestamps as UTC text 'YYYY-MM-DD HH:MM:SS.ffffff'.
+    return func.strftime(literal_column("'%Y-%m-%d'"), _E.c.ts)
+
+
+async def summary(conn: AsyncConnection, group_by: str, filters: EventFilter) -> list[Row]:
+    """Per group: requests, errors, token sums, cost (NULL when no event of the group was priced),
+    p50/p95 latency. Groups come sorted by their key (days oldest first)."""
+    if group_by not in GROUPS:
+        raise ValueError(f"unknown group {group_by!r}")
+    postgres = conn.dialect.name == "postgresql"
+    group = _group_column(conn.dialect.name, group_by)
+    measures: list[Any] = [
+        group.label("group"),
+        func.count().label("requests"),
+        func.sum(case((is_error(), 1), else_=0)).label("errors"),
+        func.sum(_E.c.input_tokens).label("input_tokens"),
+        func.sum(_E.c.output_tokens).label("output_tokens"),
+        func.sum(_E.c.cached_input_tokens).label("cached_input_tokens"),
+        func.sum(_E.c.cost_nanos, type_=BigInteger).label("cost_nanos"),
+    ]
+    if postgres:
+        measures.append(func.percentile_cont(0.5).within_group(_E.c.latency_ms).label("p50_latency_ms"))
+        measures.append(func.percentile_cont(0.95).within_group(_E.c.latency_ms).label("p95_latency_ms"))
+    where = filters.conditions()
+    query = select(*measures).where(*where).group_by(group).order_by(group)
+    rows = [_summary_row(r._mapping) for r in await conn.execute(query)]
+    if not postgres:
+        latencies = await _latencies(conn, group, where)
+        for row in rows:
+            values = latencies.get(row["group"], [])
+            row["p50_latency_ms"] = percentile(values, 0.5)
+            row["p95_latency_ms"] = percentile(values, 0.95)
+    return rows
+
+
+def _summary_row(mapping: Mapping[Any, Any]) -> Row:
+    # Postgres sums bigint into numeric (Decimal); the API speaks integers.
+    row = dict(mapping)
+    for key in ("requests", "errors", "input_tokens", "output_tokens", "cached_input_tokens", "cost_nanos"):
+        if row[key] is not None:
+            row[key] = int(row[key])
+    for key in ("p50_latency_ms", "p95_latency_ms"):
+        if row.get(key) is not None:
+            row[key] = float(row[key])
+    return row
+
+
+async def _latencies(
+    conn: AsyncConnection, group: ColumnElement[Any], where: list[ColumnElement[bool]]
+) -> dict[Any, list[int]]:
+    """SQLite only: every matching latency per group, sorted, streamed in one ordered scan."""
+    query = select(group.label("group"), _E.c.latency_ms).where(*where).order_by(group, _E.c.latency_ms)
+    out: dict[Any, list[int]] = {}
+    result = await conn.stream(query)
+    async for key, latency in result:
+        out.setdefault(key, []).append(int(latency))
+    return out
+
+
+def percentile(sorted_values: Sequence[int], fraction: float) -> float | None:
+    """``percentile_cont``: linear interpolation between the two nearest ranks of sorted values."""
+    if not sorted_values:
+        return None
+    position = fraction * (len(sorted_values) - 1)
+    low = int(position)
+    high = min(low + 1, len(sorted_values) - 1)
+    weight = position - low
+    return float(sorted_values[low] + (sorted_values[high] - sorted_values[low]) * weight)

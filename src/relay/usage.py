@@ -1,0 +1,395 @@
+"""Usage events (SPEC §8): the event value, its price, and the background writer for live traffic.
+
+What it does. :class:`UsageEvent` is one request's record, built by the live pipeline (``relay.inference``)
+or the batch runner; :func:`cost_nanos` prices its tokens exactly, in integer nano-USD; :class:`UsageWriter`
+takes live events off the response path into a bounded in-memory queue and writes them in batches (one
+transaction and one executemany per batch, payload captures beside their events); :func:`write_event`
+writes one batch item's event inside the caller's transaction, the one that finalizes the item (§10.8).
+
+What it deliberately does not know. SQL (``relay.store.usage``), HTTP, attribution rules, and payload
+policy (``relay.payloadlog`` decides what is captured; this module only carries the record).
+
+Invariants. ``record`` never blocks, never awaits and never raises: when the queue is full the event
+is dropped, ``relay_usage_events_dropped_total{reason="queue_full"}`` counts it and a warning says so
+(at most one line per 10 s, with the count) — never silently. A database outage keeps events queued and
+retries with backoff; only a full queue, a row the database refuses outright, or a shutdown that outlasts
+its timeout loses events, and each of those is counted and logged. Nothing here logs a body, a
+credential or SQL parameters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from datetime import UTC, datetime
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any, Final
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from relay.adapters.base import Usage
+from relay.payloadlog import PayloadRecord
+from relay.store import usage as store
+
+log = logging.getLogger("relay.usage")
+
+MAX_ERROR_MESSAGE: Final = 2000
+REPORT_INTERVAL_S: Final = 10.0
+_DROP_LABELS: Final = {
+    "queue_full": "events dropped (queue full)",
+    "refused": "events refused by the database",
+    "shutdown": "events not written before the stop timeout",
+    "stopped": "events recorded after stop",
+}
+_CLIPS: Final = (
+    ("request_id", 100),
+    ("model", 200),
+    ("upstream_model", 200),
+    ("host", 63),
+    ("error_kind", 64),
+    ("error_message", MAX_ERROR_MESSAGE),
+)
+
+
+@dataclass(slots=True, kw_only=True)
+class UsageEvent:
+    """One live request or batch item (SPEC §8). Keyword-only, plain slots: built once per request.
+
+    Strings the SPEC requires are ``''`` when unknown at the end of the request (routing failed before a
+    model, host or adapter was chosen); optional fields are None. ``status`` is the upstream's HTTP
+    status, 0 when the upstream was never reached. ``error_message`` must never contain a body.
+    """
+
+    id: str
+    ts: datetime
+    request_id: str
+    source: str  # "live" | "batch"
+    status: int
+    inbound_shape: str
+    latency_ms: int
+    policy_id: str
+    project_id: str
+    team_id: str
+    principal_kind: str
+    principal_id: str
+    credential_kind: str
+    credential_id: str
+    batch_id: str | None = None
+    batch_idx: int | None = None
+    error_kind: str | None = None
+    error_message: str | None = None
+    model: str = ""
+    upstream_model: str = ""
+    host: str = ""
+    adapter: str = ""
+    host_key_id: str | None = None
+    attempts: int = 0
+    streamed: bool = False
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_input_tokens: int = 0
+    cost_nanos: int | None = None
+    ttft_ms: int | None = None
+    relay_key_hash: str | None = None
+
+    def to_row(self) -> dict[str, Any]:
+        """The ``usage_events`` row: UTC timestamp, caller-influenced strings clipped to their columns
+        (a client can send a 10 kB model name; the event must still be written)."""
+        row = {name: getattr(self, name) for name in _EVENT_FIELDS}
+        row["ts"] = self.ts.astimezone(UTC)
+        for column, size in _CLIPS:
+            value = row[column]
+            if value is not None and len(value) > size:
+                row[column] = value[:size]
+        return row
+
+
+_EVENT_FIELDS: Final = tuple(f.name for f in fields(UsageEvent))
+_MILLION = Decimal(1_000_000)
+_NANOS_PER_USD = Decimal(1_000_000_000)
+
+
+def _price(pricing: Mapping[str, float | None], key: str) -> Decimal | None:
+    value = pricing.get(key)
+    if value is None or isinstance(value, bool):
+        return None
+    # str() first: Decimal(0.15) is 0.1499999999999999944488848768…, Decimal("0.15") is 0.15.
+    return Decimal(str(value))
+
+
+def cost_nanos(pricing: Mapping[str, float | None] | None, usage: Usage) -> int | None:
+    """The price of ``usage`` in integer nano-USD, rounded half up; None when unpriced.
+
+    Pricing is USD per million tokens, i.e. ``price × 1000`` nano-USD per token. Uncached input
+    (``input_tokens - cached_input_tokens``) is charged at ``input``, cached input at ``cached_input``
+    (or ``input`` when that is unset), output at ``output``. Decimal arithmetic: exact for any price
+    written in decimal, so sums over millions of events do not drift. A pricing object without
+    ``input`` or ``output`` is treated as unpriced rather than guessed.
+    """
+    if pricing is None:
+        return None
+    input_price = _price(pricing, "input")
+    output_price = _price(pricing, "output")
+    if input_price is None or output_price is None:
+        return None
+    cached_price = _price(pricing, "cached_input")
+    if cached_price is None:
+        cached_price = input_price
+    cached = usage.cached_input_tokens
+    uncached = max(0, usage.input_tokens - cached)
+    usd_per_million = uncached * input_price + cached * cached_price + usage.output_tokens * output_price
+    nanos = usd_per_million * _NANOS_PER_USD / _MILLION
+    return int(nanos.quantize(Decimal(1), rounding=ROUND_HALF_UP))
+
+
+async def write_event(conn: AsyncConnection, event: UsageEvent) -> None:
+    """Insert one event on the caller's connection and transaction: a batch item's event commits or
+    rolls back with the item's final state (SPEC §10.8); the partial unique index on
+    (batch_id, batch_idx) refuses a second event for the same item with an ``IntegrityError``."""
+    await store.insert_events(conn, [event.to_row()])
+
+
+class _DropReport:
+    """Counts losses by reason and logs them at most once per interval (the first one at once)."""
+
+    def __init__(self, interval: float) -> None:
+        self._interval = interval
+        self._last = -interval
+        self._pending: dict[str, int] = {}
+
+    def add(self, reason: str, count: int = 1) -> None:
+        self._pending[reason] = self._pending.get(reason, 0) + count
+        self.report_due()
+
+    def report_due(self) -> None:
+        if self._pending and time.monotonic() - self._last >= self._interval:
+            self.report()
+
+    def report(self) -> None:
+        if not self._pending:
+            return
+        parts = ", ".join(f"{n} {reason}" for reason, n in sorted(self._pending.items()))
+        log.warning("usage data lost since the last report: %s", parts, extra={"lost": dict(self._pending)})
+        self._pending.clear()
+        self._last = time.monotonic()
+
+
+_Item = tuple[UsageEvent, PayloadRecord | None]
+
+
+class UsageWriter:
+    """Queues live usage events (and payload captures) and writes them in batches, off the response path.
+
+    One task drains the queue: it waits up to ``flush_interval_s`` for events to accumulate (or less,
+    once ``batch_size`` are waiting), then writes the oldest ``batch_size`` in one transaction. Payload
+    bodies have their own memory budget (``payload_budget_bytes``): past it a capture is dropped and
+    counted, its event kept. Call ``record`` from the event loop's thread.
+    """
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        registry: CollectorRegistry,
+        *,
+        queue_size: int = 10_000,
+        batch_size: int = 500,
+        flush_interval_s: float = 0.2,
+        payload_budget_bytes: int = 128 * 1024 * 1024,
+        stop_timeout_s: float = 10.0,
+        retry_initial_s: float = 0.1,
+        retry_max_s: float = 5.0,
+    ) -> None:
+        self._engine = engine
+        self._queue_size = queue_size
+        self._batch_size = batch_size
+        self._flush_interval = flush_interval_s
+        self._payload_budget = payload_budget_bytes
+        self._stop_timeout = stop_timeout_s
+        self._retry_initial = retry_initial_s
+        self._retry_max = retry_max_s
+        self._queue: deque[_Item] = deque()
+        self._payload_bytes = 0
+        self._wake = asyncio.Event()  # a full batch is waiting
+        self._stopped = asyncio.Event()
+        self._closed = False
+        self._task: asyncio.Task[None] | None = None
+        self._report = _DropReport(REPORT_INTERVAL_S)
+        self._failure_logged = -REPORT_INTERVAL_S
+        r = registry
+        self._written = Counter("relay_usage_events_written", "Usage events stored", registry=r)
+        self._transactions = Counter("relay_usage_write_transactions", "Usage write commits", registry=r)
+        self._write_errors = Counter("relay_usage_write_errors", "Failed usage writes (retried)", registry=r)
+        reasons = "queue_full, refused (by the database), shutdown (stop timed out), stopped"
+        self._dropped = Counter(
+            "relay_usage_events_dropped", f"Usage events lost: {reasons}", ["reason"], registry=r
+        )
+        kept = "Payload captures dropped, their events kept: budget, refused, shutdown"
+        self._payloads_dropped = Counter("relay_usage_payloads_dropped", kept, ["reason"], registry=r)
+        depth = Gauge("relay_usage_queue_depth", "Usage events waiting to be written", registry=r)
+        depth.set_function(lambda: len(self._queue))
+
+    @property
+    def queue_depth(self) -> int:
+        return len(self._queue)
+
+    def record(self, event: UsageEvent, payload: PayloadRecord | None = None) -> None:
+        """Queue one event (and its captured bodies); returns at once and never raises."""
+        try:
+            if self._closed:
+                self._drop("stopped", 1)
+                return
+            if len(self._queue) >= self._queue_size:
+                self._drop("queue_full", 1)
+                return
+            if payload is not None:
+                if self._payload_bytes + payload.size > self._payload_budget:
+                    self._payloads_dropped.labels("budget").inc()
+                    self._report.add("payloads dropped (over the memory budget)")
+                    payload = None
+                else:
+                    self._payload_bytes += payload.size
+            self._queue.append((event, payload))
+            if len(self._queue) >= self._batch_size:
+                self._wake.set()
+        except Exception:  # pragma: no cover - defensive: recording must never fail a request
+            log.exception("usage event could not be queued")
+
+    async def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="relay-usage-writer")
+
+    async def stop(self) -> None:
+        """Write everything queued, for at most ``stop_timeout_s``; whatever is left then is counted
+        and logged as lost (reason ``shutdown``). Later ``record`` calls are counted as ``stopped``."""
+        self._closed = True
+        self._stopped.set()
+        self._wake.set()
+        if self._task is None:  # never started: drain anyway
+            self._task = asyncio.create_task(self._run(), name="relay-usage-writer")
+        try:
+            await asyncio.wait_for(asyncio.shield(self._task), self._stop_timeout)
+        except Exception as exc:
+            if not isinstance(exc, TimeoutError):
+                log.error("usage writer failed (%s)", store.describe_error(exc))
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+            lost = len(self._queue)
+            payloads = sum(1 for _, p in self._queue if p is not None)
+            self._queue.clear()
+            self._payload_bytes = 0
+            if lost:
+                self._drop("shutdown", lost)
+                self._payloads_dropped.labels("shutdown").inc(payloads)
+        self._report.report()
+
+    # -- the drain task --------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        failures = 0
+        while self._queue or not self._stopped.is_set():
+            if not self._stopped.is_set() and len(self._queue) < self._batch_size:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self._flush_interval)
+                self._wake.clear()
+            self._report.report_due()
+            try:
+                while self._queue:
+                    await self._write_head()
+                failures = 0
+            except Exception as exc:  # the database is down or restarting: keep the events, retry
+                failures += 1
+                delay = min(self._retry_max, self._retry_initial * 2 ** min(failures - 1, 20))
+                self._write_errors.inc()
+                self._log_failure(exc, delay)
+                if self._stopped.is_set():
+                    await asyncio.sleep(delay)  # stop() bounds the total time
+                else:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._stopped.wait(), delay)
+
+    def _head(self) -> list[_Item]:
+        """The oldest events, up to ``batch_size`` and about 16 MiB of payload bodies."""
+        batch: list[_Item] = []
+        size = 0
+        for item in itertools.islice(self._queue, self._batch_size):
+            if batch and item[1] is not None and size + item[1].size > 16 * 1024 * 1024:
+                break
+            batch.append(item)
+            size += item[1].size if item[1] is not None else 0
+        return batch
+
+    async def _write_head(self) -> None:
+        batch = self._head()
+        try:
+            await self._insert(batch)
+        except Exception as exc:
+            if not store.refused(exc):
+                raise
+            await self._write_one_by_one(batch)  # isolate the row(s) the database refuses
+            return
+        self._consume(len(batch))
+        self._written.inc(len(batch))
+
+    async def _insert(self, items: list[_Item]) -> None:
+        events = [event.to_row() for event, _ in items]
+        payloads = [payload.to_row() for _, payload in items if payload is not None]
+        async with self._engine.begin() as conn:
+            await store.insert_events(conn, events)
+            await store.insert_payloads(conn, payloads)
+        self._transactions.inc()
+
+    async def _write_one_by_one(self, batch: list[_Item]) -> None:
+        # Each item leaves the queue as soon as it is settled, so an outage half-way through (which
+        # propagates) never writes an item twice. A refused payload is retried without its payload.
+        for event, payload in batch:
+            if not await self._try_insert(event, payload):
+                if payload is not None and await self._try_insert(event, None):
+                    self._payloads_dropped.labels("refused").inc()
+                    self._report.add("payloads refused by the database")
+                else:
+                    self._drop("refused", 1)
+            self._consume(1)
+
+    async def _try_insert(self, event: UsageEvent, payload: PayloadRecord | None) -> bool:
+        """True when written, False when the database refused the rows; an outage propagates."""
+        try:
+            await self._insert([(event, payload)])
+        except Exception as exc:
+            if not store.refused(exc):
+                raise
+            with_payload = " with its payload" if payload is not None else ""
+            log.warning(
+                "database refused usage event %s%s (%s)", event.id, with_payload, store.describe_error(exc)
+            )
+            return False
+        self._written.inc()
+        return True
+
+    def _consume(self, count: int) -> None:
+        for _ in range(count):
+            _, payload = self._queue.popleft()
+            if payload is not None:
+                self._payload_bytes -= payload.size
+
+    def _drop(self, reason: str, count: int) -> None:
+        self._dropped.labels(reason).inc(count)
+        self._report.add(_DROP_LABELS[reason], count)
+
+    def _log_failure(self, exc: BaseException, delay: float) -> None:
+        now = time.monotonic()
+        if now - self._failure_logged >= REPORT_INTERVAL_S:
+            self._failure_logged = now
+            log.warning(
+                "usage events cannot be written yet (%s); %d queued, retrying in %.1f s",
+                store.describe_error(exc),
+                len(self._queue),
+                delay,
+            )

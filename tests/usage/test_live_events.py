@@ -1,0 +1,83 @@
+"""End to end: live requests through a real ``relay serve`` and the real fake upstream leave usage
+events (and, when switched on, payloads) that the usage API returns (SPEC §8, §9)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from tests.fixtures.live import CHAT_MODEL, CHAT_UPSTREAM, HOST_OPENAI, Gateway
+
+# The recording path does not depend on the backend (the store tests cover both): one gateway is enough.
+pytestmark = pytest.mark.parametrize("gateway", ["sqlite"], indirect=True)
+
+
+def wait_event(gateway: Gateway, request_id: str) -> dict[str, Any]:
+    """The event of one request, once the background writer (flushing every 0.2 s) has stored it."""
+    deadline = time.monotonic() + 5
+    while True:
+        response = gateway.relay.control.get("/api/usage/events", params={"limit": 1000})
+        assert response.status_code == 200, response.text
+        found = [e for e in response.json()["events"] if e["request_id"] == request_id]
+        if found:
+            assert len(found) == 1
+            return found[0]
+        assert time.monotonic() < deadline, f"no usage event for {request_id}"
+        time.sleep(0.05)
+
+
+def test_a_live_request_leaves_one_priced_attributed_event(gateway: Gateway) -> None:
+    response = gateway.chat()
+    assert response.status_code == 200, response.text
+    event = wait_event(gateway, response.headers["x-relay-request-id"])
+    usage = response.json()["usage"]
+    assert event["source"] == "live" and event["status"] == 200 and event["error_kind"] is None
+    assert (event["model"], event["upstream_model"], event["host"]) == (
+        CHAT_MODEL,
+        CHAT_UPSTREAM,
+        HOST_OPENAI,
+    )
+    assert (event["input_tokens"], event["output_tokens"]) == (
+        usage["prompt_tokens"],
+        usage["completion_tokens"],
+    )
+    # PRICING of the live catalog: input 1.0 $/M, output 2.0 $/M → 1000 and 2000 n$ per token
+    assert event["cost_nanos"] == 1000 * event["input_tokens"] + 2000 * event["output_tokens"]
+    assert event["principal_kind"] == "serviceaccount" and event["credential_kind"] == "key"
+    assert event["project_id"].startswith("prj_") and event["team_id"].startswith("tm_")
+    summary = gateway.relay.control.get(
+        "/api/usage/summary", params={"group_by": "model", "model": CHAT_MODEL}
+    )
+    assert summary.json()["rows"][0]["requests"] >= 1
+
+
+def test_payloads_are_captured_only_when_switched_on_and_opted_in(gateway: Gateway) -> None:
+    relay = gateway.relay
+    key_id, opted_in = gateway.mint_key()
+    assert relay.api("PATCH", f"/api/keys/{key_id}", {"payload_logging": True}).status_code == 200
+    switch = "/api/settings/payload_logging"
+    try:
+        # Opted in, switch off: nothing is captured.
+        off = gateway.chat(key=opted_in)
+        wait_event(gateway, off.headers["x-relay-request-id"])
+        assert relay.control.get(f"/api/payloads/{off.headers['x-relay-request-id']}").status_code == 404
+
+        assert relay.api("PUT", switch, {"enabled": True, "max_bytes": 4096}).status_code == 200
+        on = gateway.chat(key=opted_in)
+        not_opted_in = gateway.chat()  # the module's key and policy do not opt in
+        request_id = on.headers["x-relay-request-id"]
+        wait_event(gateway, request_id)
+        wait_event(gateway, not_opted_in.headers["x-relay-request-id"])
+        payload = relay.control.get(f"/api/payloads/{request_id}")
+        assert payload.status_code == 200, payload.text
+        body = payload.json()
+        assert body["request"]["model"] == CHAT_MODEL and body["response"] == on.json()
+        assert not body["request_truncated"] and not body["response_truncated"]
+        assert (
+            relay.control.get(f"/api/payloads/{not_opted_in.headers['x-relay-request-id']}").status_code
+            == 404
+        )
+    finally:
+        relay.api("PUT", switch, {"enabled": False})
