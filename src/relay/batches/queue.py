@@ -4,10 +4,9 @@ What it does. Every state change of a batch item is one short transaction here, 
 alike: :func:`insert_batch` writes a batch and all its items (all or nothing); :func:`claim` marks up to
 ``limit`` available items of ONE batch running and commits at once (no transaction is held while an
 item runs); :func:`finalize` gives a running item its final state together with its usage event;
-:func:`cancel` cancels a batch's available items with their events; :func:`rescue` discards the items
-of replicas that stopped heartbeating (or that ran past the latest bound) with ``worker lost: ``;
-:func:`put_back` returns a stopping replica's unfinished items to ``available``. The reads for the API
-are in ``relay.batches.views``.
+:func:`cancel` cancels a batch's available items with their events. Replica liveness (heartbeats,
+rescue with ``worker lost: ``, put back on shutdown) is in ``relay.batches.recovery``; the reads for
+the API are in ``relay.batches.views``. Both share this module's transaction helpers.
 
 What it deliberately does not know. What an item is or how it runs (``relay.batches.runner``), how
 usage events are built (callers pass them, or a callback that builds them for the idxs this module
@@ -52,17 +51,13 @@ from typing import Any, Final, Literal
 from sqlalchemy import (
     ColumnElement,
     Interval,
-    bindparam,
-    delete,
     exists,
     func,
     insert,
     literal,
     literal_column,
     null,
-    or_,
     select,
-    tuple_,
     update,
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -89,20 +84,6 @@ class ClaimedItem:
 
     batch: BatchRecord
     idx: int
-
-    @property
-    def batch_id(self) -> str:
-        return self.batch.id
-
-
-@dataclass(frozen=True, slots=True)
-class RescuedItem:
-    """An item discarded by :func:`rescue`, with the error it was given (for its usage event)."""
-
-    batch: BatchRecord
-    idx: int
-    claimed_by: str
-    error: str
 
     @property
     def batch_id(self) -> str:
@@ -143,7 +124,7 @@ async def _lock_batches(conn: AsyncConnection, batch_ids: Iterable[str]) -> None
     Postgres only (SQLite's BEGIN IMMEDIATE already serialises every writer). Keys are taken in
     ascending order, so two transactions locking several batches cannot deadlock on each other.
     """
-    if True:
+    if conn.dialect.name != "postgresql":
         return
     for key in sorted({_lock_key(batch_id) for batch_id in batch_ids}):
         await conn.execute(select(func.pg_advisory_xact_lock(_LOCK_NAMESPACE, key)))
@@ -255,7 +236,9 @@ async def claim(engine: AsyncEngine, instance_id: str, limit: int) -> list[Claim
         batch = record_from_row(picked._mapping)
         # A CTE, not a plain IN (subquery): Postgres evaluates a locking CTE exactly once, whereas a
         # subquery it rescans per outer row skips the rows this very UPDATE already changed and so
-        # hands out the next ones, ignoring the LIMIT.
+        # hands out the next ones, ignoring the LIMIT. The rows it returns are locked by us and were
+        # re-checked as available when locked, so the UPDATE joins them by primary key and does not
+        # repeat the state test (which would tempt the planner to walk the whole available index).
         chosen = (
             select(I.c.idx)
             .where(I.c.batch_id == batch.id, in_state(AVAILABLE))
@@ -367,142 +350,3 @@ async def _upsert_worker(conn: AsyncConnection, instance_id: str) -> None:
         await conn.execute(
             lite.on_conflict_do_update(index_elements=[W.c.instance_id], set_={"heartbeat_at": now})
         )
-
-
-async def heartbeat(engine: AsyncEngine, instance_id: str) -> None:
-    """Record that ``instance_id`` is alive (insert or refresh its ``batch_workers`` row)."""
-    async with _write(engine) as conn:
-        await _upsert_worker(conn, instance_id)
-
-
-async def forget_worker(engine: AsyncEngine, instance_id: str) -> None:
-    """Remove the worker row on a clean stop (after :func:`put_back`): anything this replica still had
-    running is then rescued at the next :func:`rescue` on any replica, without waiting for staleness."""
-    async with _write(engine) as conn:
-        await conn.execute(delete(W).where(W.c.instance_id == instance_id))
-
-
-async def rescue(
-    engine: AsyncEngine,
-    *,
-    stale_after_s: float,
-    rescue_after_s: float,
-    events_for: Callable[[list[RescuedItem]], list[UsageEvent]],
-) -> list[RescuedItem]:
-    """Discard running items whose replica is gone, with ``worker lost: `` and one usage event each.
-
-    An item is rescued when its claimant's heartbeat is older than ``stale_after_s`` or the claimant
-    has no worker row ("replica <id> stopped before finishing the item"), or when it was claimed more
-    than ``rescue_after_s`` ago whatever the heartbeat says (SPEC's latest bound,
-    ``RELAY_BATCH_RESCUE_AFTER_S``: a live replica's item timeout fires long before). One transaction;
-    safe on several replicas at once (Postgres: rows another rescuer holds are skipped, rows it has
-    committed no longer match), so no item is rescued twice. ``events_for`` gets the items in
-    (batch_id, idx) order and returns one event per item in that order; if it raises, nothing changes.
-    """
-    async with _write(engine) as conn:
-        now = _now(conn)
-        worker_lost = or_(W.c.instance_id.is_(None), W.c.heartbeat_at < _ago(conn, stale_after_s))
-        found = list(
-            await conn.execute(
-                select(I.c.batch_id, I.c.idx, I.c.claimed_by, worker_lost.label("worker_lost"))
-                .select_from(I.outerjoin(W, W.c.instance_id == I.c.claimed_by))
-                .where(in_state(RUNNING), or_(worker_lost, I.c.claimed_at < _ago(conn, rescue_after_s)))
-                .with_for_update(of=I, skip_locked=True)
-            )
-        )
-        # Sorted here, not by ORDER BY: SQLite would walk the primary key (every item ever) to avoid a
-        # sort, instead of the few rows of the running index. Skipping locked rows cannot deadlock.
-        found.sort(key=lambda row: (row.batch_id, row.idx))
-        if not found:
-            return []
-        batch_ids = sorted({row.batch_id for row in found})
-        records = {
-            row.id: record_from_row(row._mapping)
-            for row in await conn.execute(select(B).where(B.c.id.in_(batch_ids)))
-        }
-        rescued = [
-            RescuedItem(records[row.batch_id], row.idx, row.claimed_by, _lost_error(row, rescue_after_s))
-            for row in found
-        ]
-        await conn.execute(
-            update(I)
-            .where(
-                I.c.batch_id == bindparam("b_batch_id"),  # one parameter set per item: executemany
-                I.c.idx == bindparam("b_idx"),
-                in_state(RUNNING),
-            )
-            .values(state="discarded", finished_at=now, error=bindparam("b_error")),
-            [{"b_batch_id": r.batch_id, "b_idx": r.idx, "b_error": r.error} for r in rescued],
-        )
-        events = events_for(rescued)
-        _check_events(events, [(r.batch_id, r.idx) for r in rescued])
-        await insert_events(conn, [event.to_row() for event in events])
-        await _lock_batches(conn, batch_ids)
-        await _complete_if_done(conn, batch_ids)
-    return rescued
-
-
-def _lost_error(row: Any, rescue_after_s: float) -> str:
-    if row.worker_lost:
-        return f"worker lost: replica {row.claimed_by} stopped before finishing the item"
-    return (
-        f"worker lost: replica {row.claimed_by} ran longer than RELAY_BATCH_RESCUE_AFTER_S "
-        f"({rescue_after_s:g} s)"
-    )
-
-
-async def put_back(
-    engine: AsyncEngine,
-    instance_id: str,
-    items: Sequence[tuple[str, int]],
-    *,
-    events_for: Callable[[list[tuple[str, int]]], list[UsageEvent]],
-) -> int:
-    """Graceful stop (SPEC §10.6): return these items to ``available`` if they are still running and
-    claimed by ``instance_id``; returns how many went back.
-
-    An item whose batch was cancelled meanwhile (by another replica) does not go back, where no one
-    would ever claim it: it becomes ``cancelled`` with the usage event ``events_for`` builds for it
-    (called with those ``(batch_id, idx)`` pairs in order, only when there are any).
-    """
-    wanted = sorted(set(items))
-    if not wanted:
-        return 0
-    async with _write(engine) as conn:
-        # Items first, then the batches' advisory locks: the order finalize and rescue use.
-        mine = (
-            await conn.execute(
-                select(I.c.batch_id, I.c.idx)
-                .where(
-                    tuple_(I.c.batch_id, I.c.idx).in_(wanted),
-                    in_state(RUNNING),
-                    I.c.claimed_by == instance_id,
-                )
-                .order_by(I.c.batch_id, I.c.idx)
-                .with_for_update()
-            )
-        ).all()
-        if not mine:
-            return 0
-        batch_ids = sorted({batch_id for batch_id, _ in mine})
-        await _lock_batches(conn, batch_ids)
-        statuses = dict((await conn.execute(select(B.c.id, B.c.status).where(B.c.id.in_(batch_ids)))).all())
-        back = [(b, i) for b, i in mine if statuses[b] == "queued"]
-        gone = [(b, i) for b, i in mine if statuses[b] != "queued"]
-        if back:
-            await conn.execute(
-                update(I)
-                .where(tuple_(I.c.batch_id, I.c.idx).in_(back))
-                .values(state=AVAILABLE, claimed_by=None, claimed_at=None)
-            )
-        if gone:
-            await conn.execute(
-                update(I)
-                .where(tuple_(I.c.batch_id, I.c.idx).in_(gone))
-                .values(state=CANCELLED, finished_at=_now(conn), error=CANCELLED_ERROR)
-            )
-            events = events_for(gone)
-            _check_events(events, gone)
-            await insert_events(conn, [event.to_row() for event in events])
-            await _complete_if_done(conn, {b for b, _ in gone})
-    return len(back)
