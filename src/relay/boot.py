@@ -19,6 +19,12 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.types import ASGIApp
 
+from relay.batches.api import PREFIX as BATCHES_PREFIX
+from relay.batches.api import BatchesApp
+from relay.batches.payloads import PayloadStore
+from relay.batches.runner import ItemRunner
+from relay.batches.service import BatchService
+from relay.batches.workers import WorkerPool
 from relay.catalog import CatalogReloader, Snapshot
 from relay.config import Settings, host_key_env
 from relay.control.app import build_control_app
@@ -64,6 +70,7 @@ class Runtime:
     writer: UsageWriter
     inference_app: ASGIApp = field(init=False)
     control_app: ASGIApp = field(init=False)
+    batch_workers: WorkerPool | None = None  # None when RELAY_BATCH_WORKERS=0
 
     async def database_ok(self) -> bool:
         try:
@@ -82,8 +89,16 @@ class Runtime:
             log.warning("RELAY_REDIS_URL does not answer: rate limits fail open, breakers are not shared")
         await self.upstream.start()
         await self.writer.start()
+        if self.batch_workers is not None:
+            await self.batch_workers.start()
+
+    async def stop_batch_workers(self) -> None:
+        """Stop claiming batch items, let running ones finish (grace), put the rest back; idempotent."""
+        if self.batch_workers is not None:
+            await self.batch_workers.stop(self.settings.shutdown_grace_s)
 
     async def stop(self) -> None:
+        await self.stop_batch_workers()
         await self.writer.stop()
         await self.upstream.close()
         await self.state.close()
@@ -134,11 +149,37 @@ def build_runtime(settings: Settings) -> Runtime:
     def snapshot() -> Snapshot:
         return reloader.snapshot
 
+    payloads = PayloadStore(settings.batch_payload_dir)
+    if settings.batch_workers > 0:
+        runner = ItemRunner(
+            engine=engine,
+            payloads=payloads,
+            pipeline=pipeline,  # the same object live requests use (ARCHITECTURE rule 5)
+            snapshot=snapshot,
+            instance_id=settings.instance_id,
+            item_timeout_s=settings.batch_item_timeout_s,
+        )
+        runtime.batch_workers = WorkerPool(
+            engine=engine,
+            runner=runner,
+            instance_id=settings.instance_id,
+            size=settings.batch_workers,
+            rescue_after_s=settings.batch_rescue_after_s,
+        )
+    batches = BatchService(
+        engine,
+        payloads,
+        max_items=settings.batch_max_items,
+        stop_running=runtime.batch_workers.cancel_batch if runtime.batch_workers is not None else None,
+    )
+
     runtime.inference_app = InferenceApp(
         live=LiveHandler(snapshot=snapshot, pipeline=pipeline, recorder=LiveRecorder(writer, metrics)),
         snapshot=snapshot,
         database_ok=runtime.database_ok,
         max_request_bytes=settings.max_request_bytes,
+        metrics=metrics,
+        mounts={BATCHES_PREFIX: BatchesApp(batches, snapshot, settings.batch_max_bytes)},
     )
 
     def control_routes(app: FastAPI, admin: Any) -> None:

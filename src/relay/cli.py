@@ -1,4 +1,4 @@
-"""The ``relay`` command: serve, demo, migrate, config, apply, export, fake-upstream.
+"""The ``relay`` command: serve, demo, migrate, config, apply, export, keys, batch, fake-upstream.
 
 Server commands load :class:`relay.config.Settings` once and stop with a one-line message on a bad
 value. Client commands (apply, export) talk to the control plane over HTTP with
@@ -236,6 +236,145 @@ def keys_revoke(key: str = typer.Argument(..., help="Key id or name")) -> None:
     """Revoke a key for good."""
     revoked = _call("POST", f"/api/keys/{key}/revoke")
     out.print(f"revoked {revoked['name']} at {revoked['revoked_at']}")
+
+
+batch_app = typer.Typer(no_args_is_help=True, help="Batches (SPEC §10), over the inference plane.")
+app.add_typer(batch_app, name="batch")
+_BATCH_SHAPES = ("openai", "anthropic", "openai_responses")
+_FINAL = ("completed", "discarded", "cancelled")
+
+
+def _inference_client() -> httpx.Client:
+    client = load_client_settings()
+    if client.api_key is None:
+        fail("RELAY_API_KEY is not set (a relay key or an inference token)")
+    headers = {"Authorization": f"Bearer {client.api_key.get_secret_value()}"}
+    return httpx.Client(base_url=client.url, headers=headers, timeout=300)
+
+
+def _batch_call(http: httpx.Client, method: str, path: str, **kwargs: Any) -> Any:
+    try:
+        response = http.request(method, path, **kwargs)
+    except httpx.HTTPError as exc:
+        fail(f"cannot reach Relay at {http.base_url}: {exc}")
+    try:
+        data = response.json()
+    except ValueError:
+        data = None
+    if response.status_code >= 400:
+        message = (data or {}).get("error", {}).get("message") if isinstance(data, dict) else None
+        fail(f"{response.status_code}: {message or response.text}")
+    return data
+
+
+def _read_batch_file(path: Path) -> list[Any]:
+    """JSONL (one request body per line) or a JSON array; a bad line is named by its number."""
+    import json
+
+    if not path.is_file():
+        fail(f"{path}: no such file")
+    text = path.read_text()
+    if text.lstrip().startswith("["):
+        try:
+            items = json.loads(text)
+        except ValueError as exc:
+            fail(f"{path}: not a JSON array: {exc}")
+        if not isinstance(items, list):
+            fail(f"{path}: not a JSON array")
+        return items
+    items = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            items.append(json.loads(line))
+        except ValueError:
+            fail(f"{path}: line {number} is not JSON")
+    if not items:
+        fail(f"{path}: no requests")
+    return items
+
+
+def _finished_code(counts: dict[str, int]) -> int:
+    return 0 if set(counts) <= {"completed"} else 2
+
+
+@batch_app.command("submit")
+def batch_submit(
+    file: Path = typer.Argument(..., help="JSONL (one request body per line) or a JSON array"),
+    shape: str = typer.Option(..., "--shape", help="openai | anthropic | openai_responses"),
+    wait: bool = typer.Option(False, "--wait", help="Show progress on stderr until every item is final"),
+) -> None:
+    """Submit a batch; prints only its id on stdout."""
+    import time
+
+    if shape not in _BATCH_SHAPES:
+        fail(f"unknown shape {shape!r}: use one of {', '.join(_BATCH_SHAPES)}")
+    requests = _read_batch_file(file)
+    with _inference_client() as http:
+        created = _batch_call(http, "POST", "/v1/batches", json={"shape": shape, "requests": requests})
+        batch_id = created["id"]
+        print(batch_id, flush=True)
+        if not wait:
+            return
+        from rich.progress import Progress
+
+        with Progress(console=err, transient=False) as progress:
+            task = progress.add_task(batch_id, total=created["total_items"])
+            while True:
+                view = _batch_call(http, "GET", f"/v1/batches/{batch_id}")
+                done = sum(n for state, n in view["counts"].items() if state in _FINAL)
+                progress.update(task, completed=done)
+                if view["CompletedAt"] is not None:
+                    break
+                time.sleep(0.5)
+    raise typer.Exit(_finished_code(view["counts"]))
+
+
+@batch_app.command("status")
+def batch_status(batch_id: str = typer.Argument(...)) -> None:
+    """A batch's status and item counts."""
+    with _inference_client() as http:
+        view = _batch_call(http, "GET", f"/v1/batches/{batch_id}")
+    counts = ", ".join(f"{state}={n}" for state, n in view["counts"].items())
+    print(f"{view['ID']}\t{view['Status']}\t{view['TotalItems']} items\t{counts}")
+    print(f"created {view['CreatedAt']}\tcompleted {view['CompletedAt'] or '-'}")
+
+
+@batch_app.command("results")
+def batch_results(
+    batch_id: str = typer.Argument(...),
+    output: Path | None = typer.Option(None, "-o", "--output", help="Write to this file, not stdout"),
+) -> None:
+    """A batch's results as JSONL, one result object per line."""
+    with _inference_client() as http:
+        _batch_call(http, "GET", f"/v1/batches/{batch_id}")  # a clear error before streaming
+        try:
+            with http.stream(
+                "GET", f"/v1/batches/{batch_id}/results", params={"format": "jsonl"}
+            ) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    fail(f"{response.status_code}: {response.text}")
+                sink = output.open("wb") if output is not None else sys.stdout.buffer
+                try:
+                    for chunk in response.iter_bytes():
+                        sink.write(chunk)
+                finally:
+                    if output is not None:
+                        sink.close()
+                    else:
+                        sink.flush()
+        except httpx.HTTPError as exc:
+            fail(f"cannot read the results from {http.base_url}: {exc}")
+
+
+@batch_app.command("cancel")
+def batch_cancel(batch_id: str = typer.Argument(...)) -> None:
+    """Cancel a batch (idempotent)."""
+    with _inference_client() as http:
+        _batch_call(http, "POST", f"/v1/batches/{batch_id}/cancel")
+    print(f"cancelled {batch_id}")
 
 
 @app.command("fake-upstream")

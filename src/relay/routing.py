@@ -91,8 +91,11 @@ def resolve(policy: Policy, requested: str, snapshot: Snapshot) -> Plan:
     )
 
 
-def _granted_anywhere(policy: Policy, model: Model, host: str | None) -> bool:
+def _granted_anywhere(policy: Policy, model: Model, pinned: str | None) -> bool:
+    """For a model with no binding to judge by: granted by a grant that names no host (or the pinned
+    one) — a host-specific grant cannot allow a model that is not bound on that host."""
     return any(
-        grant_matches(g, model=model.name, aliases=model.aliases, provider=model.provider, host=host)
+        grant_matches(g, model=model.name, aliases=model.aliases, provider=model.provider, host=pinned)
         for g in policy.grants
+        if g.host is None or g.host == pinned
     )

@@ -90,9 +90,11 @@ async def serve(settings: Settings, *, on_ready: Callable[[Runtime], Awaitable[N
     stopper = asyncio.create_task(stop.wait())
     await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
     log.info("relay %s stopping", settings.instance_id)
+    # Batch workers stop claiming at once and drain while the listeners drain (SPEC §10.6).
+    draining = asyncio.create_task(runtime.stop_batch_workers())
     for server in servers:
         server.should_exit = True
-    await asyncio.gather(*tasks, return_exceptions=True)
+    await asyncio.gather(*tasks, draining, return_exceptions=True)
     stopper.cancel()
     await runtime.stop()
     failed = [t.exception() for t in tasks if t.done() and not t.cancelled() and t.exception()]

@@ -12,8 +12,11 @@ API) are served by ASGI apps mounted by ``boot``.
 
 from __future__ import annotations
 
+import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -24,7 +27,10 @@ from relay.domain.credentials import read_credential
 from relay.errors import RelayError
 from relay.inference.live import LiveHandler
 from relay.inference.wire import json_response, read_body, request_headers, send_bytes
+from relay.metrics import Metrics
 from relay.routing import granted_models
+
+log = logging.getLogger("relay.request")
 
 # path -> (inbound shape, error shape)
 INFERENCE_ROUTES: Mapping[str, tuple[str, str]] = {
@@ -50,7 +56,9 @@ class InferenceApp:
         database_ok: Callable[[], Awaitable[bool]],
         max_request_bytes: int,
         mounts: Mapping[str, ASGIApp] | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
+        self._metrics = metrics
         self._live = live
         self._snapshot = snapshot
         self._database_ok = database_ok
@@ -63,22 +71,28 @@ class InferenceApp:
         path: str = scope["path"]
         method: str = scope["method"]
         request_id = uuid.uuid4().hex
+        started = time.perf_counter()
         route = INFERENCE_ROUTES.get(path)
         if route is not None:
             if method != "POST":
                 await self._error(
-                    send, route[1], RelayError("use POST", code="method_not_allowed", status=405), request_id
+                    send,
+                    route[1],
+                    RelayError("use POST", code="method_not_allowed", status=405),
+                    request_id,
+                    path,
+                    started,
                 )
                 return
             try:
                 body = await read_body(receive, scope, self._max_bytes)
             except RelayError as exc:
-                await self._error(send, route[1], exc, request_id)
+                await self._error(send, route[1], exc, request_id, path, started)
                 return
             await self._live.handle(path, route[0], route[1], body, request_headers(scope), send, request_id)
             return
         if path in MODEL_LIST_ROUTES and method == "GET":
-            await self._models(scope, send, request_id)
+            await self._models(scope, send, request_id, started)
             return
         if path == "/livez":
             await json_response(send, 200, {"status": "ok"}, request_id)
@@ -97,11 +111,17 @@ class InferenceApp:
                 await app(scope, receive, send)
                 return
         shape = ANTHROPIC if path.startswith("/anthropic/") else OPENAI
+        # Unknown paths share one label: the route label must not grow with whatever clients send.
         await self._error(
-            send, shape, RelayError(f"no route for {method} {path}", code="not_found", status=404), request_id
+            send,
+            shape,
+            RelayError(f"no route for {method} {path}", code="not_found", status=404),
+            request_id,
+            "unmatched",
+            started,
         )
 
-    async def _models(self, scope: Scope, send: Send, request_id: str) -> None:
+    async def _models(self, scope: Scope, send: Send, request_id: str, started: float) -> None:
         snap = self._snapshot()
         headers = request_headers(scope)
         try:
@@ -109,15 +129,37 @@ class InferenceApp:
                 read_credential(headers.get("authorization"), headers.get("x-api-key")), snap
             )
         except RelayError as exc:
-            await self._error(send, OPENAI, exc, request_id)
+            await self._error(send, OPENAI, exc, request_id, scope["path"], started)
             return
         data = [
             {"id": m.name, "object": "model", "created": 0, "owned_by": m.provider}
             for m in granted_models(principal.policy, snap)
         ]
         await json_response(send, 200, {"object": "list", "data": data}, request_id)
+        attribution = {
+            "policy_id": principal.policy.id,
+            "project_id": principal.project_id,
+            "team_id": principal.team_id,
+            "principal_id": principal.principal_id,
+            "credential_kind": principal.credential_kind,
+            "credential_id": principal.credential_id,
+        }
+        self._count(scope["path"], OPENAI, 200, request_id, started, attribution)
 
-    @staticmethod
-    async def _error(send: Send, shape: str, exc: RelayError, request_id: str) -> None:
+    async def _error(
+        self, send: Send, shape: str, exc: RelayError, request_id: str, route: str, started: float
+    ) -> None:
         body = error_body(shape, status=exc.status, code=exc.code, message=exc.message)
-        await send_bytes(send, exc.status, body, "application/json", request_id)
+        extra = [(b"allow", b"POST")] if exc.status == 405 else []
+        await send_bytes(send, exc.status, body, "application/json", request_id, extra)
+        self._count(route, shape, exc.status, request_id, started, {"error": exc.code})
+
+    def _count(
+        self, route: str, shape: str, status: int, request_id: str, started: float, fields: dict[str, Any]
+    ) -> None:
+        """Answers that never reach the live handler are counted and logged here (SPEC §12)."""
+        if self._metrics is not None:
+            self._metrics.requests.labels(route, shape, str(status)).inc()
+        line = {"request_id": request_id, "route": route, "status": status, **fields}
+        line["latency_ms"] = int((time.perf_counter() - started) * 1000)
+        log.info("request", extra=line)

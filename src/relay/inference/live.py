@@ -88,8 +88,8 @@ class LiveHandler:
             adapter = ctx.plan.binding.adapter
             if not can_dispatch(inbound, adapter):
                 raise InvalidRequest(
-                    f"model {ctx.model!r} is served by a {adapter} binding; "
-                    f"{inbound} requests cannot be sent to it",
+                    f"model {ctx.model!r} is bound with adapter {adapter}; "
+                    f"{inbound} requests cannot be sent to it (no cross-shape translation)",
                     code="cross_shape_unsupported",
                 )
             shape = adapter if inbound == CANONICAL else inbound
@@ -108,8 +108,24 @@ class LiveHandler:
 
     async def _answer_whole(self, ctx: RequestContext, outcome: Outcome, send: Send, snap: Snapshot) -> None:
         body = outcome.body or b""
-        if ctx.inbound_shape == CANONICAL and outcome.error_kind is None and ctx.plan is not None:
-            body = orjson.dumps(canonical_from_response(ctx.plan.binding.adapter, body, model=ctx.model))
+        if ctx.inbound_shape == CANONICAL and outcome.error_kind is not None:
+            # /v1/* errors are OpenAI-shaped (SPEC §7), whatever shape the upstream answered in.
+            body = error_body(
+                "openai",
+                status=outcome.status,
+                code="upstream_error",
+                message=f"upstream returned {outcome.status}",
+            )
+            outcome.content_type = "application/json"
+        elif ctx.inbound_shape == CANONICAL and ctx.plan is not None:
+            try:
+                body = orjson.dumps(canonical_from_response(ctx.plan.binding.adapter, body, model=ctx.model))
+            except ValueError:  # a 2xx the adapter cannot read: the upstream broke its own contract
+                outcome.status, outcome.error_kind = 502, "upstream_unreadable"
+                body = error_body(
+                    "openai", status=502, code="upstream_unreadable", message="upstream answer unreadable"
+                )
+                outcome.content_type = "application/json"
         await send_bytes(send, outcome.status, body, outcome.content_type, ctx.request_id)
         self._recorder.finished(ctx, outcome, snap, response_body=body)
 

@@ -68,9 +68,12 @@ class LiveRecorder:
 
     def refused(self, ctx: RequestContext, exc: RelayError, snap: Snapshot) -> None:
         status = exc.last_status if isinstance(exc, UpstreamUnavailable) else 0
+        attempts = exc.attempts if isinstance(exc, UpstreamUnavailable) else 0
         if exc.code == "rate_limit_exceeded" and ctx.principal is not None:
             self._metrics.rate_limited.labels(ctx.principal.policy.name).inc()
-        self._emit(ctx, status, exc.code, exc.message, None, None, refused_status=exc.status)
+        self._emit(
+            ctx, status, exc.code, exc.message, None, None, refused_status=exc.status, attempts=attempts
+        )
 
     def _payload(self, ctx: RequestContext, snap: Snapshot, response: BodyCapture) -> PayloadRecord:
         request = BodyCapture(max_bytes(snap.settings))
@@ -94,6 +97,7 @@ class LiveRecorder:
         payload: PayloadRecord | None,
         *,
         refused_status: int | None = None,
+        attempts: int = 0,
     ) -> None:
         latency_ms = int((time.perf_counter() - ctx.started) * 1000)
         answered = refused_status if refused_status is not None else status
@@ -114,13 +118,15 @@ class LiveRecorder:
             fields.update(
                 policy_id=principal.policy.id,
                 project_id=principal.project_id,
+                team_id=principal.team_id,
                 principal_id=principal.principal_id,
                 credential_kind=principal.credential_kind,
                 credential_id=principal.credential_id,
             )
-            self._writer.record(
-                self._event(ctx, status, error_kind, error_message, outcome, latency_ms), payload
-            )
+            event = self._event(ctx, status, error_kind, error_message, outcome, latency_ms)
+            if outcome is None:
+                event.attempts = attempts
+            self._writer.record(event, payload)
         if error_kind:
             fields["error"] = error_kind
         log.info("request", extra=fields)

@@ -15,8 +15,13 @@ from relay.errors import PayloadTooLarge
 
 
 def request_headers(scope: Scope) -> dict[str, str]:
-    """Lower-cased header names to values (a repeated header keeps its last value)."""
-    return {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+    """Lower-cased header names to values; a repeated header's values are joined with ", " (RFC 9110),
+    so e.g. several ``anthropic-beta`` headers all reach the upstream."""
+    out: dict[str, str] = {}
+    for raw_name, raw_value in scope["headers"]:
+        name, value = raw_name.decode("latin-1"), raw_value.decode("latin-1")
+        out[name] = f"{out[name]}, {value}" if name in out else value
+    return out
 
 
 async def read_body(receive: Receive, scope: Scope, limit: int) -> bytes:

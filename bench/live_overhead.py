@@ -1,0 +1,574 @@
+"""What does Relay add to a live request? SPEC §13: added latency vs calling the fake upstream directly,
+same load, same run — p50 < 1 ms and p99 < 5 ms at 500 req/s on one process; gateway CPU ≤ 1 ms per
+proxied request.
+
+Starts the fake upstream (``python -m relay.fake_upstream --port 0``) and one ``relay serve`` (embedded
+SQLite in a temporary directory, log level warning, no Redis, no batch workers), applies a minimal
+catalog (one host → the fake upstream, model ``bench-model`` with an ``openai`` binding, policy ``*``
+with one host key, team/project/service account) and mints a relay key. Then, with the same small
+chat body and the same load generator, interleaved level by level:
+
+1. closed loop at each concurrency (default 1, 16, 64): **direct** = POST the fake upstream's
+   ``/v1/chat/completions`` with an upstream key; **relay** = POST Relay's ``/v1/chat/completions``
+   with the relay key. Each run: 1 s warm-up (not recorded), then ``--duration`` seconds measured.
+2. the same at ``stream: true`` (default concurrency 16); latency = until the last byte of the stream.
+3. fixed rate (default 500 req/s), the SPEC's load: an open-loop asyncio generator that starts a
+   request every 2 ms whatever the answers do, latency measured from each request's scheduled start;
+   and, when wrk is installed, wrk with 8 connections and 16 ms of think time per request (≈ 500 req/s
+   closed loop; wrk2's ``-R`` is not available).
+
+Relay's CPU time (utime + stime from /proc) is read around every measured run → CPU ms per proxied
+request (Relay's background tasks included). Prints the tables, the machine, and PASS/MISS next to
+each SPEC §13 target. A benchmark, not a test: it always exits 0 once it has measured.
+
+    .venv/bin/python bench/live_overhead.py [--duration 5] [--concurrency 1,16,64] [--rate 500]
+                                            [--generator auto|wrk|python]
+
+Load generator: ``wrk`` (1 thread) when installed, else an asyncio/aiohttp generator, which costs
+≈ 0.2 ms CPU per request itself and competes for the same cores as Relay and the fake upstream (the
+output says which one ran). Everything listens on 127.0.0.1; every process is stopped by process group
+at the end, also on Ctrl-C or an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import (
+    CHAT_BODY,
+    SRC,
+    CpuMeter,
+    LoadResult,
+    Processes,
+    closed_loop,
+    find_wrk,
+    free_port,
+    machine_line,
+    markdown_table,
+    ms,
+    paced,
+    run_async,
+    run_wrk,
+    start_fake_upstream,
+    write_wrk_script,
+    wrk_version,
+)
+
+UPSTREAM_KEY = "sk-bench-upstream"
+MODEL = "bench-model"
+WRK_PACED_CONNECTIONS = 8
+TARGET_P50_MS = 1.0
+TARGET_P99_MS = 5.0
+TARGET_CPU_MS = 1.0
+TARGET_RPS = 1000.0
+
+
+# ------------------------------------------------------------------------------------------ Relay
+
+
+@dataclass
+class Relay:
+    process: subprocess.Popen[Any]
+    base_url: str
+    control_url: str
+    admin_token: str
+    log_path: Path
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def relay_command(loop: str) -> list[str]:
+    """``relay serve``; with ``loop == "uvloop"`` the same command under uvloop's event loop policy (an
+    experiment: Relay itself runs on asyncio's default loop)."""
+    if loop == "uvloop":
+        code = (
+            "import asyncio, uvloop; asyncio.set_event_loop_policy(uvloop.EventLoopPolicy()); "
+            "from relay.cli import main; main()"
+        )
+        return [sys.executable, "-c", code, "serve"]
+    script = Path(sys.executable).parent / "relay"
+    if script.exists():
+        return [str(script), "serve"]
+    return [sys.executable, "-c", "from relay.cli import main; main()", "serve"]
+
+
+def start_relay(procs: Processes, workdir: Path, loop: str = "asyncio") -> Relay:
+    port, control_port = free_port(), free_port()
+    while control_port == port:
+        control_port = free_port()
+    admin_token = "bench-admin-" + secrets.token_urlsafe(24)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}  # no Redis, no stray config
+    env.update(
+        PYTHONPATH=str(SRC),
+        RELAY_BIND="127.0.0.1",
+        RELAY_PORT=str(port),
+        RELAY_CONTROL_PORT=str(control_port),
+        RELAY_DATABASE_URL=f"sqlite:///{workdir / 'relay.db'}",
+        RELAY_DATA_DIR=str(workdir / "relay-data"),
+        RELAY_BATCH_PAYLOAD_DIR=str(workdir / "relay-batch-payloads"),
+        RELAY_ADMIN_TOKEN=admin_token,
+        RELAY_MASTER_KEY=base64.b64encode(secrets.token_bytes(32)).decode(),
+        RELAY_LOG_LEVEL="warning",
+    )
+    if "batch_workers" in (SRC / "relay" / "config.py").read_text(encoding="utf-8"):
+        env["RELAY_BATCH_WORKERS"] = "0"
+    log_path = workdir / "relay.log"
+    with log_path.open("wb") as log:
+        process = procs.start(
+            relay_command(loop),
+            cwd=workdir,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    relay = Relay(
+        process, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{control_port}", admin_token, log_path
+    )
+    deadline = time.monotonic() + 60
+    with httpx.Client(timeout=2) as client:
+        while True:
+            if process.poll() is not None:
+                raise SystemExit(f"relay serve exited with {process.returncode}:\n{relay.log_tail()}")
+            try:
+                if (
+                    client.get(relay.base_url + "/livez").status_code == 200
+                    and client.get(
+                        relay.control_url + "/api/snapshot", headers=relay_admin(relay)
+                    ).status_code
+                    == 200
+                ):
+                    return relay
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise SystemExit(f"relay serve did not become ready within 60 s:\n{relay.log_tail()}")
+            time.sleep(0.1)
+
+
+def relay_admin(relay: Relay) -> dict[str, str]:
+    return {"Authorization": f"Bearer {relay.admin_token}"}
+
+
+def catalog(upstream_base: str) -> list[dict[str, Any]]:
+    return [
+        {"kind": "Team", "name": "bench"},
+        {"kind": "Host", "name": "fake", "spec": {"base_url": upstream_base}},
+        {"kind": "HostKey", "name": "fake-key", "spec": {"host": "fake", "value": UPSTREAM_KEY}},
+        {"kind": "Model", "name": MODEL, "spec": {"provider": "openai"}},
+        {
+            "kind": "Binding",
+            "name": "bench-model-fake",
+            "spec": {"model": MODEL, "host": "fake", "adapter": "openai"},
+        },
+        {"kind": "Policy", "name": "bench", "spec": {"models": ["*"], "host_keys": ["fake-key"]}},
+        {"kind": "Project", "name": "bench", "spec": {"team": "bench", "default_policy": "bench"}},
+        {"kind": "ServiceAccount", "name": "bench-sa", "spec": {"project": "bench"}},
+    ]
+
+
+def configure(relay: Relay, upstream_base: str) -> str:
+    """Applies the catalog, mints a relay key, waits until a request through Relay answers 200."""
+    with httpx.Client(timeout=10, headers=relay_admin(relay)) as client:
+        applied = client.post(relay.control_url + "/api/apply", json={"documents": catalog(upstream_base)})
+        if applied.status_code != 200:
+            raise SystemExit(f"POST /api/apply answered {applied.status_code}: {applied.text}")
+        minted = client.post(
+            relay.control_url + "/api/keys",
+            json={"principal_kind": "serviceaccount", "principal": "bench-sa"},
+        )
+        if minted.status_code not in (200, 201):
+            raise SystemExit(f"POST /api/keys answered {minted.status_code}: {minted.text}")
+        key: str = minted.json()["plaintext"]
+    deadline = time.monotonic() + 10
+    with httpx.Client(timeout=10) as client:
+        while True:
+            answer = client.post(
+                relay.base_url + "/v1/chat/completions",
+                json=CHAT_BODY,
+                headers={"Authorization": f"Bearer {key}"},
+            )
+            if answer.status_code == 200 and answer.json().get("choices"):
+                return key
+            if time.monotonic() > deadline:
+                raise SystemExit(
+                    f"a chat completion through Relay answered {answer.status_code}: {answer.text[:500]}\n"
+                    f"{relay.log_tail()}"
+                )
+            time.sleep(0.1)
+
+
+def rss_mib(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+# ------------------------------------------------------------------------------------------ runs
+
+
+@dataclass
+class Target:
+    name: str  # direct | relay
+    url: str
+    headers: dict[str, str]
+
+
+@dataclass
+class Row:
+    load: str  # "closed", "stream", "paced", "wrk-think"
+    target: str
+    concurrency: str
+    result: LoadResult
+    relay_cpu_ms: float | None
+    relay_sys_pct: float | None
+    upstream_cpu_ms: float | None
+    busy_pct: float
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, wrk: str | None, tmp: Path, pids: dict[str, int]) -> None:
+        self.args = args
+        self.wrk = wrk
+        self.tmp = tmp
+        self.pids = pids
+        self.rows: list[Row] = []
+        self._scripts: dict[tuple[str, bool, float | None], Path] = {}
+
+    def _script(self, target: Target, body: bytes, stream: bool, delay_ms: float | None) -> Path:
+        key = (target.name, stream, delay_ms)
+        if key not in self._scripts:
+            headers = {"Content-Type": "application/json", **target.headers}
+            name = f"{target.name}-{'stream' if stream else 'whole'}-{delay_ms or 0:g}.lua"
+            self._scripts[key] = write_wrk_script(self.tmp / name, body, headers, delay_ms)
+        return self._scripts[key]
+
+    def _load(
+        self,
+        target: Target,
+        body: bytes,
+        stream: bool,
+        concurrency: int,
+        seconds: float,
+        delay_ms: float | None,
+    ) -> LoadResult:
+        if self.wrk:
+            script = self._script(target, body, stream, delay_ms)
+            return run_wrk(self.wrk, target.url, script, concurrency, seconds, self.args.threads)
+        headers = {"Content-Type": "application/json", **target.headers}
+        result: LoadResult = run_async(closed_loop(target.url, body, headers, concurrency, seconds))
+        return result
+
+    def _measure(self, load: str, target: Target, label: str, run: Any) -> None:
+        meter = CpuMeter(self.pids)
+        meter.start()
+        result: LoadResult = run()
+        meter.stop()
+        n = result.requests or 1
+        relay_cpu = relay_sys = None
+        if target.name == "relay":
+            relay_cpu = meter.seconds["relay"] * 1000 / n
+            relay_sys = (
+                100 * meter.system_seconds["relay"] / meter.seconds["relay"] if meter.seconds["relay"] else 0
+            )
+        upstream_cpu = meter.seconds["upstream"] * 1000 / n
+        self.rows.append(
+            Row(load, target.name, label, result, relay_cpu, relay_sys, upstream_cpu, meter.busy_pct)
+        )
+        extra = ""
+        if "lag_p99_ms" in result.extra:
+            extra = f", generator lag p99 {result.extra['lag_p99_ms']:.2f} ms"
+        if "error_kinds" in result.extra:
+            extra += f", errors: {result.extra['error_kinds']}"
+        print(
+            f"   {load:<9} {target.name:<6} {label:>8}: {result.rps:8,.0f} req/s  p50 {result.p50_ms:7.2f} ms"
+            f"  p99 {result.p99_ms:7.2f} ms  errors {result.errors}"
+            + (f"  relay CPU {relay_cpu:.3f} ms/req" if relay_cpu is not None else "")
+            + extra,
+            flush=True,
+        )
+
+    def closed(self, load: str, target: Target, body: bytes, stream: bool, concurrency: int) -> None:
+        self._load(target, body, stream, concurrency, self.args.warmup, None)
+        self._measure(
+            load,
+            target,
+            str(concurrency),
+            lambda: self._load(target, body, stream, concurrency, self.args.duration, None),
+        )
+
+    def paced(self, target: Target, body: bytes, rate: float) -> None:
+        headers = {"Content-Type": "application/json", **target.headers}
+        run_async(paced(target.url, body, headers, rate, self.args.warmup))
+        self._measure(
+            "paced",
+            target,
+            f"{rate:g}/s",
+            lambda: run_async(paced(target.url, body, headers, rate, self.args.duration)),
+        )
+
+    def wrk_think(self, target: Target, body: bytes, rate: float) -> None:
+        delay_ms = WRK_PACED_CONNECTIONS * 1000.0 / rate
+        self._load(target, body, False, WRK_PACED_CONNECTIONS, self.args.warmup, delay_ms)
+        self._measure(
+            "wrk-think",
+            target,
+            f"{rate:g}/s",
+            lambda: self._load(target, body, False, WRK_PACED_CONNECTIONS, self.args.duration, delay_ms),
+        )
+
+
+# ------------------------------------------------------------------------------------------ report
+
+
+def pair(rows: list[Row], load: str, label: str) -> tuple[Row | None, Row | None]:
+    direct = next(
+        (r for r in rows if r.load == load and r.concurrency == label and r.target == "direct"), None
+    )
+    relay = next((r for r in rows if r.load == load and r.concurrency == label and r.target == "relay"), None)
+    return direct, relay
+
+
+def render_table(rows: list[Row]) -> str:
+    out: list[list[str]] = []
+    for r in rows:
+        direct, _ = pair(rows, r.load, r.concurrency)
+        added50 = added99 = "–"
+        if r.target == "relay" and direct is not None:
+            added50 = f"{r.result.p50_ms - direct.result.p50_ms:+.2f} ms"
+            added99 = f"{r.result.p99_ms - direct.result.p99_ms:+.2f} ms"
+        out.append(
+            [
+                r.load,
+                r.target,
+                r.concurrency,
+                f"{r.result.rps:,.0f}",
+                ms(r.result.p50_ms),
+                ms(r.result.p99_ms),
+                added50,
+                added99,
+                "–" if r.relay_cpu_ms is None else f"{r.relay_cpu_ms:.3f} ({r.relay_sys_pct:.0f} % sys)",
+                "–" if r.upstream_cpu_ms is None else f"{r.upstream_cpu_ms:.3f}",
+                f"{r.busy_pct:.0f} %",
+                str(r.result.errors),
+            ]
+        )
+    headers = [
+        "load",
+        "target",
+        "conc.",
+        "req/s",
+        "p50",
+        "p99",
+        "added p50",
+        "added p99",
+        "relay CPU ms/req",
+        "upstream CPU ms/req",
+        "machine busy",
+        "errors",
+    ]
+    return markdown_table(headers, out, [False, False, True, *([True] * 9)])
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "MISS"
+
+
+def report_targets(rows: list[Row], rate: float) -> list[str]:
+    lines = [
+        f"SPEC §13 targets (at {rate:g} req/s: the open-loop paced run; wrk think-time run in brackets):"
+    ]
+    direct, relay = pair(rows, "paced", f"{rate:g}/s")
+    wdirect, wrelay = pair(rows, "wrk-think", f"{rate:g}/s")
+
+    def added(d: Row | None, r: Row | None, attr: str) -> float | None:
+        if d is None or r is None:
+            return None
+        return float(getattr(r.result, attr) - getattr(d.result, attr))
+
+    for attr, limit, name in (("p50_ms", TARGET_P50_MS, "p50"), ("p99_ms", TARGET_P99_MS, "p99")):
+        value = added(direct, relay, attr)
+        other = added(wdirect, wrelay, attr)
+        bracket = f" [{verdict(other < limit)} {other:+.2f} ms]" if other is not None else ""
+        if value is None:
+            lines.append(f"  added {name} < {limit:g} ms at {rate:g} req/s: not measured")
+        else:
+            lines.append(
+                f"  added {name} < {limit:g} ms at {rate:g} req/s: {verdict(value < limit)} "
+                f"({value:+.2f} ms){bracket}"
+            )
+    whole = [r for r in rows if r.target == "relay" and r.load != "stream" and r.relay_cpu_ms is not None]
+    if whole:
+        worst = max(whole, key=lambda r: r.relay_cpu_ms or 0.0)
+        at_rate = relay.relay_cpu_ms if relay is not None else None
+        lines.append(
+            f"  relay CPU ≤ {TARGET_CPU_MS:g} ms per proxied request: "
+            f"{verdict((worst.relay_cpu_ms or 0) <= TARGET_CPU_MS)} "
+            f"(worst {worst.relay_cpu_ms:.3f} ms: {worst.load} {worst.concurrency}"
+            + (f"; {at_rate:.3f} ms at {rate:g} req/s" if at_rate is not None else "")
+            + ")"
+        )
+    closed = [r for r in rows if r.target == "relay" and r.load == "closed"]
+    if closed:
+        best = max(closed, key=lambda r: r.result.rps)
+        lines.append(
+            f"  one process serves ≥ {TARGET_RPS:,.0f} req/s: {verdict(best.result.rps >= TARGET_RPS)} "
+            f"({best.result.rps:,.0f} req/s at concurrency {best.concurrency}, generator and upstream "
+            "on the same cores)"
+        )
+    return lines
+
+
+# ------------------------------------------------------------------------------------------ main
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--duration", type=float, default=5.0, help="measured seconds per run")
+    parser.add_argument("--warmup", type=float, default=1.0, help="unrecorded seconds before each run")
+    parser.add_argument("--concurrency", default="1,16,64", help="closed-loop levels, comma-separated")
+    parser.add_argument("--stream-concurrency", type=int, default=16, help="0 skips the streaming run")
+    parser.add_argument(
+        "--rate",
+        default="500",
+        help="fixed-rate runs, req/s, comma-separated; the first is the one SPEC §13 names (0 skips them)",
+    )
+    parser.add_argument("--generator", choices=["auto", "wrk", "python"], default="auto")
+    parser.add_argument("--threads", type=int, default=1, help="wrk threads (1 leaves more CPU to the rest)")
+    parser.add_argument(
+        "--relay-loop",
+        choices=["asyncio", "uvloop"],
+        default="asyncio",
+        help="experiment: run relay serve under uvloop (Relay itself uses asyncio's default loop)",
+    )
+    args = parser.parse_args()
+    levels = [int(x) for x in args.concurrency.split(",") if x.strip()]
+    rates = [r for r in (float(x) for x in args.rate.split(",") if x.strip()) if r > 0]
+    wrk = find_wrk(args.generator)
+    n_runs = 2 * (len(levels) + (1 if args.stream_concurrency else 0) + len(rates) * (2 if wrk else 1))
+    print(f"Relay live overhead (SPEC §13) — {machine_line()}")
+    generator = (
+        f"{wrk_version(wrk)} ({args.threads} thread)"
+        if wrk
+        else "python asyncio+aiohttp (wrk not installed: the generator shares the cores and is slower "
+        "than the servers, so req/s are lower bounds and latencies include its own delays)"
+    )
+    print(f"generator: {generator}")
+    print(
+        f"{n_runs} runs of {args.warmup:g} s warm-up + {args.duration:g} s, "
+        f"about {n_runs * (args.warmup + args.duration) + 10:.0f} s in all",
+        flush=True,
+    )
+
+    body = json.dumps(CHAT_BODY, separators=(",", ":")).encode()
+    stream_body = json.dumps({**CHAT_BODY, "stream": True}, separators=(",", ":")).encode()
+    with Processes() as procs, tempfile.TemporaryDirectory(prefix="relay-bench-") as tmpdir:
+        tmp = Path(tmpdir)
+        fake, upstream = start_fake_upstream(procs)
+        relay = start_relay(procs, tmp, args.relay_loop)
+        key = configure(relay, upstream)
+        direct = Target(
+            "direct", upstream + "/v1/chat/completions", {"Authorization": f"Bearer {UPSTREAM_KEY}"}
+        )
+        via = Target("relay", relay.base_url + "/v1/chat/completions", {"Authorization": f"Bearer {key}"})
+        check = httpx.post(
+            direct.url, content=body, headers={**direct.headers, "Content-Type": "application/json"}
+        )
+        check.raise_for_status()
+
+        pids = {"relay": relay.process.pid, "upstream": fake.pid}
+        idle = CpuMeter(pids)
+        idle.start()
+        time.sleep(1.0)
+        idle.stop()
+        print(
+            f"relay serve pid {relay.process.pid} (one process, {args.relay_loop} event loop, "
+            "embedded SQLite, log level warning), "
+            f"idle CPU {idle.seconds['relay'] * 1000:.1f} ms/s; fake upstream pid {fake.pid}; "
+            f"machine busy before the runs (other processes): {idle.busy_pct:.0f} %",
+            flush=True,
+        )
+
+        bench = Bench(args, wrk, tmp, pids)
+        try:
+            for concurrency in levels:
+                for target in (direct, via):
+                    bench.closed("closed", target, body, False, concurrency)
+            if args.stream_concurrency:
+                for target in (direct, via):
+                    bench.closed("stream", target, stream_body, True, args.stream_concurrency)
+            for rate in rates:
+                for target in (direct, via):
+                    bench.paced(target, body, rate)
+                if wrk:
+                    for target in (direct, via):
+                        bench.wrk_think(target, body, rate)
+        except (subprocess.SubprocessError, RuntimeError, OSError) as exc:
+            print(f"a run failed, reporting what was measured: {exc!r}", file=sys.stderr)
+        relay_rss = rss_mib(relay.process.pid)
+        if relay.process.poll() is not None:
+            print(f"relay serve died during the runs:\n{relay.log_tail()}", file=sys.stderr)
+
+    rows = bench.rows
+    print()
+    print(f"Relay live overhead — {machine_line()}")
+    print(f"generator: {generator}; {args.duration:g} s per run after {args.warmup:g} s warm-up")
+    for line in (
+        "direct = fake upstream /v1/chat/completions; relay = Relay /v1/chat/completions → the same upstream",
+        "closed = closed loop: each connection sends again as soon as it is answered",
+        "stream = closed loop with stream: true; latency = until the last byte",
+        "paced = open loop at a fixed rate (python generator), latency from each request's due time",
+        f"wrk-think = wrk, {WRK_PACED_CONNECTIONS} connections, each waiting {WRK_PACED_CONNECTIONS} s/rate",
+        "    between an answer and its next request (a bit under the rate; wrk2 -R is not available)",
+        "CPU ms/req = the process's CPU time (user + sys) during the run / requests answered",
+    ):
+        print(line)
+    print()
+    print(render_table(rows))
+    for r in rows:
+        if r.result.errors:
+            kinds = r.result.extra.get("error_kinds", "connect/read/write/timeout errors or non-2xx (wrk)")
+            print(f"errors in {r.load} {r.target} {r.concurrency}: {kinds}")
+    print()
+    print(
+        f"relay RSS after the runs: {relay_rss:.0f} MiB; machine busy before the runs (other processes): "
+        f"{idle.busy_pct:.0f} %"
+    )
+    if rates:
+        for line in report_targets(rows, rates[0]):
+            print(line)
+    else:
+        print("SPEC §13 latency targets: not measured (no --rate run)")
+    print(
+        "(a benchmark, not a test: nothing here fails the build; the load generator, the fake upstream "
+        f"and Relay share {os.cpu_count()} CPU(s))"
+    )
+
+
+if __name__ == "__main__":
+    main()

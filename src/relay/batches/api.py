@@ -1,0 +1,157 @@
+"""The batch API's HTTP face (SPEC §10.1–§10.5): a small raw-ASGI app mounted at ``/v1/batches``.
+
+Routes: ``POST /v1/batches`` (submit), ``GET /v1/batches/{id}`` (status), ``GET /v1/batches/{id}/results``
+(``?format=jsonl`` for one result per line), ``POST /v1/batches/{id}/cancel``. Thin handlers: read,
+authenticate exactly like inference (``authenticate(read_credential(...), snapshot)``), call
+:class:`relay.batches.service.BatchService`, render. Errors are OpenAI-shaped like every ``/v1/*`` path;
+a refused submission is ``{"error": {"type": "invalid_request_error", "message"}}`` (SPEC §10.1).
+
+What it deliberately does not know. Rate limits (none of these routes counts against them), the queue
+and the payload files (the service's business). The body limit is ``RELAY_BATCH_MAX_BYTES``,
+independent of the live ``RELAY_MAX_REQUEST_BYTES``. Results are streamed page by page.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import parse_qs
+
+import orjson
+from starlette.types import Receive, Scope, Send
+
+from relay.adapters import OPENAI, error_body
+from relay.auth import Principal, authenticate
+from relay.batches.service import BatchService
+from relay.catalog import Snapshot
+from relay.domain.batches import BatchRejected
+from relay.domain.credentials import read_credential
+from relay.errors import InvalidRequest, NotFound, PayloadTooLarge, RelayError
+
+log = logging.getLogger("relay.batches")
+PREFIX = "/v1/batches"
+
+
+class BatchesApp:
+    def __init__(self, service: BatchService, snapshot: Callable[[], Snapshot], max_bytes: int) -> None:
+        self._service = service
+        self._snapshot = snapshot
+        self._max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        request_id = uuid.uuid4().hex
+        method: str = scope["method"]
+        parts = [p for p in scope["path"][len(PREFIX) :].split("/") if p]
+        try:
+            principal = self._authenticate(scope)
+            if not parts:
+                _allow(method, "POST")
+                body = await _read_body(receive, scope, self._max_bytes)
+                try:
+                    answer = await self._service.submit(principal, body)
+                except BatchRejected as exc:
+                    payload = {"error": {"type": "invalid_request_error", "message": str(exc)}}
+                    await _send(send, 400, orjson.dumps(payload), request_id)
+                    return
+                await _send(send, 202, orjson.dumps(answer), request_id)
+            elif len(parts) == 1:
+                _allow(method, "GET")
+                await _send(
+                    send, 200, orjson.dumps(await self._service.status(principal, parts[0])), request_id
+                )
+            elif len(parts) == 2 and parts[1] == "results":
+                _allow(method, "GET")
+                await self._results(scope, send, principal, parts[0], request_id)
+            elif len(parts) == 2 and parts[1] == "cancel":
+                _allow(method, "POST")
+                await _send(
+                    send, 200, orjson.dumps(await self._service.cancel(principal, parts[0])), request_id
+                )
+            else:
+                raise NotFound(f"no route for {method} {scope['path']}")
+        except RelayError as exc:
+            body_out = error_body(OPENAI, status=exc.status, code=exc.code, message=exc.message)
+            await _send(send, exc.status, body_out, request_id)
+
+    def _authenticate(self, scope: Scope) -> Principal:
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        credential = read_credential(headers.get("authorization"), headers.get("x-api-key"))
+        return authenticate(credential, self._snapshot())
+
+    async def _results(self, scope: Scope, send: Send, principal: Principal, batch_id: str, rid: str) -> None:
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        fmt = (query.get("format") or ["json"])[-1]
+        if fmt not in ("json", "jsonl"):
+            raise InvalidRequest("format must be json or jsonl")
+        record = await self._service.owned(principal, batch_id)
+        jsonl = fmt == "jsonl"
+        content_type = "application/x-ndjson" if jsonl else "application/json"
+        await send(_head(200, content_type, rid))
+        first = True
+        try:
+            if not jsonl:
+                await _chunk(send, b'{"results":[')
+            async for page in self._service.results(record):
+                if jsonl:
+                    data = b"".join(line + b"\n" for line in page)
+                else:
+                    data = (b"" if first else b",") + b",".join(page)
+                first = False
+                await _chunk(send, data)
+            await send(
+                {"type": "http.response.body", "body": b"]}" if not jsonl else b"", "more_body": False}
+            )
+        except OSError:
+            log.info("results stream of %s ended early: client disconnected", batch_id)
+        except Exception:
+            # Headers are out: the caller sees a truncated body (invalid JSON), never a false "complete".
+            log.exception("results stream of %s failed", batch_id)
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def _allow(method: str, expected: str) -> None:
+    if method != expected:
+        raise RelayError(f"use {expected}", code="method_not_allowed", status=405)
+
+
+async def _read_body(receive: Receive, scope: Scope, limit: int) -> bytes:
+    """The whole body, refusing (413) anything over ``RELAY_BATCH_MAX_BYTES`` before reading it all."""
+    too_large = PayloadTooLarge(f"batch body is larger than {limit} bytes (RELAY_BATCH_MAX_BYTES)")
+    for name, value in scope["headers"]:
+        if name == b"content-length" and value.isdigit() and int(value) > limit:
+            raise too_large
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        chunk = message.get("body", b"")
+        if chunk:
+            size += len(chunk)
+            if size > limit:
+                raise too_large
+            parts.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return b"".join(parts)
+
+
+def _head(status: int, content_type: str, request_id: str, length: int | None = None) -> dict[str, Any]:
+    headers = [(b"content-type", content_type.encode()), (b"x-relay-request-id", request_id.encode())]
+    if length is not None:
+        headers.append((b"content-length", str(length).encode()))
+    return {"type": "http.response.start", "status": status, "headers": headers}
+
+
+async def _send(send: Send, status: int, body: bytes, request_id: str) -> None:
+    await send(_head(status, "application/json", request_id, len(body)))
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _chunk(send: Send, data: bytes) -> None:
+    await send({"type": "http.response.body", "body": data, "more_body": True})

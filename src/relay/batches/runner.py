@@ -1,0 +1,309 @@
+"""One batch item, from its input file to its final state (SPEC §10.4, §10.6).
+
+What it does. :meth:`ItemRunner.execute` runs one claimed item through the checks of §10.6 in their
+order — load input → credential still valid (against the CURRENT snapshot) → recorded policy exists and
+is enabled → routing → shape check — and then through ``Pipeline.run``, the very object live requests
+use (ARCHITECTURE rule 5: never a copy of routing, limits or key selection), unstreamed and bounded by
+``RELAY_BATCH_ITEM_TIMEOUT_S``. It answers an :class:`ItemResult`: the final state, the error text of
+§10.4 and the item's one usage event. :meth:`ItemRunner.finish` writes that result with
+``queue.finalize`` (state and event in one transaction).
+
+What it deliberately does not know. Claiming, concurrency, cancellation and shutdown (the worker pool
+decides when an item runs or stops), HTTP, and payload logging: batch bodies are never captured
+(SPEC §9), the response file is where a completed item's body lives.
+
+Invariants. Every result carries exactly one batch usage event with the batch's recorded attribution;
+``error_message`` is the item's error text and never a body; ``cost_nanos`` is set only when an
+upstream 2xx answer was priced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import orjson
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from relay.adapters import OPENAI, OPENAI_RESPONSES
+from relay.auth import Principal, recheck_key, recheck_token
+from relay.batches import queue
+from relay.batches.payloads import PayloadStore
+from relay.batches.views import BatchRecord
+from relay.catalog import Snapshot
+from relay.domain.ids import mint_id
+from relay.errors import RateLimited, RelayError
+from relay.pipeline import Call, Outcome, Pipeline, UpstreamUnavailable
+from relay.routing import Plan, resolve
+from relay.tokens import TokenClaims
+from relay.usage import UsageEvent, cost_nanos
+
+log = logging.getLogger("relay.batches")
+
+#: SPEC §10.4's one exception to the cross-shape rule: Responses items to an ``openai`` binding on the
+#: host named ``openai`` are sent as they are to its Chat Completions path.
+RESPONSES_PASSTHROUGH_HOST = "openai"
+
+
+def item_event(
+    batch: BatchRecord,
+    idx: int,
+    *,
+    status: int = 0,
+    error_kind: str | None = None,
+    error_message: str | None = None,
+    plan: Plan | None = None,
+    model: str = "",
+    outcome: Outcome | None = None,
+    latency_ms: int = 0,
+) -> UsageEvent:
+    """The usage event of one batch item (SPEC §10.8): source ``batch``, the batch's attribution and
+    policy; priced only when the upstream answered 2xx."""
+    usage = outcome.usage if outcome is not None else None
+    priced = plan is not None and usage is not None and outcome is not None and outcome.error_kind is None
+    return UsageEvent(
+        id=mint_id("ue"),
+        ts=datetime.now(UTC),
+        request_id=uuid.uuid4().hex,
+        source="batch",
+        batch_id=batch.id,
+        batch_idx=idx,
+        status=status,
+        error_kind=error_kind,
+        error_message=error_message,
+        model=plan.model.name if plan is not None else model,
+        upstream_model=plan.upstream_model if plan is not None else "",
+        host=plan.host.name if plan is not None else "",
+        adapter=plan.binding.adapter if plan is not None else "",
+        inbound_shape=batch.inbound_shape,
+        host_key_id=outcome.host_key_id if outcome is not None else None,
+        attempts=outcome.attempts if outcome is not None else 0,
+        streamed=False,
+        input_tokens=usage.input_tokens if usage else 0,
+        output_tokens=usage.output_tokens if usage else 0,
+        cached_input_tokens=usage.cached_input_tokens if usage else 0,
+        cost_nanos=cost_nanos(plan.binding.pricing, usage) if priced and plan and usage else None,
+        latency_ms=latency_ms,
+        policy_id=batch.policy_id,
+        project_id=batch.project_id,
+        team_id=batch.team_id,
+        principal_kind=batch.principal_kind,
+        principal_id=batch.principal_id,
+        credential_kind=batch.credential_kind,
+        credential_id=batch.credential_id,
+        relay_key_hash=batch.key_hash,
+    )
+
+
+def cancelled_event(batch: BatchRecord, idx: int) -> UsageEvent:
+    """The event of an item cancelled before or while it ran (nothing priced)."""
+    return item_event(batch, idx, error_kind="cancelled", error_message=queue.CANCELLED_ERROR)
+
+
+@dataclass(slots=True)
+class ItemResult:
+    state: queue.FinalState
+    status: int | None  # the upstream's HTTP status when one answered
+    error: str | None
+    event: UsageEvent
+
+
+class _Discard(Exception):
+    """An item fails before the pipeline answers: its error kind and text (SPEC §10.4)."""
+
+    def __init__(self, kind: str, message: str, *, status: int = 0, attempts: int = 0) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.status = status
+        self.attempts = attempts
+
+
+class ItemRunner:
+    def __init__(
+        self,
+        *,
+        engine: AsyncEngine,
+        payloads: PayloadStore,
+        pipeline: Pipeline,
+        snapshot: Callable[[], Snapshot],
+        instance_id: str,
+        item_timeout_s: float,
+    ) -> None:
+        self._engine = engine
+        self._payloads = payloads
+        self._pipeline = pipeline
+        self._snapshot = snapshot
+        self._instance_id = instance_id
+        self._timeout_s = item_timeout_s
+
+    async def execute(self, item: queue.ClaimedItem) -> ItemResult:
+        """Run one item; never raises for a failing item (it becomes ``discarded``). Cancellation
+        (``asyncio.CancelledError``) propagates to the worker pool, which decides what it means."""
+        batch, idx = item.batch, item.idx
+        started = time.perf_counter()
+        plan: Plan | None = None
+        model = ""
+
+        def elapsed() -> int:
+            return int((time.perf_counter() - started) * 1000)
+
+        try:
+            raw = await self._load(batch, idx)
+            snap = self._snapshot()
+            principal = self._principal(batch, snap)
+            body = _parse(raw)
+            requested = body.get("model")
+            model = requested if isinstance(requested, str) else ""
+            plan = _route(principal, body, snap)
+            shape = _wire_shape(batch.inbound_shape, plan)
+            try:
+                async with asyncio.timeout(self._timeout_s):
+                    outcome = await self._pipeline.run(Call(principal, plan, shape, body, {}, stream=False))
+            except TimeoutError:
+                raise _Discard(
+                    "timeout",
+                    f"timeout: item ran longer than RELAY_BATCH_ITEM_TIMEOUT_S ({self._timeout_s:g} s)",
+                ) from None
+            except UpstreamUnavailable as exc:
+                raise _Discard(exc.code, exc.message, status=exc.last_status, attempts=exc.attempts) from None
+            except RateLimited as exc:
+                raise _Discard(exc.code, exc.message) from None
+            except RelayError as exc:  # no_healthy_keys and the rest of the pipeline's refusals
+                raise _Discard(exc.code, exc.message) from None
+        except _Discard as failure:
+            event = item_event(
+                batch,
+                idx,
+                status=failure.status,
+                error_kind=failure.kind,
+                error_message=failure.message,
+                plan=plan,
+                model=model,
+                latency_ms=elapsed(),
+            )
+            event.attempts = failure.attempts
+            return ItemResult("discarded", failure.status or None, failure.message, event)
+        if outcome.error_kind is not None or not 200 <= outcome.status < 300:
+            message = f"upstream returned {outcome.status}"
+            event = item_event(
+                batch,
+                idx,
+                status=outcome.status,
+                error_kind=outcome.error_kind or "upstream_status",
+                error_message=message,
+                plan=plan,
+                outcome=outcome,
+                latency_ms=elapsed(),
+            )
+            return ItemResult("discarded", outcome.status, message, event)
+        await asyncio.to_thread(self._payloads.write_response, batch.id, idx, outcome.body or b"")
+        event = item_event(
+            batch, idx, status=outcome.status, plan=plan, outcome=outcome, latency_ms=elapsed()
+        )
+        return ItemResult("completed", outcome.status, None, event)
+
+    async def finish(self, item: queue.ClaimedItem, result: ItemResult) -> bool:
+        """Write the item's final state and its event (one transaction); False when the item is no
+        longer this replica's (rescued or put back meanwhile)."""
+        return await queue.finalize(
+            self._engine,
+            self._instance_id,
+            item.batch_id,
+            item.idx,
+            state=result.state,
+            status=result.status,
+            error=result.error,
+            event=result.event,
+        )
+
+    def cancelled(self, item: queue.ClaimedItem) -> ItemResult:
+        return ItemResult("cancelled", None, queue.CANCELLED_ERROR, cancelled_event(item.batch, item.idx))
+
+    def failed(self, item: queue.ClaimedItem, exc: BaseException) -> ItemResult:
+        """An unexpected error inside Relay (a bug or an outage): the item is discarded, not left running."""
+        message = f"internal error: {type(exc).__name__}"
+        return ItemResult(
+            "discarded",
+            None,
+            message,
+            item_event(item.batch, item.idx, error_kind="internal", error_message=message),
+        )
+
+    async def _load(self, batch: BatchRecord, idx: int) -> bytes:
+        try:
+            return await asyncio.to_thread(self._payloads.read_request, batch.id, idx)
+        except FileNotFoundError:
+            raise _Discard(
+                "load_input",
+                f"load input: the request file of item {idx} is not in RELAY_BATCH_PAYLOAD_DIR on replica "
+                f"{self._instance_id} (is the directory shared by every replica?)",
+            ) from None
+
+    @staticmethod
+    def _principal(batch: BatchRecord, snap: Snapshot) -> Principal:
+        """The submitter as of NOW: the credential re-checked (§3 rules), the recorded policy current."""
+        claims: TokenClaims | None = None
+        if batch.key_hash is not None:
+            reason = recheck_key(batch.key_hash, snap)
+        else:
+            claims = TokenClaims(**(batch.token_claims or {}))
+            reason = recheck_token(claims, snap)
+        if reason is not None:
+            raise _Discard("credential_invalid", f"credential no longer valid: {reason}")
+        policy = snap.policies.get(batch.policy_id)
+        if policy is None:
+            raise _Discard(
+                "policy_unavailable", f'policy unavailable: policy "{batch.policy_name}" was deleted'
+            )
+        if not policy.enabled:
+            raise _Discard("policy_unavailable", f'policy unavailable: policy "{policy.name}" is disabled')
+        return Principal(
+            policy=policy,
+            project_id=batch.project_id,
+            team_id=batch.team_id,
+            principal_kind=batch.principal_kind,
+            principal_id=batch.principal_id,
+            credential_kind=batch.credential_kind,
+            credential_id=batch.credential_id,
+            key_hash=batch.key_hash,
+            owner=batch.owner,
+            key_payload_logging=False,  # SPEC §9: batch items are never captured
+            token=claims,
+        )
+
+
+def _parse(raw: bytes) -> dict:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise _Discard("load_input", "load input: the stored request is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise _Discard("load_input", "load input: the stored request is not a JSON object")
+    return body
+
+
+def _route(principal: Principal, body: dict, snap: Snapshot) -> Plan:
+    model = body.get("model")
+    if model is None:
+        raise _Discard("missing_model", "routing: request body has no 'model'")
+    if not isinstance(model, str) or not model.strip():
+        raise _Discard("missing_model", "routing: 'model' must be a non-empty string")
+    try:
+        return resolve(principal.policy, model, snap)
+    except RelayError as exc:
+        raise _Discard(exc.code, f"routing: {exc.message}") from None
+
+
+def _wire_shape(inbound: str, plan: Plan) -> str:
+    adapter = plan.binding.adapter
+    if inbound == adapter:
+        return inbound
+    if inbound == OPENAI_RESPONSES and adapter == OPENAI and plan.host.name == RESPONSES_PASSTHROUGH_HOST:
+        return OPENAI  # sent as it is to the host's Chat Completions path (SPEC §10.4)
+    raise _Discard("cross_shape", f"cross-shape dispatch: item shape {inbound}, binding adapter {adapter}")

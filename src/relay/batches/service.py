@@ -1,0 +1,164 @@
+"""The batch API's services (SPEC §10.1–§10.5): submit, status, results, cancel.
+
+What it does. :meth:`BatchService.submit` validates a submission (``relay.domain.batches``), writes the
+items' request files, then the batch and all its items in one transaction, and answers what the 202
+carries; :meth:`status` renders the §10.2 view with its exact casing; :meth:`results` yields the §10.3
+results page by page (a 50 000-item batch never sits in memory); :meth:`cancel` cancels the available
+items (with their usage events) and asks this replica's worker pool to stop the batch's running items.
+
+What it deliberately does not know. HTTP (``relay.batches.api`` renders), how items run
+(``relay.batches.runner``) and rate limits: submitting, polling and reading results never count
+against a policy (SPEC §10.1).
+
+Invariants. Only the owner sees a batch: the same relay key (by hash) or any token of the same user;
+anyone else gets :class:`BatchNotFound`, never a 403 (SPEC §10.8). Ids and timestamps are minted here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import asdict
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from relay.auth import Principal
+from relay.batches import queue, views
+from relay.batches.payloads import PayloadStore
+from relay.batches.runner import cancelled_event
+from relay.batches.views import BatchRecord
+from relay.domain.batches import CANCELLED, COMPLETED, DISCARDED, BatchRejected, validate_submission
+from relay.domain.ids import mint_id
+from relay.errors import NotFound
+
+RESULTS_PAGE = 500
+
+
+class BatchNotFound(NotFound):
+    def __init__(self) -> None:
+        super().__init__("batch not found")
+
+
+def rfc3339(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+class BatchService:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        payloads: PayloadStore,
+        *,
+        max_items: int,
+        stop_running: Callable[[str], Awaitable[object]] | None = None,
+    ) -> None:
+        self._engine = engine
+        self._payloads = payloads
+        self._max_items = max_items
+        self._stop_running = stop_running
+
+    async def submit(self, principal: Principal, raw: bytes) -> dict[str, Any]:
+        """SPEC §10.1: ``{"id", "status": "queued", "total_items"}`` once everything is durable."""
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise BatchRejected("the body must be a JSON object with shape and requests") from None
+        shape, requests = validate_submission(body, self._max_items)
+        batch_id = mint_id("b")
+        bodies = [orjson.dumps(item) for item in requests]
+        await asyncio.to_thread(self._payloads.write_requests, batch_id, bodies)
+        row: dict[str, Any] = {
+            "id": batch_id,
+            "created_at": datetime.now(UTC),
+            "owner": principal.owner,
+            "key_hash": principal.key_hash if principal.credential_kind == "key" else None,
+            "token_claims": asdict(principal.token) if principal.token is not None else None,
+            "policy_id": principal.policy.id,
+            "policy_name": principal.policy.name,
+            "project_id": principal.project_id,
+            "team_id": principal.team_id,
+            "principal_kind": principal.principal_kind,
+            "principal_id": principal.principal_id,
+            "credential_kind": principal.credential_kind,
+            "credential_id": principal.credential_id,
+            "inbound_shape": shape,
+        }
+        await queue.insert_batch(self._engine, row, len(requests))
+        return {"id": batch_id, "status": "queued", "total_items": len(requests)}
+
+    async def owned(self, principal: Principal, batch_id: str) -> BatchRecord:
+        record = await views.batch_record(self._engine, batch_id)
+        if record is None or record.owner != principal.owner:
+            raise BatchNotFound()
+        return record
+
+    async def status(self, principal: Principal, batch_id: str) -> dict[str, Any]:
+        """SPEC §10.2, exactly these keys."""
+        view = await views.batch_view(self._engine, batch_id)
+        if view is None or view.record.owner != principal.owner:
+            raise BatchNotFound()
+        r = view.record
+        return {
+            "ID": r.id,
+            "RelayKeyHash": r.owner,
+            "PolicyID": r.policy_id,
+            "ProjectID": r.project_id,
+            "TeamID": r.team_id,
+            "PrincipalKind": r.principal_kind,
+            "PrincipalID": r.principal_id,
+            "CredentialKind": r.credential_kind,
+            "CredentialID": r.credential_id,
+            "InboundShape": r.inbound_shape,
+            "Status": r.status,
+            "TotalItems": r.total_items,
+            "CreatedAt": rfc3339(r.created_at),
+            "CompletedAt": rfc3339(r.completed_at),
+            "counts": view.counts,
+            "items": [{"idx": item.idx, "state": item.state} for item in view.items],
+        }
+
+    async def results(self, record: BatchRecord) -> AsyncIterator[list[bytes]]:
+        """Pages of serialized §10.3 result objects, in idx order (call :meth:`owned` first)."""
+        after = -1
+        while True:
+            rows = await views.result_rows(self._engine, record.id, after_idx=after, limit=RESULTS_PAGE)
+            if not rows:
+                return
+            completed = [row.idx for row in rows if row.state == COMPLETED]
+            bodies = await asyncio.to_thread(self._read_responses, record.id, completed) if completed else {}
+            yield [_result(row, bodies.get(row.idx)) for row in rows]
+            if len(rows) < RESULTS_PAGE:
+                return
+            after = rows[-1].idx
+
+    def _read_responses(self, batch_id: str, idxs: list[int]) -> dict[int, bytes | None]:
+        return {idx: self._payloads.read_response(batch_id, idx) for idx in idxs}
+
+    async def cancel(self, principal: Principal, batch_id: str) -> dict[str, Any]:
+        """SPEC §10.5: idempotent; available items cancelled now, this replica's running ones stopped."""
+        record = await self.owned(principal, batch_id)
+        await queue.cancel(
+            self._engine, record.id, events_for=lambda idxs: [cancelled_event(record, idx) for idx in idxs]
+        )
+        if self._stop_running is not None:
+            await self._stop_running(record.id)
+        return {"status": "cancelled"}
+
+
+def _result(row: views.ResultRow, response: bytes | None) -> bytes:
+    out: dict[str, Any] = {"idx": row.idx, "state": row.state}
+    if row.state == COMPLETED and response is not None:
+        try:
+            out["response"] = orjson.loads(response)
+        except orjson.JSONDecodeError:
+            out["response"] = response.decode("utf-8", "replace")  # a non-JSON 2xx body, kept as text
+    elif row.state in (DISCARDED, CANCELLED):
+        out["error"] = row.error
+    return orjson.dumps(out)

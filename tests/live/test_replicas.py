@@ -1,0 +1,81 @@
+"""SPEC §5 and §6 across replicas: two ``relay serve`` processes on one Postgres and one Redis share
+rate-limit counters, concurrency leases, breakers and the round-robin counter, so together they admit
+the limit once — not once per replica."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+import httpx
+
+from tests.fixtures.fake_upstream import FakeUpstream
+from tests.fixtures.live import Gateway, Scenario
+from tests.live.helpers import keys_called
+
+
+def body(s: Scenario, **extra: object) -> dict[str, object]:
+    return {"model": s.model, "messages": [{"role": "user", "content": "hello there"}], **extra}
+
+
+async def post_all(replicas: tuple[Gateway, Gateway], s: Scenario, n: int, **extra: object) -> list[int]:
+    """``n`` requests at once, alternating between the two replicas; their statuses."""
+    clients = [httpx.AsyncClient(base_url=g.url, headers=g.auth(s.key), timeout=30) for g in replicas]
+    try:
+        calls = [
+            client.post("/v1/chat/completions", json=body(s, **extra))
+            for client, _ in zip(itertools.cycle(clients), range(n), strict=False)
+        ]
+        return [r.status_code for r in await asyncio.gather(*calls)]
+    finally:
+        for client in clients:
+            await client.aclose()
+
+
+def scenario_on_both(replicas: tuple[Gateway, Gateway], *args: object, **kwargs: object) -> Scenario:
+    first, second = replicas
+    s = first.scenario(*args, **kwargs)  # type: ignore[arg-type]
+    second.wait_until_known(s.key)
+    return s
+
+
+async def test_requests_limit_is_shared_by_the_replicas(
+    replicas: tuple[Gateway, Gateway], fake: FakeUpstream
+) -> None:
+    s = scenario_on_both(replicas, rules=[{"meter": "requests", "limit": 10, "window": "1d"}])
+    statuses = await post_all(replicas, s, 30)
+    assert statuses.count(200) == 10, statuses  # not 2 × 10
+    assert statuses.count(429) == 20, statuses
+    assert fake.stats()["requests"] == 10
+    # and each replica, on its own, now refuses
+    for gateway in replicas:
+        assert gateway.chat(s.model, key=s.key).status_code == 429
+
+
+async def test_concurrency_limit_is_shared_by_the_replicas(
+    replicas: tuple[Gateway, Gateway], fake: FakeUpstream
+) -> None:
+    s = scenario_on_both(replicas, rules=[{"meter": "concurrency", "limit": 2}])
+    statuses = await post_all(replicas, s, 4, fake={"latency_ms": 1500})
+    assert sorted(statuses) == [200, 200, 429, 429], statuses
+    assert fake.stats()["requests"] == 2
+
+
+def test_breakers_are_shared_by_the_replicas(replicas: tuple[Gateway, Gateway], fake: FakeUpstream) -> None:
+    first, second = replicas
+    s = scenario_on_both(replicas, ["fail-429-ra30", "ok"])
+    bad, good = s.value(0), s.value(1)
+    assert first.chat(s.model, key=s.key).status_code == 200  # trips the first key for 30 s
+    assert second.chat(s.model, key=s.key).status_code == 200  # the other replica skips it
+    assert keys_called(fake) == [bad, good, good]
+
+
+def test_round_robin_counter_is_shared_by_the_replicas(
+    replicas: tuple[Gateway, Gateway], fake: FakeUpstream
+) -> None:
+    s = scenario_on_both(replicas, ["a", "b"], key_selection="round_robin")
+    for gateway in (*replicas, *replicas):
+        assert gateway.chat(s.model, key=s.key).status_code == 200
+    called = keys_called(fake)
+    assert sorted(called[:2]) == sorted([s.value(0), s.value(1)])  # one counter: alternates
+    assert called[2:] == called[:2]
