@@ -19,7 +19,7 @@ from relay.store import tables as t
 from relay.store.engine import create_engine
 from relay.usage import UsageEvent, UsageWriter
 from tests.fixtures.databases import ADMIN_URL
-from tests.usage.conftest import migrate
+from tests.fixtures.databases import migrate_database as migrate
 from tests.usage.helpers import make_event
 
 

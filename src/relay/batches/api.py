@@ -28,7 +28,8 @@ from relay.batches.service import BatchService
 from relay.catalog import Snapshot
 from relay.domain.batches import BatchRejected
 from relay.domain.credentials import read_credential
-from relay.errors import InvalidRequest, NotFound, PayloadTooLarge, RelayError
+from relay.errors import InvalidRequest, NotFound, RelayError
+from relay.inference.wire import read_body
 
 log = logging.getLogger("relay.batches")
 PREFIX = "/v1/batches"
@@ -50,7 +51,9 @@ class BatchesApp:
             principal = self._authenticate(scope)
             if not parts:
                 _allow(method, "POST")
-                body = await _read_body(receive, scope, self._max_bytes)
+                body = await read_body(
+                    receive, scope, self._max_bytes, what="batch body", setting="RELAY_BATCH_MAX_BYTES"
+                )
                 try:
                     answer = await self._service.submit(principal, body)
                 except BatchRejected as exc:
@@ -116,29 +119,6 @@ class BatchesApp:
 def _allow(method: str, expected: str) -> None:
     if method != expected:
         raise RelayError(f"use {expected}", code="method_not_allowed", status=405)
-
-
-async def _read_body(receive: Receive, scope: Scope, limit: int) -> bytes:
-    """The whole body, refusing (413) anything over ``RELAY_BATCH_MAX_BYTES`` before reading it all."""
-    too_large = PayloadTooLarge(f"batch body is larger than {limit} bytes (RELAY_BATCH_MAX_BYTES)")
-    for name, value in scope["headers"]:
-        if name == b"content-length" and value.isdigit() and int(value) > limit:
-            raise too_large
-    parts: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            break
-        chunk = message.get("body", b"")
-        if chunk:
-            size += len(chunk)
-            if size > limit:
-                raise too_large
-            parts.append(chunk)
-        if not message.get("more_body", False):
-            break
-    return b"".join(parts)
 
 
 def _head(status: int, content_type: str, request_id: str, length: int | None = None) -> dict[str, Any]:

@@ -24,11 +24,19 @@ def request_headers(scope: Scope) -> dict[str, str]:
     return out
 
 
-async def read_body(receive: Receive, scope: Scope, limit: int) -> bytes:
+async def read_body(
+    receive: Receive,
+    scope: Scope,
+    limit: int,
+    *,
+    what: str = "request body",
+    setting: str = "RELAY_MAX_REQUEST_BYTES",
+) -> bytes:
     """The whole request body, refusing (413) anything over ``limit`` before reading it all."""
+    too_large = PayloadTooLarge(f"{what} is larger than {limit} bytes ({setting})")
     for name, value in scope["headers"]:
         if name == b"content-length" and value.isdigit() and int(value) > limit:
-            raise PayloadTooLarge(f"request body is larger than {limit} bytes (RELAY_MAX_REQUEST_BYTES)")
+            raise too_large
     parts: list[bytes] = []
     size = 0
     while True:
@@ -39,7 +47,7 @@ async def read_body(receive: Receive, scope: Scope, limit: int) -> bytes:
         if chunk:
             size += len(chunk)
             if size > limit:
-                raise PayloadTooLarge(f"request body is larger than {limit} bytes (RELAY_MAX_REQUEST_BYTES)")
+                raise too_large
             parts.append(chunk)
         if not message.get("more_body", False):
             break
