@@ -23,6 +23,7 @@ import contextlib
 import json
 import os
 import platform
+import resource
 import select
 import shutil
 import signal
@@ -154,29 +155,50 @@ def machine_ticks() -> tuple[int, int]:
     return total - idle, total
 
 
+def own_cpu_seconds() -> float:
+    """CPU of this process plus its waited-for children (wrk runs as one): the load generator's share."""
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
+
+
 @dataclass
 class CpuMeter:
-    """CPU time of some processes and the machine's busy share between :meth:`start` and :meth:`stop`."""
+    """CPU time between :meth:`start` and :meth:`stop`: of some processes, of the load generator (this
+    process and its finished children), and of the whole machine; what the machine spent beyond those
+    is ``others_cores`` (other people's work on a shared box: a run with a high figure is not clean).
+    """
 
     pids: Mapping[str, int]
     before: dict[str, tuple[float, float]] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     system_seconds: dict[str, float] = field(default_factory=dict)
+    generator_seconds: float = 0.0
     busy_pct: float = 0.0
+    others_cores: float = 0.0
     _machine: tuple[int, int] = (0, 0)
+    _own: float = 0.0
+    _wall: float = 0.0
 
     def start(self) -> None:
         self.before = {name: cpu_times(pid) for name, pid in self.pids.items()}
+        self._own = own_cpu_seconds()
+        self._wall = time.perf_counter()
         self._machine = machine_ticks()
 
     def stop(self) -> None:
+        busy, total = machine_ticks()
+        wall = time.perf_counter() - self._wall
+        self.generator_seconds = own_cpu_seconds() - self._own
         for name, pid in self.pids.items():
             user, system = cpu_times(pid)
             self.seconds[name] = user + system - sum(self.before[name])
             self.system_seconds[name] = system - self.before[name][1]
-        busy, total = machine_ticks()
         d_total = total - self._machine[1]
         self.busy_pct = 100.0 * (busy - self._machine[0]) / d_total if d_total > 0 else 0.0
+        busy_seconds = (busy - self._machine[0]) / CLK_TCK
+        ours = sum(self.seconds.values()) + self.generator_seconds
+        self.others_cores = max(0.0, busy_seconds - ours) / wall if wall > 0 else 0.0
 
 
 # ------------------------------------------------------------------------------------------- machine

@@ -14,18 +14,21 @@ chat body and the same load generator, interleaved level by level:
 2. the same at ``stream: true`` (default concurrency 16); latency = until the last byte of the stream.
 3. fixed rate (default 500 req/s), the SPEC's load: an open-loop asyncio generator that starts a
    request every 2 ms whatever the answers do, latency measured from each request's scheduled start;
-   and, when wrk is installed, wrk with 8 connections and 16 ms of think time per request (≈ 500 req/s
-   closed loop; wrk2's ``-R`` is not available).
+   and, when wrk is installed, wrk with 8 connections and 8 s/rate of think time per request (a
+   closed loop a little under the rate: ≈ 460 req/s direct; wrk2's ``-R`` is not available).
+   ``--rate 500,250`` adds more rates; the SPEC's targets are judged at the first.
 
 Relay's CPU time (utime + stime from /proc) is read around every measured run → CPU ms per proxied
-request (Relay's background tasks included). Prints the tables, the machine, and PASS/MISS next to
-each SPEC §13 target. A benchmark, not a test: it always exits 0 once it has measured.
+request (Relay's background tasks included); so is the CPU the machine spent on processes outside the
+benchmark (``others``: on a shared machine, a run with a high figure is disturbed). Prints the tables,
+the machine, and PASS/MISS next to each SPEC §13 target. A benchmark, not a test: it always exits 0
+once it has measured.
 
     .venv/bin/python bench/live_overhead.py [--duration 5] [--concurrency 1,16,64] [--rate 500]
-                                            [--generator auto|wrk|python]
+                                            [--generator auto|wrk|python] [--relay-loop asyncio|uvloop]
 
 Load generator: ``wrk`` (1 thread) when installed, else an asyncio/aiohttp generator, which costs
-≈ 0.2 ms CPU per request itself and competes for the same cores as Relay and the fake upstream (the
+0.3–0.7 ms CPU per request itself and competes for the same cores as Relay and the fake upstream (the
 output says which one ran). Everything listens on 127.0.0.1; every process is stopped by process group
 at the end, also on Ctrl-C or an error.
 """
@@ -246,7 +249,8 @@ class Row:
     relay_cpu_ms: float | None
     relay_sys_pct: float | None
     upstream_cpu_ms: float | None
-    busy_pct: float
+    generator_cpu_ms: float
+    others_cores: float
 
 
 class Bench:
@@ -295,8 +299,19 @@ class Bench:
                 100 * meter.system_seconds["relay"] / meter.seconds["relay"] if meter.seconds["relay"] else 0
             )
         upstream_cpu = meter.seconds["upstream"] * 1000 / n
+        generator_cpu = meter.generator_seconds * 1000 / n
         self.rows.append(
-            Row(load, target.name, label, result, relay_cpu, relay_sys, upstream_cpu, meter.busy_pct)
+            Row(
+                load,
+                target.name,
+                label,
+                result,
+                relay_cpu,
+                relay_sys,
+                upstream_cpu,
+                generator_cpu,
+                meter.others_cores,
+            )
         )
         extra = ""
         if "lag_p99_ms" in result.extra:
@@ -307,6 +322,7 @@ class Bench:
             f"   {load:<9} {target.name:<6} {label:>8}: {result.rps:8,.0f} req/s  p50 {result.p50_ms:7.2f} ms"
             f"  p99 {result.p99_ms:7.2f} ms  errors {result.errors}"
             + (f"  relay CPU {relay_cpu:.3f} ms/req" if relay_cpu is not None else "")
+            + f"  generator CPU {generator_cpu:.3f} ms/req  other processes {meter.others_cores:.2f} cores"
             + extra,
             flush=True,
         )
@@ -372,7 +388,7 @@ def render_table(rows: list[Row]) -> str:
                 added99,
                 "–" if r.relay_cpu_ms is None else f"{r.relay_cpu_ms:.3f} ({r.relay_sys_pct:.0f} % sys)",
                 "–" if r.upstream_cpu_ms is None else f"{r.upstream_cpu_ms:.3f}",
-                f"{r.busy_pct:.0f} %",
+                f"{r.others_cores:.2f}",
                 str(r.result.errors),
             ]
         )
@@ -387,7 +403,7 @@ def render_table(rows: list[Row]) -> str:
         "added p99",
         "relay CPU ms/req",
         "upstream CPU ms/req",
-        "machine busy",
+        "others (cores)",
         "errors",
     ]
     return markdown_table(headers, out, [False, False, True, *([True] * 9)])
@@ -546,6 +562,7 @@ def main() -> None:
         f"wrk-think = wrk, {WRK_PACED_CONNECTIONS} connections, each waiting {WRK_PACED_CONNECTIONS} s/rate",
         "    between an answer and its next request (a bit under the rate; wrk2 -R is not available)",
         "CPU ms/req = the process's CPU time (user + sys) during the run / requests answered",
+        "others (cores) = CPU the machine spent on processes outside this benchmark during the run",
     ):
         print(line)
     print()
@@ -571,4 +588,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:
+        print("interrupted: every process this benchmark started has been stopped", file=sys.stderr)
+        sys.exit(130)

@@ -276,4 +276,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:
+        print("interrupted: every process this benchmark started has been stopped", file=sys.stderr)
+        sys.exit(130)

@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 
 import httpx
 import typer
+import uvloop
 import yaml
 from rich.console import Console
 from rich.table import Table
@@ -62,7 +63,9 @@ def serve() -> None:
     settings = _settings()
     configure_logging(settings.log_level, settings.log_format)
     try:
-        asyncio.run(run(settings))
+        # uvloop: 10-40 % less CPU per proxied request than asyncio's own loop (docs/benchmarks.md).
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(run(settings))
     except (ValueError, OSError) as exc:
         fail(str(exc))
 
