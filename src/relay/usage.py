@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Decimal
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -37,6 +37,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from relay.adapters.base import Usage
 from relay.payloadlog import PayloadRecord
 from relay.store import usage as store
+
+if TYPE_CHECKING:  # types only: the pipeline never imports this module
+    from relay.pipeline import Outcome
+    from relay.routing import Plan
 
 log = logging.getLogger("relay.usage")
 
@@ -122,6 +126,26 @@ def _price(pricing: Mapping[str, float | None], key: str) -> Decimal | None:
         return None
     # str() first: Decimal(0.15) is 0.1499999999999999944488848768…, Decimal("0.15") is 0.15.
     return Decimal(str(value))
+
+
+def outcome_fields(
+    plan: Plan | None, outcome: Outcome | None, requested_model: str, *, priced: bool
+) -> dict[str, Any]:
+    """The route and token fields of a usage event, shared by live requests and batch items: what was
+    asked for, where it went, how many attempts, what it used and (when ``priced``) what it cost."""
+    usage = outcome.usage if outcome is not None else None
+    return {
+        "model": plan.model.name if plan is not None else requested_model,
+        "upstream_model": plan.upstream_model if plan is not None else "",
+        "host": plan.host.name if plan is not None else "",
+        "adapter": plan.binding.adapter if plan is not None else "",
+        "host_key_id": outcome.host_key_id if outcome is not None else None,
+        "attempts": outcome.attempts if outcome is not None else 0,
+        "input_tokens": usage.input_tokens if usage else 0,
+        "output_tokens": usage.output_tokens if usage else 0,
+        "cached_input_tokens": usage.cached_input_tokens if usage else 0,
+        "cost_nanos": cost_nanos(plan.binding.pricing, usage) if priced and plan and usage else None,
+    }
 
 
 def cost_nanos(pricing: Mapping[str, float | None] | None, usage: Usage) -> int | None:

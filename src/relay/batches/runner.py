@@ -41,7 +41,7 @@ from relay.errors import RateLimited, RelayError
 from relay.pipeline import Call, Outcome, Pipeline, UpstreamUnavailable
 from relay.routing import Plan, resolve
 from relay.tokens import TokenClaims
-from relay.usage import UsageEvent, cost_nanos
+from relay.usage import UsageEvent, outcome_fields
 
 log = logging.getLogger("relay.batches")
 
@@ -64,8 +64,7 @@ def item_event(
 ) -> UsageEvent:
     """The usage event of one batch item (SPEC §10.8): source ``batch``, the batch's attribution and
     policy; priced only when the upstream answered 2xx."""
-    usage = outcome.usage if outcome is not None else None
-    priced = plan is not None and usage is not None and outcome is not None and outcome.error_kind is None
+    priced = outcome is not None and outcome.error_kind is None
     return UsageEvent(
         id=mint_id("ue"),
         ts=datetime.now(UTC),
@@ -76,18 +75,9 @@ def item_event(
         status=status,
         error_kind=error_kind,
         error_message=error_message,
-        model=plan.model.name if plan is not None else model,
-        upstream_model=plan.upstream_model if plan is not None else "",
-        host=plan.host.name if plan is not None else "",
-        adapter=plan.binding.adapter if plan is not None else "",
+        **outcome_fields(plan, outcome, model, priced=priced),
         inbound_shape=batch.inbound_shape,
-        host_key_id=outcome.host_key_id if outcome is not None else None,
-        attempts=outcome.attempts if outcome is not None else 0,
         streamed=False,
-        input_tokens=usage.input_tokens if usage else 0,
-        output_tokens=usage.output_tokens if usage else 0,
-        cached_input_tokens=usage.cached_input_tokens if usage else 0,
-        cost_nanos=cost_nanos(plan.binding.pricing, usage) if priced and plan and usage else None,
         latency_ms=latency_ms,
         policy_id=batch.policy_id,
         project_id=batch.project_id,

@@ -20,7 +20,7 @@ from relay.errors import RelayError
 from relay.metrics import Metrics
 from relay.payloadlog import BodyCapture, PayloadRecord, capture_enabled, max_bytes
 from relay.pipeline import Outcome, UpstreamUnavailable
-from relay.usage import UsageEvent, UsageWriter, cost_nanos
+from relay.usage import UsageEvent, UsageWriter, outcome_fields
 
 if TYPE_CHECKING:
     from relay.inference.live import RequestContext
@@ -143,8 +143,6 @@ class LiveRecorder:
         principal = ctx.principal
         assert principal is not None
         plan = ctx.plan
-        usage = outcome.usage if outcome is not None else None
-        reached = outcome is not None
         return UsageEvent(
             id=mint_id("ue"),
             ts=datetime.now(UTC),
@@ -155,20 +153,9 @@ class LiveRecorder:
             status=status,
             error_kind=error_kind,
             error_message=error_message,
-            model=plan.model.name if plan is not None else ctx.model,
-            upstream_model=plan.upstream_model if plan is not None else "",
-            host=plan.host.name if plan is not None else "",
-            adapter=plan.binding.adapter if plan is not None else "",
+            **outcome_fields(plan, outcome, ctx.model, priced=outcome is not None),
             inbound_shape=ctx.inbound_shape,
-            host_key_id=outcome.host_key_id if outcome is not None else None,
-            attempts=outcome.attempts if outcome is not None else 0,
             streamed=ctx.streamed,
-            input_tokens=usage.input_tokens if usage else 0,
-            output_tokens=usage.output_tokens if usage else 0,
-            cached_input_tokens=usage.cached_input_tokens if usage else 0,
-            cost_nanos=cost_nanos(plan.binding.pricing, usage)
-            if (plan is not None and usage and reached)
-            else None,
             latency_ms=latency_ms,
             ttft_ms=outcome.ttft_ms if outcome is not None else None,
             policy_id=principal.policy.id,
