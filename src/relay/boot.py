@@ -165,6 +165,7 @@ def build_runtime(settings: Settings) -> Runtime:
             instance_id=settings.instance_id,
             size=settings.batch_workers,
             rescue_after_s=settings.batch_rescue_after_s,
+            heartbeat_s=settings.batch_heartbeat_s,
         )
     batches = BatchService(
         engine,

@@ -71,6 +71,7 @@ class Settings(BaseModel):
     batch_max_bytes: int = Field(200 * 1024 * 1024, ge=1024)
     batch_item_timeout_s: float = Field(300.0, gt=0)
     batch_rescue_after_s: float = Field(900.0, gt=0)
+    batch_heartbeat_s: float = Field(5.0, gt=0, le=60)
     batch_payload_dir: str = "relay-batch-payloads"
     shutdown_grace_s: float = Field(30.0, ge=0)
     data_dir: str = DEFAULT_DATA_DIR
