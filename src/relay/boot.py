@@ -38,7 +38,7 @@ from relay.inference.app import InferenceApp
 from relay.inference.live import LiveHandler
 from relay.inference.recording import LiveRecorder
 from relay.keypool import KeyPool
-from relay.metrics import Metrics
+from relay.metrics import BatchMetrics, Metrics
 from relay.pipeline import Pipeline
 from relay.ratelimit import RateLimiter
 from relay.secrets import ProvisionedSecrets, SecretBox, provision
@@ -166,6 +166,7 @@ def build_runtime(settings: Settings) -> Runtime:
             size=settings.batch_workers,
             rescue_after_s=settings.batch_rescue_after_s,
             heartbeat_s=settings.batch_heartbeat_s,
+            metrics=BatchMetrics(registry, settings.batch_workers),
         )
     batches = BatchService(
         engine,

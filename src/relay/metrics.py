@@ -76,3 +76,39 @@ class Metrics:
             ["host_key"],
             registry=registry,
         )
+
+
+class BatchMetrics:
+    """Batch items by state and the worker pool's use (SPEC §12), registered only on replicas that run
+    a worker pool. ``open`` (available/running, every replica's items) is read from the database by
+    the pool's liveness loop; ``finished`` counts the final states this replica wrote."""
+
+    def __init__(self, registry: CollectorRegistry, size: int) -> None:
+        self.finished = Counter(
+            "relay_batch_items_finished_total",
+            "Batch items this replica gave a final state (rescues of lost replicas' items included)",
+            ["state"],
+            registry=registry,
+        )
+        self.open = Gauge(
+            "relay_batch_items",
+            "Batch items waiting (available) or running, in the whole database",
+            ["state"],
+            registry=registry,
+        )
+        self.workers = Gauge(
+            "relay_batch_workers",
+            "This replica's batch worker slots, busy or idle",
+            ["state"],
+            registry=registry,
+        )
+        self.size = size
+        for state in ("completed", "discarded", "cancelled"):
+            self.finished.labels(state)
+        for state in ("available", "running"):
+            self.open.labels(state)
+        self.busy(0)
+
+    def busy(self, running: int) -> None:
+        self.workers.labels("busy").set(running)
+        self.workers.labels("idle").set(max(self.size - running, 0))

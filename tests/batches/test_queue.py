@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from relay.batches import queue, recovery
 from relay.batches.queue import ClaimedItem
 from relay.batches.recovery import RescuedItem
-from relay.batches.views import batch_record, batch_view, result_rows
+from relay.batches.views import BatchRecord, batch_record, batch_view, result_rows
 from relay.domain.ids import mint_id
 from relay.store import tables as t
 from relay.store.engine import create_engine
@@ -89,8 +89,8 @@ def rescue_events(items: list[RescuedItem]) -> list[UsageEvent]:
     return [item_event(item.batch_id, item.idx, item.error) for item in items]
 
 
-def put_back_events(pairs: list[tuple[str, int]]) -> list[UsageEvent]:
-    return [item_event(batch_id, idx, "cancelled") for batch_id, idx in pairs]
+def put_back_events(pairs: list[tuple[BatchRecord, int]]) -> list[UsageEvent]:
+    return [item_event(record.id, idx, "cancelled") for record, idx in pairs]
 
 
 async def complete(engine: AsyncEngine, instance: str, item: ClaimedItem) -> bool:
@@ -588,6 +588,21 @@ async def test_put_back_cancels_items_of_a_batch_cancelled_meanwhile(engine: Asy
     assert [r["state"] for r in await items(engine, batch_id)] == ["cancelled", "cancelled"]
     assert await events(engine, batch_id) == [(0, "cancelled"), (1, "cancelled")]
     assert await completed_at(engine, batch_id) is not None
+
+
+async def test_held_by_and_open_counts(engine: AsyncEngine) -> None:
+    """The orphan check's view (what the database says a replica runs) and the open-items gauge."""
+    first, second = await submit(engine, 4), await submit(engine, 3)
+    assert await recovery.open_counts(engine) == {"available": 7, "running": 0}
+    mine = await queue.claim(engine, "r1", 2)
+    theirs = await queue.claim(engine, "r2", 2)
+    assert {c.batch_id for c in mine} != {c.batch_id for c in theirs}  # one batch per claim, fair order
+    assert await recovery.held_by(engine, "r1") == sorted((c.batch_id, c.idx) for c in mine)
+    assert await recovery.held_by(engine, "nobody") == []
+    assert await complete(engine, "r1", mine[0])
+    assert await recovery.held_by(engine, "r1") == [(mine[1].batch_id, mine[1].idx)]
+    assert await recovery.open_counts(engine) == {"available": 3, "running": 3}
+    assert {first, second} == {mine[0].batch_id, theirs[0].batch_id}
 
 
 # ---------------------------------------------------------------------------------------------- reads

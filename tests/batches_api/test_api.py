@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from tests.batches_api.helpers import (
     wait_events,
     wait_finished,
 )
-from tests.fixtures.live import CHAT_MODEL, MESSAGES_MODEL, Gateway, uniq
+from tests.fixtures.live import CHAT_MODEL, MESSAGES_MODEL, Gateway, metric_value, uniq
 from tests.fixtures.relay_server import RELAY_BIN
 
 VIEW_KEYS = {
@@ -121,6 +122,37 @@ def test_batch_runs_end_to_end(gateway: Gateway) -> None:
         assert e["model"] == CHAT_MODEL and e["error_kind"] is None
         assert e["cost_nanos"] is not None and e["cost_nanos"] > 0
         assert e["policy_id"] == view["PolicyID"] and e["credential_id"] == view["CredentialID"]
+
+
+def test_batch_metrics(gateway: Gateway) -> None:
+    """SPEC §12: batch items by state (open ones from the database, final ones this replica wrote) and
+    the worker pool's busy/idle slots (16 by default)."""
+    before = gateway.metrics()
+    n, slow = 24, {"latency_ms": 1500}
+    batch_id = submit(
+        gateway,
+        "openai",
+        [chat_item(i, fake=slow) for i in range(n - 1)] + [chat_item(99, fake={"status": 400})],
+    )
+
+    def sampled(text: str) -> tuple[float, ...]:
+        return (
+            metric_value(text, "relay_batch_items", state="running"),
+            metric_value(text, "relay_batch_items", state="available"),
+            metric_value(text, "relay_batch_workers", state="busy"),
+            metric_value(text, "relay_batch_workers", state="idle"),
+        )
+
+    deadline = time.monotonic() + 10
+    while sampled(gateway.metrics()) != (16, n - 16, 16, 0):
+        assert time.monotonic() < deadline, sampled(gateway.metrics())
+        time.sleep(0.1)
+    wait_finished(gateway, batch_id)
+    after = gateway.metrics()
+    for state, grew in (("completed", n - 1), ("discarded", 1), ("cancelled", 0)):
+        name, labels = "relay_batch_items_finished_total", {"state": state}
+        assert metric_value(after, name, **labels) - metric_value(before, name, **labels) == grew
+    assert sampled(after)[2:] == (0, 16)
 
 
 def test_item_failures(gateway: Gateway) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import bindparam, delete, or_, select, tuple_, update
+from sqlalchemy import bindparam, delete, func, or_, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.batches.queue import (
@@ -60,6 +60,28 @@ async def forget_worker(engine: AsyncEngine, instance_id: str) -> None:
     running is then rescued at the next :func:`rescue` on any replica, without waiting for staleness."""
     async with _write(engine) as conn:
         await conn.execute(delete(W).where(W.c.instance_id == instance_id))
+
+
+async def held_by(engine: AsyncEngine, instance_id: str) -> list[tuple[str, int]]:
+    """The items the database says ``instance_id`` is running (the running index serves it). The pool
+    compares them with the items it knows, to find orphans of a claim whose answer it never got."""
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            select(I.c.batch_id, I.c.idx).where(in_state(RUNNING), I.c.claimed_by == instance_id)
+        )
+        return sorted((row.batch_id, row.idx) for row in rows)
+
+
+async def open_counts(engine: AsyncEngine) -> dict[str, int]:
+    """How many items wait and run in the whole database (for the ``relay_batch_items`` gauge); two
+    counts, each answered by its partial index, never a scan of finished items."""
+    async with engine.connect() as conn:
+        return {
+            state: int(
+                (await conn.execute(select(func.count()).select_from(I).where(in_state(state)))).scalar_one()
+            )
+            for state in (AVAILABLE, RUNNING)
+        }
 
 
 async def rescue(
@@ -136,14 +158,14 @@ async def put_back(
     instance_id: str,
     items: Sequence[tuple[str, int]],
     *,
-    events_for: Callable[[list[tuple[str, int]]], list[UsageEvent]],
+    events_for: Callable[[list[tuple[BatchRecord, int]]], list[UsageEvent]],
 ) -> int:
     """Graceful stop (SPEC §10.6): return these items to ``available`` if they are still running and
     claimed by ``instance_id``; returns how many went back.
 
     An item whose batch was cancelled meanwhile (by another replica) does not go back, where no one
     would ever claim it: it becomes ``cancelled`` with the usage event ``events_for`` builds for it
-    (called with those ``(batch_id, idx)`` pairs in order, only when there are any).
+    (called with those ``(batch record, idx)`` pairs in (batch_id, idx) order, only when there are any).
     """
     wanted = sorted(set(items))
     if not wanted:
@@ -166,9 +188,12 @@ async def put_back(
             return 0
         batch_ids = sorted({batch_id for batch_id, _ in mine})
         await _lock_batches(conn, batch_ids)
-        statuses = dict((await conn.execute(select(B.c.id, B.c.status).where(B.c.id.in_(batch_ids)))).all())
-        back = [(b, i) for b, i in mine if statuses[b] == "queued"]
-        gone = [(b, i) for b, i in mine if statuses[b] != "queued"]
+        records = {
+            row.id: record_from_row(row._mapping)
+            for row in await conn.execute(select(B).where(B.c.id.in_(batch_ids)))
+        }
+        back = [(b, i) for b, i in mine if records[b].status == "queued"]
+        gone = [(b, i) for b, i in mine if records[b].status != "queued"]
         if back:
             await conn.execute(
                 update(I)
@@ -181,7 +206,7 @@ async def put_back(
                 .where(tuple_(I.c.batch_id, I.c.idx).in_(gone))
                 .values(state=CANCELLED, finished_at=_now(conn), error=CANCELLED_ERROR)
             )
-            events = events_for(gone)
+            events = events_for([(records[b], i) for b, i in gone])
             _check_events(events, gone)
             await insert_events(conn, [event.to_row() for event in events])
             await _complete_if_done(conn, {b for b, _ in gone})

@@ -4,16 +4,25 @@ What it does. A dispatcher task claims up to the free slots (``RELAY_BATCH_WORKE
 ``queue.claim`` — one batch per claim, the least recently served first (the queue's fair order) — and
 runs each item as its own task through :class:`relay.batches.runner.ItemRunner`. When nothing is
 available it polls again after a short, growing sleep (50 → 200 ms), and wakes at once when a slot frees
-up. A second task heartbeats every few seconds and periodically rescues items left ``running`` by dead
-replicas (``worker lost: ``). :meth:`cancel_batch` stops this replica's running items of a batch
+up. A second task heartbeats every ``RELAY_BATCH_HEARTBEAT_S`` and every second heartbeat rescues items
+left ``running`` by dead replicas (``worker lost: ``), puts back this replica's orphans (items a claim
+committed although its answer never arrived, e.g. the connection died at COMMIT) and refreshes the
+``relay_batch_items`` gauge. :meth:`cancel_batch` stops this replica's running items of a batch
 (they become ``cancelled``). :meth:`stop` stops claiming, lets running items finish for up to
 ``RELAY_SHUTDOWN_GRACE_S``, puts the rest back to ``available`` and removes the worker row.
 
 What it deliberately does not know. What an item is (the runner) and SQL (the queue and recovery).
 
+Database outages (a Postgres restart, SQLite's lock busy). Claims and heartbeats simply try again. A
+finished item keeps its result in memory and retries its finalize with backoff until the database
+answers, so an outage loses no work. A replica does not rescue on staleness until its own connection has
+been healthy for ``3 × heartbeat``: right after an outage every replica's heartbeat looks stale, and the
+others need one heartbeat to show they are alive.
+
 Invariants. An item this pool claimed always ends in exactly one of: finalized by its task (completed,
-discarded or cancelled), put back by :meth:`stop`, or — if this process dies — rescued by another
-replica. A task that is finalizing is never cancelled (only the execution phase is).
+discarded or cancelled), put back by :meth:`stop` or by the orphan check, or — if this process dies —
+rescued by another replica. Cancelling a batch stops only the execution phase of its items, never a
+finalize.
 """
 
 from __future__ import annotations
@@ -27,7 +36,11 @@ from collections.abc import Callable
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.batches import queue, recovery
-from relay.batches.runner import ItemRunner, cancelled_event, item_event
+from relay.batches.runner import ItemResult, ItemRunner, cancelled_event, item_event
+from relay.batches.views import BatchRecord
+from relay.metrics import BatchMetrics
+from relay.store.engine import is_transient
+from relay.usage import UsageEvent
 
 log = logging.getLogger("relay.batches")
 
@@ -46,6 +59,7 @@ class WorkerPool:
         heartbeat_s: float = 5.0,
         poll_min_s: float = 0.05,
         poll_max_s: float = 0.2,
+        metrics: BatchMetrics | None = None,
     ) -> None:
         self._engine = engine
         self._runner = runner
@@ -55,6 +69,10 @@ class WorkerPool:
         self._heartbeat_s = heartbeat_s
         self._poll_min_s = poll_min_s
         self._poll_max_s = poll_max_s
+        self._metrics = metrics
+        self._stale_after_s = 3 * heartbeat_s
+        self._claiming = asyncio.Lock()  # held from a claim until its items are registered
+        self._db_ok_since: float | None = None  # monotonic time of the first heartbeat after an outage
         self._tasks: dict[_Key, asyncio.Task[None]] = {}
         self._items: dict[_Key, queue.ClaimedItem] = {}
         self._executing: set[_Key] = set()  # items whose execution (not finalize) is in progress
@@ -73,6 +91,7 @@ class WorkerPool:
 
     async def start(self) -> None:
         await recovery.heartbeat(self._engine, self._instance_id)
+        self._db_ok_since = time.monotonic()
         self._dispatcher = asyncio.create_task(self._dispatch(), name="batch-dispatcher")
         self._liveness = asyncio.create_task(self._live(), name="batch-liveness")
 
@@ -85,24 +104,31 @@ class WorkerPool:
             if free <= 0:
                 await self._sleep(self._poll_max_s)
                 continue
-            try:
-                claimed = await queue.claim(self._engine, self._instance_id, free)
-            except Exception:
-                log.exception("batch claim failed; retrying")
+            async with self._claiming:
+                try:
+                    claimed = await queue.claim(self._engine, self._instance_id, free)
+                except Exception as exc:
+                    _log_failure("batch claim failed; retrying in 1 s", exc)
+                    claimed = None
+                for item in claimed or ():
+                    self._start(item)
+            if claimed is None:
                 await self._sleep(1.0)
-                continue
-            if not claimed:
+            elif not claimed:
                 await self._sleep(idle)
                 idle = min(idle * 2, self._poll_max_s)
-                continue
-            idle = self._poll_min_s
-            for item in claimed:
-                key = (item.batch_id, item.idx)
-                self._items[key] = item
-                self._executing.add(key)
-                task = asyncio.create_task(self._run(item), name=f"batch-item-{item.batch_id}-{item.idx}")
-                self._tasks[key] = task
-                task.add_done_callback(self._on_done(key))
+            else:
+                idle = self._poll_min_s
+
+    def _start(self, item: queue.ClaimedItem) -> None:
+        key = (item.batch_id, item.idx)
+        self._items[key] = item
+        self._executing.add(key)
+        task = asyncio.create_task(self._run(item), name=f"batch-item-{item.batch_id}-{item.idx}")
+        self._tasks[key] = task
+        task.add_done_callback(self._on_done(key))
+        if self._metrics is not None:
+            self._metrics.busy(len(self._tasks))
 
     async def _sleep(self, seconds: float) -> None:
         self._wake.clear()
@@ -118,6 +144,8 @@ class WorkerPool:
         self._executing.discard(key)
         self._cancel_requested.discard(key)
         self._wake.set()
+        if self._metrics is not None:
+            self._metrics.busy(len(self._tasks))
 
     async def _run(self, item: queue.ClaimedItem) -> None:
         key = (item.batch_id, item.idx)
@@ -137,13 +165,28 @@ class WorkerPool:
             log.exception("batch item %s/%d failed inside Relay", item.batch_id, item.idx)
             result = self._runner.failed(item, exc)
         self._executing.discard(key)
-        try:
-            if not await self._runner.finish(item, result):
+        await self._finish(item, result)
+
+    async def _finish(self, item: queue.ClaimedItem, result: ItemResult) -> None:
+        """Finalize, retrying through a database outage: the item's work is done and its result is only
+        here, so giving up would lose it (it would end ``worker lost`` much later)."""
+        delay = 0.2
+        while True:
+            try:
+                mine = await self._runner.finish(item, result)
+            except Exception as exc:
+                if not is_transient(exc):
+                    log.exception("finalizing batch item %s/%d failed", item.batch_id, item.idx)
+                    return
+                _log_failure(f"finalizing batch item {item.batch_id}/{item.idx} failed; retrying", exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            if not mine:
                 log.info("batch item %s/%d was no longer ours to finish", item.batch_id, item.idx)
-        except Exception:
-            log.exception(
-                "finalizing batch item %s/%d failed; rescue will settle it", item.batch_id, item.idx
-            )
+            elif self._metrics is not None:
+                self._metrics.finished.labels(result.state).inc()
+            return
 
     async def cancel_batch(self, batch_id: str) -> int:
         """Stop this replica's running items of ``batch_id``; each becomes ``cancelled``. Returns how many."""
@@ -165,26 +208,56 @@ class WorkerPool:
     # -------------------------------------------------------------------------------------- liveness
 
     async def _live(self) -> None:
-        last_rescue = 0.0
+        last_pass = time.monotonic()
         while not self._stopping:
+            await asyncio.sleep(self._heartbeat_s)
             try:
                 await recovery.heartbeat(self._engine, self._instance_id)
-                if time.monotonic() - last_rescue >= 2 * self._heartbeat_s:
-                    last_rescue = time.monotonic()
-                    rescued = await recovery.rescue(
-                        self._engine,
-                        stale_after_s=3 * self._heartbeat_s,
-                        rescue_after_s=self._rescue_after_s,
-                        events_for=lambda items: [
-                            item_event(r.batch, r.idx, error_kind="worker_lost", error_message=r.error)
-                            for r in items
-                        ],
-                    )
-                    if rescued:
-                        log.warning("rescued %d batch items of lost replicas", len(rescued))
-            except Exception:
-                log.exception("batch heartbeat or rescue failed; retrying")
-            await asyncio.sleep(self._heartbeat_s)
+            except Exception as exc:
+                self._db_ok_since = None
+                _log_failure("batch heartbeat failed; retrying", exc)
+                continue
+            now = time.monotonic()
+            if self._db_ok_since is None:
+                self._db_ok_since = now
+                log.info("batch heartbeat is back; rescue waits %g s for other replicas", self._stale_after_s)
+            try:
+                if now - last_pass >= 2 * self._heartbeat_s:
+                    last_pass = now
+                    await self._put_back_orphans()
+                    if now - self._db_ok_since >= self._stale_after_s:
+                        await self._rescue()
+                if self._metrics is not None:
+                    for state, count in (await recovery.open_counts(self._engine)).items():
+                        self._metrics.open.labels(state).set(count)
+            except Exception as exc:
+                _log_failure("batch rescue pass failed; retrying", exc)
+
+    async def _rescue(self) -> None:
+        rescued = await recovery.rescue(
+            self._engine,
+            stale_after_s=self._stale_after_s,
+            rescue_after_s=self._rescue_after_s,
+            events_for=lambda items: [
+                item_event(r.batch, r.idx, error_kind="worker_lost", error_message=r.error) for r in items
+            ],
+        )
+        if rescued:
+            log.warning("rescued %d batch items of lost replicas", len(rescued))
+            if self._metrics is not None:
+                self._metrics.finished.labels("discarded").inc(len(rescued))
+
+    async def _put_back_orphans(self) -> None:
+        """Items the database says this replica runs but no task of it does: a claim whose COMMIT
+        landed while its answer was lost. They go back to ``available`` (or ``cancelled``)."""
+        async with self._claiming:
+            held = await recovery.held_by(self._engine, self._instance_id)
+            orphans = [key for key in held if key not in self._items]
+        if orphans:
+            back = await recovery.put_back(
+                self._engine, self._instance_id, orphans, events_for=_cancelled_events
+            )
+            log.warning("put back %d orphaned batch items (of %d)", back, len(orphans))
 
     # -------------------------------------------------------------------------------------- stop
 
@@ -202,21 +275,32 @@ class WorkerPool:
         tasks = list(self._tasks.values())
         if tasks:
             await asyncio.wait(tasks, timeout=grace_s)
-        unfinished = {k: t for k, t in self._tasks.items() if not t.done() and k in self._items}
-        left = {k: self._items[k] for k in unfinished}
-        for task in unfinished.values():
+        unfinished = [t for t in self._tasks.values() if not t.done()]
+        for task in unfinished:
             task.cancel()
         if unfinished:
-            await asyncio.gather(*unfinished.values(), return_exceptions=True)
+            await asyncio.gather(*unfinished, return_exceptions=True)
         try:
-            if left:
+            # Whatever the database still says we run: the cancelled items and any orphan.
+            held = await recovery.held_by(self._engine, self._instance_id)
+            if held:
                 back = await recovery.put_back(
-                    self._engine,
-                    self._instance_id,
-                    list(left),
-                    events_for=lambda pairs: [cancelled_event(left[p].batch, p[1]) for p in pairs],
+                    self._engine, self._instance_id, held, events_for=_cancelled_events
                 )
                 log.info("put %d unfinished batch items back", back)
             await recovery.forget_worker(self._engine, self._instance_id)
         except Exception:
             log.exception("batch worker shutdown could not put items back; rescue will settle them")
+
+
+def _cancelled_events(pairs: list[tuple[BatchRecord, int]]) -> list[UsageEvent]:
+    return [cancelled_event(record, idx) for record, idx in pairs]
+
+
+def _log_failure(message: str, exc: BaseException) -> None:
+    """One warning line for a database outage (it repeats while the outage lasts); a traceback for
+    anything else, which is a bug."""
+    if is_transient(exc):
+        log.warning("%s: %s", message, type(exc).__name__)
+    else:
+        log.exception(message)

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from sqlalchemy import event
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
@@ -95,7 +95,7 @@ _SQLITE_CHECK = re.compile(r"CHECK constraint failed: (\w+)")
 
 def classify_integrity_error(exc: IntegrityError) -> IntegrityProblem:
     orig = exc.orig
-    sqlstate = getattr(orig, "sqlstate", None) or getattr(getattr(orig, "__cause__", None), "sqlstate", None)
+    sqlstate = _sqlstate(exc)
     text = str(orig)
     if sqlstate == "23505" or "UNIQUE constraint failed" in text:
         match = _SQLITE_UNIQUE.search(text)
@@ -111,3 +111,28 @@ def classify_integrity_error(exc: IntegrityError) -> IntegrityProblem:
     if sqlstate == "23502" or "NOT NULL constraint failed" in text:
         return IntegrityProblem("not_null", "")
     return IntegrityProblem("other", "")
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for a failure that says nothing about the statement: the database restarted, the
+    connection dropped or was refused, or SQLite's lock was busy. Retrying the same transaction later
+    is the right answer; an integrity or programming error is not transient."""
+    if isinstance(exc, OperationalError) and type(exc.orig).__module__.startswith("sqlite3"):
+        # SQLite reports syntax errors as OperationalError too; only a busy or locked file is transient.
+        return any(word in str(exc.orig) for word in ("locked", "busy"))
+    if isinstance(exc, (OperationalError, InterfaceError)):
+        return True
+    if isinstance(exc, DBAPIError):
+        return bool(exc.connection_invalidated) or _sqlstate(exc).startswith(_TRANSIENT_SQLSTATES)
+    return isinstance(exc, (OSError, TimeoutError))
+
+
+# Postgres SQLSTATE classes: 08 connection exception, 57P01–57P03 admin/crash shutdown and "the
+# database system is starting up" (a restart in progress), 40001/40P01 serialization failure/deadlock.
+_TRANSIENT_SQLSTATES = ("08", "57P0", "40001", "40P01")
+
+
+def _sqlstate(exc: DBAPIError) -> str:
+    orig = exc.orig
+    state = getattr(orig, "sqlstate", None) or getattr(getattr(orig, "__cause__", None), "sqlstate", None)
+    return state if isinstance(state, str) else ""
