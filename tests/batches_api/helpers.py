@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from tests.fixtures.live import CHAT_MODEL, Gateway
+from tests.fixtures.live import CHAT_MODEL, Gateway, uniq
 
 
 def chat_item(n: int = 0, model: str = CHAT_MODEL, **extra: Any) -> dict[str, Any]:
@@ -72,3 +72,41 @@ def wait_events(gw: Gateway, batch_id: str, count: int, timeout: float = 10.0) -
 def not_found(response: httpx.Response) -> None:
     assert response.status_code == 404, response.text
     assert response.json()["error"]["message"] == "batch not found"
+
+
+def item_events(gw: Gateway, batch_id: str, count: int, timeout: float = 30.0) -> dict[int, dict[str, Any]]:
+    """The batch's usage events by idx, once all ``count`` are written; exactly one per item (SPEC §10.8).
+    Also the way to wait for a batch whose submitter can no longer read it."""
+    events = wait_events(gw, batch_id, count, timeout)
+    by_idx = {e["batch_idx"]: e for e in events}
+    assert len(events) == count and sorted(by_idx) == list(range(count)), events
+    assert all(e["source"] == "batch" and e["batch_id"] == batch_id for e in events)
+    return by_idx
+
+
+def assert_failed_event(event: dict[str, Any], error: str, kind: str, status: int = 0) -> None:
+    """A discarded item's event: its error kind, the item's error text, nothing priced."""
+    assert event["error_kind"] == kind, event
+    assert event["error_message"] == error, event
+    assert event["status"] == status, event
+    assert event["cost_nanos"] is None, event
+
+
+def new_user(gw: Gateway, project: str, name: str | None = None) -> str:
+    """A user (member of ``project``) made through ``/api/apply``; returns its id."""
+    name = name or uniq("u")
+    doc = {
+        "kind": "User",
+        "name": name,
+        "spec": {"email": f"{name}@example.com", "memberships": [{"project": project}]},
+    }
+    gw.control_write("POST", "/api/apply", {"documents": [doc]}, 200)
+    return gw.object_id("users", name)
+
+
+def mint_token(gw: Gateway, user: str, project: str, ttl_seconds: int | None = None) -> dict[str, Any]:
+    """``{"token", "jti", "expires_at"}`` of a new inference token of ``user`` in ``project``."""
+    body: dict[str, Any] = {"project": project}
+    if ttl_seconds is not None:
+        body["ttl_seconds"] = ttl_seconds
+    return dict(gw.control_write("POST", f"/api/users/{user}/tokens", body, 201).json())
