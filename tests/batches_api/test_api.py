@@ -155,6 +155,36 @@ def test_batch_metrics(gateway: Gateway) -> None:
     assert sampled(after)[2:] == (0, 16)
 
 
+def test_a_small_batch_does_not_wait_for_a_large_one(gateway: Gateway) -> None:
+    """SPEC §10.6 fair order: a small batch submitted after a large one starts at the next free slot
+    (the least recently served batch goes first), while the large one still has most of its items
+    waiting; within a batch, items start in idx order."""
+    large = submit(gateway, "openai", [chat_item(i, fake={"latency_ms": 400}) for i in range(96)])
+    small = submit(gateway, "openai", [chat_item(i) for i in range(2)])
+    assert wait_finished(gateway, small)["counts"] == {"completed": 2}
+    view = status(gateway, large)
+    assert view["counts"].get("available", 0) >= 48, view["counts"]
+    started = [item["idx"] for item in view["items"] if item["state"] != "available"]
+    assert started == list(range(len(started)))  # the lowest idxs were claimed first
+    wait_finished(gateway, large)
+
+
+def test_submit_poll_and_results_do_not_count_against_limits(gateway: Gateway) -> None:
+    """SPEC §10.1: submitting, polling and reading results are free; each item counts when it runs."""
+    limited = gateway.scenario(rules=[{"meter": "requests", "limit": 1, "window": "9999999s"}])
+    batch_id = submit(gateway, "openai", [chat_item(0, model=limited.model)], key=limited.key)
+    for _ in range(3):
+        status(gateway, batch_id, limited.key)
+        results(gateway, batch_id, limited.key)
+    assert wait_finished(gateway, batch_id, limited.key)["counts"] == {"completed": 1}
+    # The item took the one request the window allows: the next one, live or batched, is refused.
+    assert gateway.chat(limited.model, key=limited.key).status_code == 429
+    again = submit(gateway, "openai", [chat_item(1, model=limited.model)], key=limited.key)
+    wait_finished(gateway, again, limited.key)
+    (refused,) = results(gateway, again, limited.key)
+    assert refused["state"] == "discarded" and refused["error"].startswith("rate limit exceeded: ")
+
+
 def test_item_failures(gateway: Gateway) -> None:
     requests = [
         chat_item(0),
