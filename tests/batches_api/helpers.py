@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from tests.fixtures.live import CHAT_MODEL, Gateway, uniq
+from tests.fixtures.live import CHAT_MODEL, Gateway
 
 
 def chat_item(n: int = 0, model: str = CHAT_MODEL, **extra: Any) -> dict[str, Any]:
@@ -90,18 +90,6 @@ def assert_failed_event(event: dict[str, Any], error: str, kind: str, status: in
     assert event["error_message"] == error, event
     assert event["status"] == status, event
     assert event["cost_nanos"] is None, event
-
-
-def new_user(gw: Gateway, project: str, name: str | None = None) -> str:
-    """A user (member of ``project``) made through ``/api/apply``; returns its id."""
-    name = name or uniq("u")
-    doc = {
-        "kind": "User",
-        "name": name,
-        "spec": {"email": f"{name}@example.com", "memberships": [{"project": project}]},
-    }
-    gw.control_write("POST", "/api/apply", {"documents": [doc]}, 200)
-    return gw.object_id("users", name)
 
 
 def mint_token(gw: Gateway, user: str, project: str, ttl_seconds: int | None = None) -> dict[str, Any]:
