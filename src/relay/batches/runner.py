@@ -152,10 +152,13 @@ class ItemRunner:
             model = requested if isinstance(requested, str) else ""
             plan = _route(principal, body, snap)
             shape = _wire_shape(batch.inbound_shape, plan)
+            budget = asyncio.timeout(self._timeout_s)
             try:
-                async with asyncio.timeout(self._timeout_s):
+                async with budget:
                     outcome = await self._pipeline.run(Call(principal, plan, shape, body, {}, stream=False))
             except TimeoutError:
+                if not budget.expired():
+                    raise  # not the item's budget: a bug somewhere below, reported as such
                 raise _Discard(
                     "timeout",
                     f"timeout: item ran longer than RELAY_BATCH_ITEM_TIMEOUT_S ({self._timeout_s:g} s)",
