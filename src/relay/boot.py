@@ -152,7 +152,6 @@ def build_runtime(settings: Settings) -> Runtime:
     payloads = PayloadStore(settings.batch_payload_dir)
     if settings.batch_workers > 0:
         runner = ItemRunner(
-            engine=engine,
             payloads=payloads,
             pipeline=pipeline,  # the same object live requests use (ARCHITECTURE rule 5)
             snapshot=snapshot,

@@ -126,9 +126,9 @@ def test_batch_runs_end_to_end(gateway: Gateway) -> None:
 
 def test_batch_metrics(gateway: Gateway) -> None:
     """SPEC §12: batch items by state (open ones from the database, final ones this replica wrote) and
-    the worker pool's busy/idle slots (16 by default)."""
+    the worker pool's busy/idle slots (16 by default; the pool claims up to 16 more ahead)."""
     before = gateway.metrics()
-    n, slow = 24, {"latency_ms": 1500}
+    n, slow = 40, {"latency_ms": 1500}
     batch_id = submit(
         gateway,
         "openai",
@@ -144,7 +144,7 @@ def test_batch_metrics(gateway: Gateway) -> None:
         )
 
     deadline = time.monotonic() + 10
-    while sampled(gateway.metrics()) != (16, n - 16, 16, 0):
+    while sampled(gateway.metrics()) != (32, n - 32, 16, 0):  # 16 run, 16 claimed ahead
         assert time.monotonic() < deadline, sampled(gateway.metrics())
         time.sleep(0.1)
     wait_finished(gateway, batch_id)
@@ -163,7 +163,7 @@ def test_a_small_batch_does_not_wait_for_a_large_one(gateway: Gateway) -> None:
     small = submit(gateway, "openai", [chat_item(i) for i in range(2)])
     assert wait_finished(gateway, small)["counts"] == {"completed": 2}
     view = status(gateway, large)
-    assert view["counts"].get("available", 0) >= 48, view["counts"]
+    assert view["counts"].get("available", 0) >= 32, view["counts"]  # a third not even claimed yet
     started = [item["idx"] for item in view["items"] if item["state"] != "available"]
     assert started == list(range(len(started)))  # the lowest idxs were claimed first
     wait_finished(gateway, large)

@@ -3,7 +3,7 @@
 What it does. Every state change of a batch item is one short transaction here, on SQLite and Postgres
 alike: :func:`insert_batch` writes a batch and all its items (all or nothing); :func:`claim` marks up to
 ``limit`` available items of ONE batch running and commits at once (no transaction is held while an
-item runs); :func:`finalize` gives a running item its final state together with its usage event;
+item runs); :func:`finalize_many` gives running items their final states together with their usage events;
 :func:`cancel` cancels a batch's available items with their events. Replica liveness (heartbeats,
 rescue with ``worker lost: ``, put back on shutdown) is in ``relay.batches.recovery``; the reads for
 the API are in ``relay.batches.views``. Both share this module's transaction helpers.
@@ -51,6 +51,7 @@ from typing import Any, Final, Literal
 from sqlalchemy import (
     ColumnElement,
     Interval,
+    bindparam,
     exists,
     func,
     insert,
@@ -58,6 +59,7 @@ from sqlalchemy import (
     literal_column,
     null,
     select,
+    tuple_,
     update,
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -69,7 +71,7 @@ from relay.domain.batches import AVAILABLE, CANCELLED, FINAL_STATES, RUNNING
 from relay.store import tables as t
 from relay.store.tables import ID, UTCDateTime
 from relay.store.usage import insert_events
-from relay.usage import UsageEvent, write_event
+from relay.usage import UsageEvent
 
 W = t.batch_workers
 FinalState = Literal["completed", "discarded", "cancelled"]
@@ -264,6 +266,79 @@ async def claim(engine: AsyncEngine, instance_id: str, limit: int) -> list[Claim
 # ---------------------------------------------------------------------------------------------- finish
 
 
+@dataclass(frozen=True, slots=True)
+class FinalItem:
+    """A running item's final state as its replica decided it, with its one usage event."""
+
+    batch_id: str
+    idx: int
+    state: FinalState
+    status: int | None  # the upstream's HTTP status when one answered
+    error: str | None  # required for discarded and cancelled items, refused for completed ones
+    event: UsageEvent
+
+
+async def finalize_many(
+    engine: AsyncEngine, instance_id: str, finals: Sequence[FinalItem]
+) -> set[tuple[str, int]]:
+    """Give these running items their final states and write their usage events, all in ONE
+    transaction (each item's event commits with its state, SPEC §10.8); returns the (batch_id, idx)
+    finalized.
+
+    Only items still ``running`` and claimed by ``instance_id`` change; the others (rescued as
+    ``worker lost`` or put back meanwhile) are left out and get no event. Sets ``completed_at`` on the
+    batches left with nothing open. A worker pool funnels every finished item through here, so under
+    load one transaction settles many items: the per-transaction costs (BEGIN, the write lock on
+    SQLite, COMMIT's flush) are paid once per group instead of once per item.
+    """
+    if not finals:
+        return set()
+    for final in finals:
+        _check_final(final.state, final.error)
+    _check_events([f.event for f in finals], [(f.batch_id, f.idx) for f in finals])
+    keys = sorted({(f.batch_id, f.idx) for f in finals})
+    if len(keys) != len(finals):
+        raise ValueError("an item appears twice in one finalize")
+    async with _write(engine) as conn:
+        # Items first (locked in key order), then the batches' advisory locks: the order put back and
+        # rescue use. Rows locked by a concurrent rescue are waited for, then seen as no longer running.
+        rows = await conn.execute(
+            select(I.c.batch_id, I.c.idx)
+            .where(tuple_(I.c.batch_id, I.c.idx).in_(keys), in_state(RUNNING), I.c.claimed_by == instance_id)
+            .order_by(I.c.batch_id, I.c.idx)
+            .with_for_update()
+        )
+        mine = {(row.batch_id, row.idx) for row in rows}
+        done = [f for f in finals if (f.batch_id, f.idx) in mine]
+        if not done:
+            return set()
+        await conn.execute(
+            update(I)
+            .where(I.c.batch_id == bindparam("b_batch_id"), I.c.idx == bindparam("b_idx"))
+            .values(
+                state=bindparam("b_state"),
+                finished_at=_now(conn),
+                status=bindparam("b_status"),
+                error=bindparam("b_error"),
+            ),
+            [
+                {
+                    "b_batch_id": f.batch_id,
+                    "b_idx": f.idx,
+                    "b_state": f.state,
+                    "b_status": f.status,
+                    "b_error": f.error,
+                }
+                for f in done
+            ],
+        )
+        await insert_events(conn, [f.event.to_row() for f in done])
+        batch_ids = sorted({f.batch_id for f in done})
+        await _lock_batches(conn, batch_ids)
+        await _complete_if_done(conn, batch_ids)
+    return mine
+
+
 async def finalize(
     engine: AsyncEngine,
     instance_id: str,
@@ -275,28 +350,10 @@ async def finalize(
     error: str | None,
     event: UsageEvent,
 ) -> bool:
-    """Give a running item its final state and write its usage event, in one transaction.
-
-    Only if the item is still ``running`` and claimed by ``instance_id``: otherwise (it was rescued as
-    ``worker lost`` or put back meanwhile) nothing is written and the answer is False. ``status`` is the
-    upstream's HTTP status when one answered; ``error`` is required for discarded and cancelled items
-    and refused for completed ones. Sets the batch's ``completed_at`` when this was its last open item.
-    """
-    _check_final(state, error)
-    _check_events([event], [(batch_id, idx)])
-    async with _write(engine) as conn:
-        done = await conn.execute(
-            update(I)
-            .where(I.c.batch_id == batch_id, I.c.idx == idx, in_state(RUNNING), I.c.claimed_by == instance_id)
-            .values(state=state, finished_at=_now(conn), status=status, error=error)
-            .returning(I.c.idx)
-        )
-        if done.first() is None:
-            return False
-        await write_event(conn, event)
-        await _lock_batches(conn, [batch_id])
-        await _complete_if_done(conn, [batch_id])
-    return True
+    """:func:`finalize_many` for one item; False when the item is no longer this replica's."""
+    return bool(
+        await finalize_many(engine, instance_id, [FinalItem(batch_id, idx, state, status, error, event)])
+    )
 
 
 async def cancel(

@@ -5,8 +5,8 @@ order — load input → credential still valid (against the CURRENT snapshot) �
 is enabled → routing → shape check — and then through ``Pipeline.run``, the very object live requests
 use (ARCHITECTURE rule 5: never a copy of routing, limits or key selection), unstreamed and bounded by
 ``RELAY_BATCH_ITEM_TIMEOUT_S``. It answers an :class:`ItemResult`: the final state, the error text of
-§10.4 and the item's one usage event. :meth:`ItemRunner.finish` writes that result with
-``queue.finalize`` (state and event in one transaction).
+§10.4 and the item's one usage event, which the worker pool's finalizer writes (state and event in one
+transaction).
 
 What it deliberately does not know. Claiming, concurrency, cancellation and shutdown (the worker pool
 decides when an item runs or stops), HTTP, and payload logging: batch bodies are never captured
@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import orjson
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.adapters import OPENAI, OPENAI_RESPONSES
 from relay.auth import Principal, recheck_key, recheck_token
@@ -118,14 +117,12 @@ class ItemRunner:
     def __init__(
         self,
         *,
-        engine: AsyncEngine,
         payloads: PayloadStore,
         pipeline: Pipeline,
         snapshot: Callable[[], Snapshot],
         instance_id: str,
         item_timeout_s: float,
     ) -> None:
-        self._engine = engine
         self._payloads = payloads
         self._pipeline = pipeline
         self._snapshot = snapshot
@@ -200,20 +197,6 @@ class ItemRunner:
             batch, idx, status=outcome.status, plan=plan, outcome=outcome, latency_ms=elapsed()
         )
         return ItemResult("completed", outcome.status, None, event)
-
-    async def finish(self, item: queue.ClaimedItem, result: ItemResult) -> bool:
-        """Write the item's final state and its event (one transaction); False when the item is no
-        longer this replica's (rescued or put back meanwhile)."""
-        return await queue.finalize(
-            self._engine,
-            self._instance_id,
-            item.batch_id,
-            item.idx,
-            state=result.state,
-            status=result.status,
-            error=result.error,
-            event=result.event,
-        )
 
     def cancelled(self, item: queue.ClaimedItem) -> ItemResult:
         return ItemResult("cancelled", None, queue.CANCELLED_ERROR, cancelled_event(item.batch, item.idx))

@@ -1,28 +1,33 @@
 """This replica's batch worker pool (SPEC §10.6): claim, run, heartbeat, rescue, cancel, drain.
 
-What it does. A dispatcher task claims up to the free slots (``RELAY_BATCH_WORKERS``) with
-``queue.claim`` — one batch per claim, the least recently served first (the queue's fair order) — and
-runs each item as its own task through :class:`relay.batches.runner.ItemRunner`. When nothing is
-available it polls again after a short, growing sleep (50 → 200 ms), and wakes at once when a slot frees
-up. A second task heartbeats every ``RELAY_BATCH_HEARTBEAT_S`` and every second heartbeat rescues items
-left ``running`` by dead replicas (``worker lost: ``), puts back this replica's orphans (items a claim
-committed although its answer never arrived, e.g. the connection died at COMMIT) and refreshes the
-``relay_batch_items`` gauge. :meth:`cancel_batch` stops this replica's running items of a batch
-(they become ``cancelled``). :meth:`stop` stops claiming, lets running items finish for up to
-``RELAY_SHUTDOWN_GRACE_S``, puts the rest back to ``available`` and removes the worker row.
+What it does. A dispatcher task claims items with ``queue.claim`` — one batch per claim, the least
+recently served first (the queue's fair order) — into a small local queue of ``ready`` items, and keeps
+up to ``RELAY_BATCH_WORKERS`` of them running, each as its own task through
+:class:`relay.batches.runner.ItemRunner`. It claims ahead: when fewer than ``size`` items are ready
+or running beyond the slots, it claims enough to hold ``2 × size``, so a freed slot starts its next item
+at once, without waiting for a claim, and claims come in groups. When nothing is available it polls
+again after a short, growing sleep (50 → 200 ms). A finished item's result goes to the
+:class:`~relay.batches.finalizer.Finalizer`, which writes final states in groups; the slot is free as
+soon as the run ends. A second task heartbeats every ``RELAY_BATCH_HEARTBEAT_S`` and every second
+heartbeat rescues items left ``running`` by dead replicas (``worker lost: ``), puts back this
+replica's orphans (items a claim committed although its answer never arrived, e.g. the connection died
+at COMMIT) and refreshes the ``relay_batch_items`` gauge. :meth:`cancel_batch` stops this replica's
+items of a batch (running or ready: they become ``cancelled``). :meth:`stop` stops claiming, lets running
+items finish for up to ``RELAY_SHUTDOWN_GRACE_S``, writes what finished, puts the rest back to
+``available`` and removes the worker row.
 
 What it deliberately does not know. What an item is (the runner) and SQL (the queue and recovery).
 
-Database outages (a Postgres restart, SQLite's lock busy). Claims and heartbeats simply try again. A
-finished item keeps its result in memory and retries its finalize with backoff until the database
-answers, so an outage loses no work. A replica does not rescue on staleness until its own connection has
-been healthy for ``3 × heartbeat``: right after an outage every replica's heartbeat looks stale, and the
-others need one heartbeat to show they are alive.
+Database outages (a Postgres restart, SQLite's lock busy). Claims and heartbeats simply try again; the
+finalizer keeps finished results and retries until the database answers, so an outage loses no work. A
+replica does not rescue on staleness until its own connection has been healthy for ``3 × heartbeat``:
+right after an outage every replica's heartbeat looks stale, and the others need one heartbeat to show
+they are alive.
 
-Invariants. An item this pool claimed always ends in exactly one of: finalized by its task (completed,
-discarded or cancelled), put back by :meth:`stop` or by the orphan check, or — if this process dies —
-rescued by another replica. Cancelling a batch stops only the execution phase of its items, never a
-finalize.
+Invariants. ``_items`` holds every item this pool claimed and has not settled (ready, running or
+waiting for its finalize). Each ends in exactly one of: finalized (completed, discarded or cancelled),
+put back by :meth:`stop` or by the orphan check, or — if this process dies — rescued by another
+replica. Cancelling a batch stops only the execution of its items, never a write.
 """
 
 from __future__ import annotations
@@ -31,11 +36,13 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.batches import queue, recovery
+from relay.batches.finalizer import Finalizer
 from relay.batches.runner import ItemResult, ItemRunner, cancelled_event, item_event
 from relay.batches.views import BatchRecord
 from relay.metrics import BatchMetrics
@@ -73,9 +80,14 @@ class WorkerPool:
         self._stale_after_s = 3 * heartbeat_s
         self._claiming = asyncio.Lock()  # held from a claim until its items are registered
         self._db_ok_since: float | None = None  # monotonic time of the first heartbeat after an outage
-        self._tasks: dict[_Key, asyncio.Task[None]] = {}
-        self._items: dict[_Key, queue.ClaimedItem] = {}
+        self._items: dict[_Key, queue.ClaimedItem] = {}  # claimed, not settled (module docstring)
+        # Claimed, waiting for a slot: per batch, served round-robin (so a batch claimed after a big
+        # one's claim-ahead does not queue behind it), idx order within a batch.
+        self._ready: dict[str, deque[queue.ClaimedItem]] = {}
+        self._ready_count = 0
+        self._tasks: dict[_Key, asyncio.Task[None]] = {}  # running
         self._executing: set[_Key] = set()  # items whose execution (not finalize) is in progress
+        self._finalizer = Finalizer(engine, instance_id, self._settled)
         self._cancel_requested: set[_Key] = set()
         # Batches cancelled through this replica (recent ones): an item whose claim raced the cancel
         # (claimed before it committed, registered here after it) is cancelled instead of run.
@@ -92,6 +104,7 @@ class WorkerPool:
     async def start(self) -> None:
         await recovery.heartbeat(self._engine, self._instance_id)
         self._db_ok_since = time.monotonic()
+        self._finalizer.start()
         self._dispatcher = asyncio.create_task(self._dispatch(), name="batch-dispatcher")
         self._liveness = asyncio.create_task(self._live(), name="batch-liveness")
 
@@ -100,18 +113,23 @@ class WorkerPool:
     async def _dispatch(self) -> None:
         idle = self._poll_min_s
         while not self._stopping:
-            free = self._size - len(self._tasks)
-            if free <= 0:
+            self._start_ready()
+            in_hand = len(self._tasks) + self._ready_count
+            want = 2 * self._size - in_hand
+            if in_hand and want < self._size:  # enough in hand: claim when a group's worth is free
                 await self._sleep(self._poll_max_s)
                 continue
             async with self._claiming:
                 try:
-                    claimed = await queue.claim(self._engine, self._instance_id, free)
+                    claimed = await queue.claim(self._engine, self._instance_id, want)
                 except Exception as exc:
                     _log_failure("batch claim failed; retrying in 1 s", exc)
                     claimed = None
                 for item in claimed or ():
-                    self._start(item)
+                    self._items[(item.batch_id, item.idx)] = item
+                    self._ready.setdefault(item.batch_id, deque()).append(item)
+                    self._ready_count += 1
+            self._start_ready()
             if claimed is None:
                 await self._sleep(1.0)
             elif not claimed:
@@ -120,13 +138,19 @@ class WorkerPool:
             else:
                 idle = self._poll_min_s
 
-    def _start(self, item: queue.ClaimedItem) -> None:
-        key = (item.batch_id, item.idx)
-        self._items[key] = item
-        self._executing.add(key)
-        task = asyncio.create_task(self._run(item), name=f"batch-item-{item.batch_id}-{item.idx}")
-        self._tasks[key] = task
-        task.add_done_callback(self._on_done(key))
+    def _start_ready(self) -> None:
+        while self._ready and len(self._tasks) < self._size and not self._stopping:
+            batch_id = next(iter(self._ready))
+            waiting = self._ready.pop(batch_id)
+            item = waiting.popleft()
+            if waiting:
+                self._ready[batch_id] = waiting  # to the back: the next slot serves another batch
+            self._ready_count -= 1
+            key = (item.batch_id, item.idx)
+            self._executing.add(key)
+            task = asyncio.create_task(self._run(item), name=f"batch-item-{item.batch_id}-{item.idx}")
+            self._tasks[key] = task
+            task.add_done_callback(self._on_done(key))
         if self._metrics is not None:
             self._metrics.busy(len(self._tasks))
 
@@ -140,12 +164,18 @@ class WorkerPool:
 
     def _done(self, key: _Key) -> None:
         self._tasks.pop(key, None)
-        self._items.pop(key, None)
         self._executing.discard(key)
         self._cancel_requested.discard(key)
+        self._start_ready()  # the slot takes its next item now, not at the dispatcher's next turn
         self._wake.set()
-        if self._metrics is not None:
-            self._metrics.busy(len(self._tasks))
+
+    def _settled(self, key: _Key, result: ItemResult, finalized: bool) -> None:
+        """The finalizer wrote (or found already settled elsewhere) this item."""
+        self._items.pop(key, None)
+        if not finalized:
+            log.info("batch item %s/%d was no longer ours to finish", key[0], key[1])
+        elif self._metrics is not None:
+            self._metrics.finished.labels(result.state).inc()
 
     async def _run(self, item: queue.ClaimedItem) -> None:
         key = (item.batch_id, item.idx)
@@ -165,28 +195,7 @@ class WorkerPool:
             log.exception("batch item %s/%d failed inside Relay", item.batch_id, item.idx)
             result = self._runner.failed(item, exc)
         self._executing.discard(key)
-        await self._finish(item, result)
-
-    async def _finish(self, item: queue.ClaimedItem, result: ItemResult) -> None:
-        """Finalize, retrying through a database outage: the item's work is done and its result is only
-        here, so giving up would lose it (it would end ``worker lost`` much later)."""
-        delay = 0.2
-        while True:
-            try:
-                mine = await self._runner.finish(item, result)
-            except Exception as exc:
-                if not is_transient(exc):
-                    log.exception("finalizing batch item %s/%d failed", item.batch_id, item.idx)
-                    return
-                _log_failure(f"finalizing batch item {item.batch_id}/{item.idx} failed; retrying", exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
-                continue
-            if not mine:
-                log.info("batch item %s/%d was no longer ours to finish", item.batch_id, item.idx)
-            elif self._metrics is not None:
-                self._metrics.finished.labels(result.state).inc()
-            return
+        self._finalizer.add(key, result)
 
     async def cancel_batch(self, batch_id: str) -> int:
         """Stop this replica's running items of ``batch_id``; each becomes ``cancelled``. Returns how many."""
@@ -194,6 +203,10 @@ class WorkerPool:
         while len(self._cancelled_batches) > 10_000:
             del self._cancelled_batches[next(iter(self._cancelled_batches))]
         stopped = 0
+        for item in self._ready.pop(batch_id, ()):  # claimed, not started yet
+            self._ready_count -= 1
+            self._finalizer.add((item.batch_id, item.idx), self._runner.cancelled(item))
+            stopped += 1
         for key, task in list(self._tasks.items()):
             if key[0] == batch_id and key in self._executing and key not in self._cancel_requested:
                 self._cancel_requested.add(key)
@@ -203,6 +216,7 @@ class WorkerPool:
             await asyncio.gather(
                 *(t for k, t in list(self._tasks.items()) if k[0] == batch_id), return_exceptions=True
             )
+            await self._finalizer.drain(5.0)  # the caller answers once they are cancelled, if it can
         return stopped
 
     # -------------------------------------------------------------------------------------- liveness
@@ -280,6 +294,11 @@ class WorkerPool:
             task.cancel()
         if unfinished:
             await asyncio.gather(*unfinished, return_exceptions=True)
+        if not await self._finalizer.drain(max(grace_s, 5.0)):
+            log.warning(
+                "batch results not written at shutdown (database unreachable); rescue will settle them"
+            )
+        await self._finalizer.close()
         try:
             # Whatever the database still says we run: the cancelled items and any orphan.
             held = await recovery.held_by(self._engine, self._instance_id)
