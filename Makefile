@@ -29,6 +29,7 @@ test: lint  ## lint, then every test (real Postgres and Redis on 127.0.0.1; see 
 bench: $(STAMP)  ## benchmarks: print figures next to a baseline measured in the same run
 	$(BIN)/python bench/fake_upstream_speed.py
 	$(BIN)/python bench/live_overhead.py
+	$(BIN)/python bench/batch_throughput.py
 
 serve: $(STAMP)
 	$(BIN)/relay serve

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from relay.batches.payloads import PayloadStore
@@ -52,6 +54,39 @@ def test_payload_files_round_trip_and_stay_inside_the_directory(tmp_path: Path) 
     assert not [p for p in (tmp_path / "payloads" / BATCH_ID).iterdir() if p.name.endswith(".tmp")]
     for bad in ("../etc", "b_../../x", "B_" + "0" * 26, BATCH_ID + "/.."):
         with pytest.raises(ValueError):
-            store.request_path(bad, 0)
+            store.read_request(bad, 0)
+        with pytest.raises(ValueError):
+            store.response_path(bad, 0)
     with pytest.raises(FileNotFoundError):
         PayloadStore(tmp_path / "elsewhere").read_request(BATCH_ID, 0)
+
+
+def test_request_bodies_are_one_file_per_batch_with_offsets(tmp_path: Path) -> None:
+    """50 000 files would cost seconds to create: the requests go into one JSONL file plus an offsets
+    file (renamed last, so its presence means the requests are complete). Any body comes back exactly;
+    an idx past the end, or a truncated requests file, reads as missing (``load input: ``)."""
+    store = PayloadStore(tmp_path)
+    bodies = [orjson.dumps({"i": i, "text": "x" * (i % 7)}) for i in range(1000)]
+    assert store.write_requests(BATCH_ID, iter(bodies)) == 1000
+    assert sorted(p.name for p in (tmp_path / BATCH_ID).iterdir()) == ["requests.jsonl", "requests.offsets"]
+    assert [store.read_request(BATCH_ID, i) for i in range(1000)] == bodies
+    for idx in (1000, -1):
+        with pytest.raises(FileNotFoundError):
+            store.read_request(BATCH_ID, idx)
+    requests = tmp_path / BATCH_ID / "requests.jsonl"
+    requests.write_bytes(requests.read_bytes()[:-5])
+    with pytest.raises(FileNotFoundError):
+        store.read_request(BATCH_ID, 999)
+    assert store.read_request(BATCH_ID, 998) == bodies[998]
+
+
+def test_a_failed_write_leaves_no_batch_directory(tmp_path: Path) -> None:
+    store = PayloadStore(tmp_path)
+
+    def bodies() -> Iterator[bytes]:
+        yield b"{}"
+        raise RuntimeError("the submission broke off")
+
+    with pytest.raises(RuntimeError):
+        store.write_requests(BATCH_ID, bodies())
+    assert list(tmp_path.iterdir()) == []
