@@ -57,6 +57,10 @@ class TokenSigner:
         self._kid = key_id
         self._key = Ed25519PrivateKey.from_private_bytes(private_key)
 
+    @property
+    def key_id(self) -> str:
+        return self._kid
+
     def mint(
         self, *, user_id: str, project_id: str, version: int, ttl_s: int, now: float | None = None
     ) -> tuple[str, TokenClaims]:

@@ -58,8 +58,12 @@ def _validate(model: type[BaseModel], payload: Any) -> Any:
 
 
 async def load_signer(engine: AsyncEngine, box: SecretBox) -> TokenSigner:
-    """The newest active signing key, creating the first one if there is none yet."""
-    async with engine.begin() as conn:
+    """The newest active signing key, creating the first one if there is none yet. A write transaction
+    from its first statement (BEGIN IMMEDIATE on SQLite, an advisory lock on Postgres): replicas booting
+    together on a new database would otherwise both read "none" and both create one (on SQLite the
+    second's read-to-write upgrade fails at once with "database is locked")."""
+    async with engine.execution_options(sqlite_begin="IMMEDIATE").begin() as conn:
+        await creds.lock_signing_keys(conn)
         rows = [r for r in await creds.signing_keys(conn) if r["active"]]
         if not rows:
             private, public = generate_private_key()

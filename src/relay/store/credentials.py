@@ -10,11 +10,22 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from relay.store import tables as t
 from relay.store.catalog import Row, utcnow
+
+# Key of the Postgres advisory lock under which a replica creates the first signing key: the bytes
+# "relaysig" as a bigint.
+_SIGNING_LOCK_KEY = int.from_bytes(b"relaysig", "big") - (1 << 63)
+
+
+async def lock_signing_keys(conn: AsyncConnection) -> None:
+    """Serialise "read the signing keys, create the first if none" across replicas booting together,
+    so they do not each create one. SQLite: the caller's transaction is BEGIN IMMEDIATE already."""
+    if conn.dialect.name == "postgresql":
+        await conn.execute(select(func.pg_advisory_xact_lock(_SIGNING_LOCK_KEY)))
 
 
 async def signing_keys(conn: AsyncConnection) -> list[Row]:
