@@ -50,6 +50,7 @@ from typing import Any, Final, Literal
 
 from sqlalchemy import (
     ColumnElement,
+    Integer,
     Interval,
     bindparam,
     exists,
@@ -208,6 +209,67 @@ async def insert_batch(engine: AsyncEngine, row: Mapping[str, Any], total_items:
 # ---------------------------------------------------------------------------------------------- claim
 
 
+@dataclass(frozen=True, slots=True)
+class _ClaimSQL:
+    """The claim's statements, built once per dialect: a claim runs many times a second under load,
+    and building and cache-keying fresh statement objects each time cost more than executing them."""
+
+    pick: Any
+    take: Any
+    stamp: Any
+    heartbeat: Any
+
+
+_CLAIM_SQL: dict[str, _ClaimSQL] = {}
+
+
+def _claim_sql(dialect: str) -> _ClaimSQL:
+    built = _CLAIM_SQL.get(dialect)
+    if built is not None:
+        return built
+    # Postgres: the database's clock (one for every replica); SQLite: the process clock, bound per call.
+    now = (
+        func.now(type_=UTCDateTime()) if dialect == "postgresql" else bindparam("c_now", type_=UTCDateTime())
+    )
+    batch_id = bindparam("c_batch", type_=ID)
+    pick = (
+        select(B)
+        .where(
+            B.c.completed_at.is_(None), B.c.status == literal_column("'queued'"), _item_in(B.c.id, AVAILABLE)
+        )
+        .order_by(B.c.last_claimed_at.asc().nulls_first(), B.c.created_at, B.c.id)
+        .limit(1)
+        .with_for_update(skip_locked=True, key_share=True)
+    )
+    # A CTE, not a plain IN (subquery): Postgres evaluates a locking CTE exactly once, whereas a
+    # subquery it rescans per outer row skips the rows this very UPDATE already changed and so hands
+    # out the next ones, ignoring the LIMIT. The rows it returns are locked by us and were re-checked as
+    # available when locked, so the UPDATE joins them by primary key and does not repeat the state test
+    # (which would tempt the planner to walk the whole available index).
+    chosen = (
+        select(I.c.idx)
+        .where(I.c.batch_id == batch_id, in_state(AVAILABLE))
+        .order_by(I.c.idx)
+        .limit(bindparam("c_limit", type_=Integer))
+        .with_for_update(skip_locked=True, key_share=True)
+        .cte("chosen")
+    )
+    take = (
+        update(I)
+        .where(I.c.batch_id == batch_id, I.c.idx == chosen.c.idx)  # UPDATE … FROM chosen
+        .values(state=RUNNING, claimed_by=bindparam("c_instance", type_=ID), claimed_at=now)
+        .returning(I.c.idx)
+    )
+    stamp = update(B).where(B.c.id == batch_id).values(last_claimed_at=now)
+    values = {"instance_id": bindparam("c_instance", type_=ID), "started_at": now, "heartbeat_at": now}
+    upsert = pg_insert(W) if dialect == "postgresql" else sqlite_insert(W)
+    heartbeat = upsert.values(**values).on_conflict_do_update(
+        index_elements=[W.c.instance_id], set_={"heartbeat_at": now}
+    )
+    built = _CLAIM_SQL[dialect] = _ClaimSQL(pick, take, stamp, heartbeat)
+    return built
+
+
 async def claim(engine: AsyncEngine, instance_id: str, limit: int) -> list[ClaimedItem]:
     """Claim up to ``limit`` available items of one batch (fair order, module docstring) for
     ``instance_id``; they are ``running`` when this returns (committed). ``[]`` when nothing is available
@@ -219,47 +281,20 @@ async def claim(engine: AsyncEngine, instance_id: str, limit: int) -> list[Claim
     if limit < 1:
         return []
     async with _write(engine) as conn:
-        now = _now(conn)
-        picked = (
-            await conn.execute(
-                select(B)
-                .where(
-                    B.c.completed_at.is_(None),
-                    B.c.status == literal_column("'queued'"),
-                    _item_in(B.c.id, AVAILABLE),
-                )
-                .order_by(B.c.last_claimed_at.asc().nulls_first(), B.c.created_at, B.c.id)
-                .limit(1)
-                .with_for_update(skip_locked=True, key_share=True)
-            )
-        ).first()
+        sql = _claim_sql(conn.dialect.name)
+        params: dict[str, Any] = {"c_instance": instance_id, "c_limit": limit}
+        if conn.dialect.name != "postgresql":
+            params["c_now"] = datetime.now(UTC)
+        picked = (await conn.execute(sql.pick)).first()
         if picked is None:
             return []
         batch = record_from_row(picked._mapping)
-        # A CTE, not a plain IN (subquery): Postgres evaluates a locking CTE exactly once, whereas a
-        # subquery it rescans per outer row skips the rows this very UPDATE already changed and so
-        # hands out the next ones, ignoring the LIMIT. The rows it returns are locked by us and were
-        # re-checked as available when locked, so the UPDATE joins them by primary key and does not
-        # repeat the state test (which would tempt the planner to walk the whole available index).
-        chosen = (
-            select(I.c.idx)
-            .where(I.c.batch_id == batch.id, in_state(AVAILABLE))
-            .order_by(I.c.idx)
-            .limit(limit)
-            .with_for_update(skip_locked=True, key_share=True)
-            .cte("chosen")
-        )
-        claimed = await conn.execute(
-            update(I)
-            .where(I.c.batch_id == batch.id, I.c.idx == chosen.c.idx)  # UPDATE … FROM chosen
-            .values(state=RUNNING, claimed_by=instance_id, claimed_at=now)
-            .returning(I.c.idx)
-        )
-        idxs = sorted(claimed.scalars())
+        params["c_batch"] = batch.id
+        idxs = sorted((await conn.execute(sql.take, params)).scalars())
         if not idxs:
             return []
-        await conn.execute(update(B).where(B.c.id == batch.id).values(last_claimed_at=now))
-        await _upsert_worker(conn, instance_id)
+        await conn.execute(sql.stamp, params)
+        await conn.execute(sql.heartbeat, params)
     return [ClaimedItem(batch, idx) for idx in idxs]
 
 
