@@ -43,10 +43,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import math
 import os
-import secrets
 import socket
 import statistics
 import subprocess
@@ -67,7 +65,6 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (
-    SRC,
     CpuMeter,
     Processes,
     cpu_seconds,
@@ -77,7 +74,8 @@ from common import (
     new_event_loop,
     start_fake_upstream,
 )
-from live_overhead import UPSTREAM_KEY, Relay, configure, relay_admin, relay_command
+from live_overhead import UPSTREAM_KEY, Relay, configure, relay_admin
+from live_overhead import start_relay as launch_relay
 
 MODEL = "bench-model"
 TARGET_SUBMIT_S = 10.0
@@ -191,57 +189,9 @@ def _pg_admin(url: str, statement: str) -> None:
 
 def start_relay(procs: Processes, workdir: Path, database_url: str, workers: int) -> Relay:
     """``relay serve`` (one process) on ``database_url`` with ``RELAY_BATCH_WORKERS=workers``."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    port, control_port = free_port(), free_port()
-    while control_port == port:
-        control_port = free_port()
-    admin_token = "bench-admin-" + secrets.token_urlsafe(24)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}  # no Redis, no stray config
-    env.update(
-        PYTHONPATH=str(SRC),
-        RELAY_BIND="127.0.0.1",
-        RELAY_PORT=str(port),
-        RELAY_CONTROL_PORT=str(control_port),
-        RELAY_DATABASE_URL=database_url,
-        RELAY_DATA_DIR=str(workdir / "relay-data"),
-        RELAY_BATCH_PAYLOAD_DIR=str(workdir / "relay-batch-payloads"),
-        RELAY_BATCH_WORKERS=str(workers),
-        RELAY_ADMIN_TOKEN=admin_token,
-        RELAY_MASTER_KEY=base64.b64encode(secrets.token_bytes(32)).decode(),
-        RELAY_LOG_LEVEL="warning",
+    return launch_relay(
+        procs, workdir, database_url=database_url, extra_env={"RELAY_BATCH_WORKERS": str(workers)}
     )
-    log_path = workdir / "relay.log"
-    with log_path.open("wb") as log:
-        process = procs.start(
-            relay_command("asyncio"),
-            cwd=workdir,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-    relay = Relay(
-        process, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{control_port}", admin_token, log_path
-    )
-    deadline = time.monotonic() + 60
-    with httpx.Client(timeout=2) as client:
-        while True:
-            if process.poll() is not None:
-                raise SystemExit(f"relay serve exited with {process.returncode}:\n{relay.log_tail()}")
-            try:
-                if (
-                    client.get(relay.base_url + "/livez").status_code == 200
-                    and client.get(
-                        relay.control_url + "/api/snapshot", headers=relay_admin(relay)
-                    ).status_code
-                    == 200
-                ):
-                    return relay
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise SystemExit(f"relay serve did not become ready within 60 s:\n{relay.log_tail()}")
-            time.sleep(0.1)
 
 
 def start_sink(procs: Processes) -> tuple[subprocess.Popen[Any], str]:

@@ -114,7 +114,18 @@ def relay_command(loop: str) -> list[str]:
     return [sys.executable, "-c", "from relay.cli import main; main()", "serve"]
 
 
-def start_relay(procs: Processes, workdir: Path, loop: str = "asyncio") -> Relay:
+def start_relay(
+    procs: Processes,
+    workdir: Path,
+    loop: str = "asyncio",
+    *,
+    database_url: str | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> Relay:
+    """``relay serve`` (one process, log level warning, no Redis, no batch workers unless
+    ``extra_env`` says otherwise) on ``database_url`` (default: a SQLite file in ``workdir``); returns
+    once both planes answer."""
+    workdir.mkdir(parents=True, exist_ok=True)
     port, control_port = free_port(), free_port()
     while control_port == port:
         control_port = free_port()
@@ -125,7 +136,7 @@ def start_relay(procs: Processes, workdir: Path, loop: str = "asyncio") -> Relay
         RELAY_BIND="127.0.0.1",
         RELAY_PORT=str(port),
         RELAY_CONTROL_PORT=str(control_port),
-        RELAY_DATABASE_URL=f"sqlite:///{workdir / 'relay.db'}",
+        RELAY_DATABASE_URL=database_url or f"sqlite:///{workdir / 'relay.db'}",
         RELAY_DATA_DIR=str(workdir / "relay-data"),
         RELAY_BATCH_PAYLOAD_DIR=str(workdir / "relay-batch-payloads"),
         RELAY_ADMIN_TOKEN=admin_token,
@@ -134,6 +145,7 @@ def start_relay(procs: Processes, workdir: Path, loop: str = "asyncio") -> Relay
     )
     if "batch_workers" in (SRC / "relay" / "config.py").read_text(encoding="utf-8"):
         env["RELAY_BATCH_WORKERS"] = "0"
+    env.update(extra_env or {})
     log_path = workdir / "relay.log"
     with log_path.open("wb") as log:
         process = procs.start(
