@@ -127,7 +127,7 @@ class BatchService:
             "CreatedAt": rfc3339(r.created_at),
             "CompletedAt": rfc3339(r.completed_at),
             "counts": view.counts,
-            "items": [{"idx": item.idx, "state": item.state} for item in view.items],
+            "items": orjson.Fragment(view.items_json),  # JSON text from the database, embedded as is
         }
 
     async def results(self, record: BatchRecord) -> AsyncIterator[list[bytes]]:
