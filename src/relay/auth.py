@@ -54,7 +54,22 @@ def authenticate(credential: str | None, snapshot: Snapshot, now: float | None =
     return _from_key(hash_key(credential), snapshot, current)
 
 
-def _from_key(key_hash: str, snapshot: Snapshot, now: float) -> Principal:
+def authenticate_owner(credential: str | None, snapshot: Snapshot, now: float | None = None) -> str:
+    """Who is calling, as a batch owner (SPEC §10.8: the key's sha256, or ``user:<id>`` for a token),
+    after every §3 credential check but without resolving a policy: reading, collecting and cancelling
+    one's own batches needs a valid credential, not a usable policy (a batch whose policy was disabled
+    can still be read, which is how its owner learns why its items failed)."""
+    if not credential:
+        raise Unauthenticated("missing credential")
+    current = time.time() if now is None else now
+    if looks_like_jwt(credential):
+        return f"user:{_checked_claims(credential, snapshot, current).user_id}"
+    key_hash = hash_key(credential)
+    _checked_key(key_hash, snapshot, current)
+    return key_hash
+
+
+def _checked_key(key_hash: str, snapshot: Snapshot, now: float) -> RelayKey:
     key = snapshot.key_by_hash.get(key_hash)
     rotated = False
     if key is None:
@@ -65,6 +80,11 @@ def _from_key(key_hash: str, snapshot: Snapshot, now: float) -> Principal:
     reason = key_problem(key, snapshot, now, presented_previous=rotated)
     if reason is not None:
         raise Unauthenticated(reason)
+    return key
+
+
+def _from_key(key_hash: str, snapshot: Snapshot, now: float) -> Principal:
+    key = _checked_key(key_hash, snapshot, now)
     project_id, principal_id = _key_scope(key, snapshot)
     policy = resolve_policy(snapshot, key.policy_id, key.principal_kind, principal_id, project_id)
     return Principal(
@@ -117,7 +137,7 @@ def _key_scope(key: RelayKey, snapshot: Snapshot) -> tuple[str, str]:
     return project_id, user.id
 
 
-def _from_token(token: str, snapshot: Snapshot, now: float) -> Principal:
+def _checked_claims(token: str, snapshot: Snapshot, now: float) -> TokenClaims:
     try:
         claims = snapshot.verifier.verify(token, now)
     except TokenExpired:
@@ -130,6 +150,11 @@ def _from_token(token: str, snapshot: Snapshot, now: float) -> Principal:
         if status == 403:
             raise Forbidden(message, code=code)
         raise Unauthenticated(message, code=code)
+    return claims
+
+
+def _from_token(token: str, snapshot: Snapshot, now: float) -> Principal:
+    claims = _checked_claims(token, snapshot, now)
     policy = resolve_policy(snapshot, None, "user", claims.user_id, claims.project_id)
     return Principal(
         policy=policy,

@@ -185,6 +185,37 @@ def test_submit_poll_and_results_do_not_count_against_limits(gateway: Gateway) -
     assert refused["state"] == "discarded" and refused["error"].startswith("rate limit exceeded: ")
 
 
+def test_the_owner_reads_and_cancels_without_a_usable_policy(gateway: Gateway) -> None:
+    """Reading, collecting and cancelling one's own batch needs a valid credential, not a usable policy
+    (a choice where SPEC §10.8 is silent): after the policy is disabled the owner can still see why the
+    items failed, while a new submission is refused like any inference call (403)."""
+    own = gateway.scenario()
+    batch_id = submit(
+        gateway,
+        "openai",
+        [chat_item(i, model=own.model, fake={"latency_ms": 800}) for i in range(20)],
+        key=own.key,
+    )
+    gateway.patch("policies", own.policy, {"enabled": False})
+    deadline = time.monotonic() + 5
+    while gateway.post("/v1/batches", {"shape": "openai", "requests": [{}]}, key=own.key).status_code != 403:
+        assert time.monotonic() < deadline, "the snapshot never saw the disabled policy"
+        time.sleep(0.05)
+    refused = gateway.post("/v1/batches", {"shape": "openai", "requests": [{}]}, key=own.key)
+    assert refused.json()["error"]["code"] == "policy_disabled"
+    assert status(gateway, batch_id, own.key)["ID"] == batch_id
+    cancelled = gateway.post(f"/v1/batches/{batch_id}/cancel", key=own.key)
+    assert cancelled.status_code == 200, cancelled.text
+    view = wait_finished(gateway, batch_id, own.key)
+    got = results(gateway, batch_id, own.key)
+    assert len(got) == 20 and {r["state"] for r in got} <= {"completed", "discarded", "cancelled"}
+    for r in got:
+        if r["state"] == "discarded":
+            assert r["error"] == f'policy unavailable: policy "{own.policy}" is disabled'
+    assert view["Status"] == "cancelled"
+    not_found(gateway.client.get(f"/v1/batches/{batch_id}", headers=gateway.auth(None)))  # another key
+
+
 def test_item_failures(gateway: Gateway) -> None:
     requests = [
         chat_item(0),

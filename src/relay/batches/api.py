@@ -23,7 +23,7 @@ import orjson
 from starlette.types import Receive, Scope, Send
 
 from relay.adapters import OPENAI, error_body
-from relay.auth import Principal, authenticate
+from relay.auth import authenticate, authenticate_owner
 from relay.batches.service import BatchService
 from relay.catalog import Snapshot
 from relay.domain.batches import BatchRejected
@@ -48,9 +48,10 @@ class BatchesApp:
         method: str = scope["method"]
         parts = [p for p in scope["path"][len(PREFIX) :].split("/") if p]
         try:
-            principal = self._authenticate(scope)
+            credential, snap = self._credential(scope), self._snapshot()
             if not parts:
                 _allow(method, "POST")
+                principal = authenticate(credential, snap)  # submitting needs a policy (SPEC §10.1)
                 body = await read_body(
                     receive, scope, self._max_bytes, what="batch body", setting="RELAY_BATCH_MAX_BYTES"
                 )
@@ -63,34 +64,32 @@ class BatchesApp:
                 await _send(send, 202, orjson.dumps(answer), request_id)
             elif len(parts) == 1:
                 _allow(method, "GET")
-                await _send(
-                    send, 200, orjson.dumps(await self._service.status(principal, parts[0])), request_id
-                )
+                owner = authenticate_owner(credential, snap)
+                await _send(send, 200, orjson.dumps(await self._service.status(owner, parts[0])), request_id)
             elif len(parts) == 2 and parts[1] == "results":
                 _allow(method, "GET")
-                await self._results(scope, send, principal, parts[0], request_id)
+                await self._results(scope, send, authenticate_owner(credential, snap), parts[0], request_id)
             elif len(parts) == 2 and parts[1] == "cancel":
                 _allow(method, "POST")
-                await _send(
-                    send, 200, orjson.dumps(await self._service.cancel(principal, parts[0])), request_id
-                )
+                owner = authenticate_owner(credential, snap)
+                await _send(send, 200, orjson.dumps(await self._service.cancel(owner, parts[0])), request_id)
             else:
                 raise NotFound(f"no route for {method} {scope['path']}")
         except RelayError as exc:
             body_out = error_body(OPENAI, status=exc.status, code=exc.code, message=exc.message)
             await _send(send, exc.status, body_out, request_id)
 
-    def _authenticate(self, scope: Scope) -> Principal:
+    @staticmethod
+    def _credential(scope: Scope) -> str | None:
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        credential = read_credential(headers.get("authorization"), headers.get("x-api-key"))
-        return authenticate(credential, self._snapshot())
+        return read_credential(headers.get("authorization"), headers.get("x-api-key"))
 
-    async def _results(self, scope: Scope, send: Send, principal: Principal, batch_id: str, rid: str) -> None:
+    async def _results(self, scope: Scope, send: Send, owner: str, batch_id: str, rid: str) -> None:
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
         fmt = (query.get("format") or ["json"])[-1]
         if fmt not in ("json", "jsonl"):
             raise InvalidRequest("format must be json or jsonl")
-        record = await self._service.owned(principal, batch_id)
+        record = await self._service.owned(owner, batch_id)
         jsonl = fmt == "jsonl"
         content_type = "application/x-ndjson" if jsonl else "application/json"
         await send(_head(200, content_type, rid))

@@ -99,16 +99,16 @@ class BatchService:
         written = self._payloads.write_requests(batch_id, map(orjson.dumps, requests))
         return shape, written
 
-    async def owned(self, principal: Principal, batch_id: str) -> BatchRecord:
+    async def owned(self, owner: str, batch_id: str) -> BatchRecord:
         record = await views.batch_record(self._engine, batch_id)
-        if record is None or record.owner != principal.owner:
+        if record is None or record.owner != owner:
             raise BatchNotFound()
         return record
 
-    async def status(self, principal: Principal, batch_id: str) -> dict[str, Any]:
+    async def status(self, owner: str, batch_id: str) -> dict[str, Any]:
         """SPEC §10.2, exactly these keys."""
         view = await views.batch_view(self._engine, batch_id)
-        if view is None or view.record.owner != principal.owner:
+        if view is None or view.record.owner != owner:
             raise BatchNotFound()
         r = view.record
         return {
@@ -147,9 +147,9 @@ class BatchService:
     def _read_responses(self, batch_id: str, idxs: list[int]) -> dict[int, bytes | None]:
         return {idx: self._payloads.read_response(batch_id, idx) for idx in idxs}
 
-    async def cancel(self, principal: Principal, batch_id: str) -> dict[str, Any]:
+    async def cancel(self, owner: str, batch_id: str) -> dict[str, Any]:
         """SPEC §10.5: idempotent; available items cancelled now, this replica's running ones stopped."""
-        record = await self.owned(principal, batch_id)
+        record = await self.owned(owner, batch_id)
         await queue.cancel(
             self._engine, record.id, events_for=lambda idxs: [cancelled_event(record, idx) for idx in idxs]
         )
