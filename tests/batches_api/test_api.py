@@ -93,6 +93,11 @@ def test_credentials_are_checked_like_inference(gateway: Gateway) -> None:
     )
     assert response.status_code == 401
     assert response.json()["error"]["message"] == "invalid api key"
+    batch_id = submit(gateway, "openai", [chat_item()])
+    for method, path in (("GET", ""), ("GET", "/results"), ("POST", "/cancel")):
+        for headers in ({}, gateway.auth("sk-relay-nope")):
+            answer = gateway.client.request(method, f"/v1/batches/{batch_id}{path}", headers=headers)
+            assert answer.status_code == 401, (method, path, answer.text)
 
 
 def test_batch_runs_end_to_end(gateway: Gateway) -> None:
