@@ -72,6 +72,7 @@ from common import (
     machine_line,
     markdown_table,
     new_event_loop,
+    proc_status_mib,
     start_fake_upstream,
 )
 from live_overhead import UPSTREAM_KEY, Relay, configure, relay_admin
@@ -208,17 +209,6 @@ def start_sink(procs: Processes) -> tuple[subprocess.Popen[Any], str]:
             if process.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit("the sink server did not start") from None
             time.sleep(0.05)
-
-
-def proc_status_mib(pid: int, key: str) -> float:
-    """A ``/proc/<pid>/status`` memory line (``VmHWM``, ``VmRSS``) in MiB; 0 without /proc."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
 
 
 # ------------------------------------------------------------------------------------------ results

@@ -484,3 +484,14 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]], right:
     out.append("|" + "|".join("---:" if r else "---" for r in right) + "|")
     out.extend("| " + " | ".join(row) + " |" for row in rows)
     return "\n".join(out)
+
+
+def proc_status_mib(pid: int, key: str) -> float:
+    """A ``/proc/<pid>/status`` memory line (``VmHWM``, ``VmRSS``) in MiB; 0 without /proc."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0

@@ -65,6 +65,7 @@ from common import (
     markdown_table,
     ms,
     paced,
+    proc_status_mib,
     run_async,
     run_wrk,
     start_fake_upstream,
@@ -233,13 +234,7 @@ def configure(relay: Relay, upstream_base: str) -> str:
 
 
 def rss_mib(pid: int) -> float:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
+    return proc_status_mib(pid, "VmRSS")
 
 
 # ------------------------------------------------------------------------------------------ runs

@@ -34,15 +34,13 @@ from tests.batches_api.helpers import (
     submit,
     wait_finished,
 )
-from tests.fixtures.databases import create_postgres_database
 from tests.fixtures.fake_upstream import FakeUpstream
 from tests.fixtures.live import (
     HOST_OPENAI,
     PRICING,
     Gateway,
     Reaper,
-    flush_live_redis,
-    live_redis_url,
+    backend_setup,
     uniq,
 )
 from tests.fixtures.relay_server import RelayProcess
@@ -243,15 +241,8 @@ def stage(
 ) -> Iterator[Stage]:
     backend = request.param
     workdir: Path = tmp_path_factory.mktemp(f"batch-failures-{backend}")
-    env = {"RELAY_BATCH_PAYLOAD_DIR": str(workdir / "payloads")}
-    redis_url: str | None = None
-    if backend == "sqlite":
-        database_url = f"sqlite:///{workdir / 'relay.db'}"
-    else:
-        redis_url = live_redis_url()
-        flush_live_redis(redis_url)
-        database_url = create_postgres_database()
-        env["RELAY_REDIS_URL"] = redis_url
+    database_url, redis_url, env = backend_setup(backend, workdir)
+    env["RELAY_BATCH_PAYLOAD_DIR"] = str(workdir / "payloads")
     front = RelayProcess(workdir / "front", database_url, {**env, "RELAY_BATCH_WORKERS": "0"})
     workers = RelayProcess(
         workdir / "workers", database_url, {**env, "RELAY_BATCH_ITEM_TIMEOUT_S": str(ITEM_TIMEOUT_S)}
