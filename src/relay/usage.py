@@ -3,8 +3,8 @@
 What it does. :class:`UsageEvent` is one request's record, built by the live pipeline (``relay.inference``)
 or the batch runner; :func:`cost_nanos` prices its tokens exactly, in integer nano-USD; :class:`UsageWriter`
 takes live events off the response path into a bounded in-memory queue and writes them in batches (one
-transaction and one executemany per batch, payload captures beside their events); :func:`write_event`
-writes one batch item's event inside the caller's transaction, the one that finalizes the item (§10.8).
+transaction and one executemany per batch, payload captures beside their events). Batch items' events
+are written by the batch queue, in the transaction that finalizes the item (§10.8).
 
 What it deliberately does not know. SQL (``relay.store.usage``), HTTP, attribution rules, and payload
 policy (``relay.payloadlog`` decides what is captured; this module only carries the record).
@@ -29,10 +29,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Decimal
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.adapters.base import Usage
 from relay.payloadlog import PayloadRecord
@@ -148,6 +148,42 @@ def outcome_fields(
     }
 
 
+class Attributed(Protocol):
+    """Who a usage event is charged to: a live request's ``Principal`` or a batch's recorded
+    ``BatchRecord`` (SPEC §8, §10.8)."""
+
+    @property
+    def policy_id(self) -> str: ...
+    @property
+    def project_id(self) -> str: ...
+    @property
+    def team_id(self) -> str: ...
+    @property
+    def principal_kind(self) -> str: ...
+    @property
+    def principal_id(self) -> str: ...
+    @property
+    def credential_kind(self) -> str: ...
+    @property
+    def credential_id(self) -> str: ...
+    @property
+    def key_hash(self) -> str | None: ...
+
+
+def attribution_fields(who: Attributed) -> dict[str, Any]:
+    """The attribution fields of a usage event, shared by live requests and batch items."""
+    return {
+        "policy_id": who.policy_id,
+        "project_id": who.project_id,
+        "team_id": who.team_id,
+        "principal_kind": who.principal_kind,
+        "principal_id": who.principal_id,
+        "credential_kind": who.credential_kind,
+        "credential_id": who.credential_id,
+        "relay_key_hash": who.key_hash,
+    }
+
+
 def cost_nanos(pricing: Mapping[str, float | None] | None, usage: Usage) -> int | None:
     """The price of ``usage`` in integer nano-USD, rounded half up; None when unpriced.
 
@@ -171,13 +207,6 @@ def cost_nanos(pricing: Mapping[str, float | None] | None, usage: Usage) -> int 
     usd_per_million = uncached * input_price + cached * cached_price + usage.output_tokens * output_price
     nanos = usd_per_million * _NANOS_PER_USD / _MILLION
     return int(nanos.quantize(Decimal(1), rounding=ROUND_HALF_UP))
-
-
-async def write_event(conn: AsyncConnection, event: UsageEvent) -> None:
-    """Insert one event on the caller's connection and transaction: a batch item's event commits or
-    rolls back with the item's final state (SPEC §10.8); the partial unique index on
-    (batch_id, batch_idx) refuses a second event for the same item with an ``IntegrityError``."""
-    await store.insert_events(conn, [event.to_row()])
 
 
 class _DropReport:

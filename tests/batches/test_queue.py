@@ -93,8 +93,24 @@ def put_back_events(pairs: list[tuple[BatchRecord, int]]) -> list[UsageEvent]:
     return [item_event(record.id, idx, "cancelled") for record, idx in pairs]
 
 
+async def finalize(
+    engine: AsyncEngine,
+    instance: str,
+    batch_id: str,
+    idx: int,
+    *,
+    state: Any,
+    status: int | None,
+    error: str | None,
+    event: UsageEvent,
+) -> bool:
+    """``queue.finalize_many`` for one item: True when it was this replica's to finish."""
+    final = queue.FinalItem(batch_id, idx, state, status, error, event)
+    return bool(await queue.finalize_many(engine, instance, [final]))
+
+
 async def complete(engine: AsyncEngine, instance: str, item: ClaimedItem) -> bool:
-    return await queue.finalize(
+    return await finalize(
         engine,
         instance,
         item.batch_id,
@@ -354,7 +370,7 @@ async def test_finalize_writes_one_event_and_completes_the_batch_at_the_end(engi
 
     assert await complete(engine, "r1", first)
     assert await completed_at(engine, batch_id) is None
-    assert await queue.finalize(
+    assert await finalize(
         engine,
         "r1",
         batch_id,
@@ -404,13 +420,11 @@ async def test_finalize_refuses_what_the_schema_would(engine: AsyncEngine) -> No
     (item,) = await queue.claim(engine, "r1", 1)
     event = item_event(batch_id, 0)
     with pytest.raises(ValueError, match="final"):
-        await queue.finalize(engine, "r1", batch_id, 0, state="running", status=None, error=None, event=event)  # type: ignore[arg-type]
+        await finalize(engine, "r1", batch_id, 0, state="running", status=None, error=None, event=event)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="error"):
-        await queue.finalize(
-            engine, "r1", batch_id, 0, state="discarded", status=None, error=None, event=event
-        )
+        await finalize(engine, "r1", batch_id, 0, state="discarded", status=None, error=None, event=event)
     with pytest.raises(ValueError, match="usage event"):
-        await queue.finalize(
+        await finalize(
             engine,
             "r1",
             batch_id,
@@ -449,7 +463,7 @@ async def test_cancel_cancels_available_items_once_and_leaves_running_ones(engin
     assert len(await events(engine, batch_id)) == 3
 
     # The replica running the items stops one and lets the other finish; the last one completes the batch.
-    assert await queue.finalize(
+    assert await finalize(
         engine,
         "r1",
         batch_id,
@@ -588,6 +602,45 @@ async def test_put_back_cancels_items_of_a_batch_cancelled_meanwhile(engine: Asy
     assert [r["state"] for r in await items(engine, batch_id)] == ["cancelled", "cancelled"]
     assert await events(engine, batch_id) == [(0, "cancelled"), (1, "cancelled")]
     assert await completed_at(engine, batch_id) is not None
+
+
+async def test_finalize_many_settles_a_group_in_one_transaction(engine: AsyncEngine) -> None:
+    """The worker pool's group write: items of several batches in one call; an item no longer ours
+    (rescued meanwhile) is left out with no event; each batch left with nothing open is completed; a
+    group that names an item twice, or carries a wrong event, writes nothing."""
+    first, second = await submit(engine, 2), await submit(engine, 3)
+    mine = await queue.claim(engine, "r1", 2) + await queue.claim(engine, "r1", 3)
+    assert {c.batch_id for c in mine} == {first, second}
+    lost = next(c for c in mine if c.batch_id == second and c.idx == 2)
+    done_ok = [
+        queue.FinalItem(c.batch_id, c.idx, "completed", 200, None, item_event(c.batch_id, c.idx))
+        for c in mine
+    ]
+    with pytest.raises(ValueError):
+        await queue.finalize_many(engine, "r1", [done_ok[0], done_ok[0]])
+    with pytest.raises(ValueError):
+        wrong = done_ok[0]
+        await queue.finalize_many(
+            engine,
+            "r1",
+            [queue.FinalItem(wrong.batch_id, wrong.idx, "completed", 200, None, item_event(second, 9))],
+        )
+    async with engine.begin() as conn:  # `lost` is no longer r1's: another replica rescued it
+        await conn.execute(
+            update(t.batch_items)
+            .where(t.batch_items.c.batch_id == second, t.batch_items.c.idx == 2)
+            .values(claimed_by="r2")
+        )
+
+    done = await queue.finalize_many(engine, "r1", done_ok)
+
+    assert done == {(c.batch_id, c.idx) for c in mine if c != lost}
+    assert [r["state"] for r in await items(engine, first)] == ["completed", "completed"]
+    assert [r["state"] for r in await items(engine, second)] == ["completed", "completed", "running"]
+    assert [idx for idx, _ in await events(engine, first)] == [0, 1]
+    assert [idx for idx, _ in await events(engine, second)] == [0, 1]
+    assert await completed_at(engine, first) is not None
+    assert await completed_at(engine, second) is None
 
 
 async def test_held_by_and_open_counts(engine: AsyncEngine) -> None:

@@ -14,8 +14,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from relay.store import tables as t
 from relay.store import usage as store
 from relay.store.catalog import utcnow
-from relay.usage import UsageEvent, write_event
+from relay.usage import UsageEvent
 from tests.usage.helpers import BASE_TS, batch_event, make_event
+
+
+async def write_event(conn: Any, event: UsageEvent) -> None:
+    await store.insert_events(conn, [event.to_row()])
 
 
 async def insert(engine: AsyncEngine, events: list[UsageEvent]) -> None:

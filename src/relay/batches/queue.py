@@ -374,23 +374,6 @@ async def finalize_many(
     return mine
 
 
-async def finalize(
-    engine: AsyncEngine,
-    instance_id: str,
-    batch_id: str,
-    idx: int,
-    *,
-    state: FinalState,
-    status: int | None,
-    error: str | None,
-    event: UsageEvent,
-) -> bool:
-    """:func:`finalize_many` for one item; False when the item is no longer this replica's."""
-    return bool(
-        await finalize_many(engine, instance_id, [FinalItem(batch_id, idx, state, status, error, event)])
-    )
-
-
 async def cancel(
     engine: AsyncEngine, batch_id: str, *, events_for: Callable[[list[int]], list[UsageEvent]]
 ) -> list[int]:

@@ -40,7 +40,7 @@ from relay.errors import RateLimited, RelayError
 from relay.pipeline import Call, Outcome, Pipeline, UpstreamUnavailable
 from relay.routing import Plan, resolve
 from relay.tokens import TokenClaims
-from relay.usage import UsageEvent, outcome_fields
+from relay.usage import UsageEvent, attribution_fields, outcome_fields
 
 log = logging.getLogger("relay.batches")
 
@@ -78,14 +78,7 @@ def item_event(
         inbound_shape=batch.inbound_shape,
         streamed=False,
         latency_ms=latency_ms,
-        policy_id=batch.policy_id,
-        project_id=batch.project_id,
-        team_id=batch.team_id,
-        principal_kind=batch.principal_kind,
-        principal_id=batch.principal_id,
-        credential_kind=batch.credential_kind,
-        credential_id=batch.credential_id,
-        relay_key_hash=batch.key_hash,
+        **attribution_fields(batch),
     )
 
 

@@ -97,10 +97,6 @@ class WorkerPool:
         self._dispatcher: asyncio.Task[None] | None = None
         self._liveness: asyncio.Task[None] | None = None
 
-    @property
-    def running(self) -> int:
-        return len(self._tasks)
-
     async def start(self) -> None:
         await recovery.heartbeat(self._engine, self._instance_id)
         self._db_ok_since = time.monotonic()

@@ -20,7 +20,7 @@ from relay.errors import RelayError
 from relay.metrics import Metrics
 from relay.payloadlog import BodyCapture, PayloadRecord, capture_enabled, max_bytes
 from relay.pipeline import Outcome, UpstreamUnavailable
-from relay.usage import UsageEvent, UsageWriter, outcome_fields
+from relay.usage import UsageEvent, UsageWriter, attribution_fields, outcome_fields
 
 if TYPE_CHECKING:
     from relay.inference.live import RequestContext
@@ -158,12 +158,5 @@ class LiveRecorder:
             streamed=ctx.streamed,
             latency_ms=latency_ms,
             ttft_ms=outcome.ttft_ms if outcome is not None else None,
-            policy_id=principal.policy.id,
-            project_id=principal.project_id,
-            team_id=principal.team_id,
-            principal_kind=principal.principal_kind,
-            principal_id=principal.principal_id,
-            credential_kind=principal.credential_kind,
-            credential_id=principal.credential_id,
-            relay_key_hash=principal.key_hash,
+            **attribution_fields(principal),
         )
