@@ -22,6 +22,7 @@ from relay.batches import queue, recovery
 from relay.batches.queue import ClaimedItem
 from relay.batches.recovery import RescuedItem
 from relay.batches.views import BatchRecord, batch_record, batch_view, result_rows
+from relay.domain.batches import ResponseRef
 from relay.domain.ids import mint_id
 from relay.store import tables as t
 from relay.store.engine import create_engine
@@ -612,12 +613,23 @@ async def test_finalize_many_settles_a_group_in_one_transaction(engine: AsyncEng
     mine = await queue.claim(engine, "r1", 2) + await queue.claim(engine, "r1", 3)
     assert {c.batch_id for c in mine} == {first, second}
     lost = next(c for c in mine if c.batch_id == second and c.idx == 2)
+
+    def ref(c: queue.ClaimedItem) -> ResponseRef:
+        return ResponseRef("responses-0123456789abcdef.data", 100 * c.idx, 10 + c.idx)
+
     done_ok = [
-        queue.FinalItem(c.batch_id, c.idx, "completed", 200, None, item_event(c.batch_id, c.idx))
+        queue.FinalItem(c.batch_id, c.idx, "completed", 200, None, item_event(c.batch_id, c.idx), ref(c))
         for c in mine
     ]
     with pytest.raises(ValueError):
         await queue.finalize_many(engine, "r1", [done_ok[0], done_ok[0]])
+    with pytest.raises(ValueError):  # only a completed item has a response
+        c = mine[0]
+        await queue.finalize_many(
+            engine,
+            "r1",
+            [queue.FinalItem(c.batch_id, c.idx, "discarded", 500, "x", done_ok[0].event, ref(c))],
+        )
     with pytest.raises(ValueError):
         wrong = done_ok[0]
         await queue.finalize_many(
@@ -641,6 +653,9 @@ async def test_finalize_many_settles_a_group_in_one_transaction(engine: AsyncEng
     assert [idx for idx, _ in await events(engine, second)] == [0, 1]
     assert await completed_at(engine, first) is not None
     assert await completed_at(engine, second) is None
+    # Each completed item's row says where its response body is; the results read it from there.
+    rows = await result_rows(engine, second, after_idx=-1, limit=10)
+    assert [r.response for r in rows] == [ref(mine[2]), ref(mine[3]), None]
 
 
 async def test_held_by_and_open_counts(engine: AsyncEngine) -> None:

@@ -127,6 +127,48 @@ async def test_round_trip_down_to_base_and_up_again(engine: AsyncEngine) -> None
     assert await check_schema(engine) == []
 
 
+async def test_batch_items_keep_their_rows_when_response_references_arrive(engine: AsyncEngine) -> None:
+    """0005 adds where a completed item's response body is. Items completed before it keep their rows
+    (no reference: their per-item file is read); the new CHECK refuses a partial reference, or one on
+    an item that is not completed; the partial indexes survive SQLite's table copy."""
+    await upgrade_to_head(engine)
+    await downgrade_to(engine, "0004")
+    now = datetime.now(UTC)
+    batch = {
+        "id": "b_" + "0" * 26, "owner": "o", "key_hash": "h", "policy_id": "p", "policy_name": "p",
+        "project_id": "pr", "team_id": "t", "principal_kind": "user", "principal_id": "u",
+        "credential_kind": "key", "credential_id": "c", "inbound_shape": "openai", "status": "queued",
+        "total_items": 2, "created_at": now,
+    }  # fmt: skip
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(f"INSERT INTO batches ({', '.join(batch)}) VALUES (:{', :'.join(batch)})"), batch
+        )
+        await conn.execute(
+            text(
+                "INSERT INTO batch_items (batch_id, idx, state, finished_at, status) VALUES"
+                " (:b, 0, 'completed', :now, 200), (:b, 1, 'available', NULL, NULL)"
+            ),
+            {"b": batch["id"], "now": now},
+        )
+    await upgrade_to_head(engine)
+    assert await check_schema(engine) == []
+    async with engine.connect() as conn:
+        rows = (await conn.execute(text("SELECT idx, state, status, response_file FROM batch_items"))).all()
+    assert sorted(tuple(row) for row in rows) == [(0, "completed", 200, None), (1, "available", None, None)]
+    refused = [
+        "UPDATE batch_items SET response_file = 'responses-0123456789abcdef.data' WHERE idx = 0",
+        "UPDATE batch_items SET response_file = 'r', response_offset = 0, response_length = 1 WHERE idx = 1",
+    ]
+    for statement in refused:
+        with pytest.raises(IntegrityError):
+            async with engine.begin() as conn:
+                await conn.execute(text(statement))
+    whole = "UPDATE batch_items SET response_file = 'r', response_offset = 0, response_length = 1"
+    async with engine.begin() as conn:
+        await conn.execute(text(whole + " WHERE idx = 0"))
+
+
 async def test_catalog_revision_row_starts_at_zero(engine: AsyncEngine) -> None:
     await upgrade_to_head(engine)
     async with engine.connect() as conn:

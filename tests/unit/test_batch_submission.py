@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -9,8 +10,9 @@ from typing import Any
 import orjson
 import pytest
 
-from relay.batches.payloads import PayloadStore
-from relay.domain.batches import BatchRejected, validate_submission
+from relay.batches import payloads
+from relay.batches.payloads import PayloadStore, sync_descriptors
+from relay.domain.batches import BatchRejected, ResponseRef, validate_submission
 
 BATCH_ID = "b_" + "0" * 26
 
@@ -48,9 +50,9 @@ def test_payload_files_round_trip_and_stay_inside_the_directory(tmp_path: Path) 
     store = PayloadStore(tmp_path / "payloads")
     store.write_requests(BATCH_ID, [b'{"a":1}', b'{"b":2}'])
     assert store.read_request(BATCH_ID, 1) == b'{"b":2}'
-    assert store.read_response(BATCH_ID, 0) is None
-    store.write_response(BATCH_ID, 0, b'{"ok":true}')
-    assert store.read_response(BATCH_ID, 0) == b'{"ok":true}'
+    assert store.read_responses(BATCH_ID, {0: None}) == {0: None}
+    ref = store.append_response(BATCH_ID, b'{"ok":true}')
+    assert store.read_responses(BATCH_ID, {0: ref}) == {0: b'{"ok":true}'}
     assert not [p for p in (tmp_path / "payloads" / BATCH_ID).iterdir() if p.name.endswith(".tmp")]
     for bad in ("../etc", "b_../../x", "B_" + "0" * 26, BATCH_ID + "/.."):
         with pytest.raises(ValueError):
@@ -90,3 +92,55 @@ def test_a_failed_write_leaves_no_batch_directory(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError):
         store.write_requests(BATCH_ID, bodies())
     assert list(tmp_path.iterdir()) == []
+
+
+def test_responses_are_appended_to_one_file_per_process_and_read_by_reference(tmp_path: Path) -> None:
+    """A file per response cost 50–500 µs of filesystem time per item: responses are appended to one
+    file per process and batch, and read back through the (file, offset, length) their row records."""
+    store = PayloadStore(tmp_path)
+    other = PayloadStore(tmp_path)  # another replica on the same (shared) directory
+    store.write_requests(BATCH_ID, [b"{}"] * 3)
+    bodies = [orjson.dumps({"reply": i, "text": "\n" * i}) for i in range(3)]
+    refs = {0: store.append_response(BATCH_ID, bodies[0]), 2: store.append_response(BATCH_ID, bodies[2])}
+    refs[1] = other.append_response(BATCH_ID, bodies[1])
+    assert refs[0].file == refs[2].file != refs[1].file  # one writer per file
+    assert (refs[0].offset, refs[2].offset) == (0, len(bodies[0]))
+    assert store.read_responses(BATCH_ID, refs) == dict(enumerate(bodies))
+    assert other.read_responses(BATCH_ID, refs) == dict(enumerate(bodies))  # any replica reads any file
+    # What the directory holds: the request files and one responses file per writer, nothing per item.
+    names = sorted(p.name for p in (tmp_path / BATCH_ID).iterdir())
+    assert names == sorted(["requests.jsonl", "requests.offsets", refs[0].file, refs[1].file])
+    # A replica that does not share the directory, or bytes that are not there, read as missing.
+    assert PayloadStore(tmp_path / "elsewhere").read_responses(BATCH_ID, refs) == dict.fromkeys(refs)
+    past_the_end = ResponseRef(refs[2].file, refs[2].offset, refs[2].length + 1)
+    assert store.read_responses(BATCH_ID, {2: past_the_end}) == {2: None}
+    for bad in ("../requests.jsonl", "requests.jsonl", "responses-../../x.data"):
+        with pytest.raises(ValueError):
+            store.read_responses(BATCH_ID, {0: ResponseRef(bad, 0, 1)})
+    # Per-item files of earlier versions are still read when a row has no reference.
+    (tmp_path / BATCH_ID / "7.response.json").write_bytes(b'{"old":true}')
+    assert store.read_responses(BATCH_ID, {7: None}) == {7: b'{"old":true}'}
+    store.close()
+    other.close()
+
+
+def test_a_sync_flushes_every_file_written_since_the_last_one(tmp_path: Path) -> None:
+    """Before a group of items commits, their bodies (and a new file's directory entry) are flushed;
+    files evicted from the open set while unflushed are flushed by the next sync, then closed."""
+    store = PayloadStore(tmp_path)
+    ids = [f"b_{i:026d}" for i in range(payloads.OPEN_RESPONSE_FILES + 2)]
+    for batch_id in ids:
+        (tmp_path / batch_id).mkdir()
+        store.append_response(batch_id, b"{}")
+    fds = store.responses_to_sync()
+    # every open file (a duplicate), the two evicted ones, and each new file's directory
+    assert len(fds) == payloads.OPEN_RESPONSE_FILES + 2 + len(ids)
+    sync_descriptors(fds)
+    assert store.responses_to_sync() == []  # nothing new since
+    store.append_response(ids[-1], b"{}")
+    fds = store.responses_to_sync()
+    assert len(fds) == 1
+    sync_descriptors(fds)
+    with pytest.raises(OSError):
+        os.fstat(fds[0])  # closed by the sync
+    store.close()

@@ -7,6 +7,11 @@ single task writes whatever has accumulated with ``queue.finalize_many`` — one
 group, each item's event still committed together with its state. At low load a group is one item,
 written at once; under load groups grow by themselves while the previous commit is in flight.
 
+Response bodies. A completed item's body was appended to a payload file when it ran; before a group's
+transaction, ``flush_responses`` puts those bytes on disk (one ``fdatasync`` per file for the whole
+group), so a committed row never points at bytes a crash could lose. If the flush fails, the group's
+completed items are written as discarded (``internal error: the response could not be stored``).
+
 Database outages. A group that fails on a transient error (``store.engine.is_transient``: a Postgres
 restart, SQLite busy) stays queued and is retried with backoff until the database answers: the work is
 done and only lives here, so giving up would lose it. Any other error is a bug: the group is dropped
@@ -20,12 +25,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.batches import queue
-from relay.batches.runner import ItemResult
+from relay.batches.runner import ItemResult, response_lost
 from relay.store.engine import is_transient
 
 log = logging.getLogger("relay.batches")
@@ -40,8 +45,10 @@ class Finalizer:
         engine: AsyncEngine,
         instance_id: str,
         on_settled: Callable[[Key, ItemResult, bool], None],
+        flush_responses: Callable[[], Awaitable[None]],
     ) -> None:
         self._engine = engine
+        self._flush_responses = flush_responses
         self._instance_id = instance_id
         self._on_settled = on_settled  # (key, result, finalized here?) once per item
         self.pending: dict[Key, ItemResult] = {}
@@ -75,13 +82,13 @@ class Finalizer:
             await self._arrived.wait()
             self._arrived.clear()
             while self.pending:
-                group = list(self.pending.items())[:MAX_GROUP]
+                group = await self._flushed(list(self.pending.items())[:MAX_GROUP])
                 try:
                     done = await queue.finalize_many(
                         self._engine,
                         self._instance_id,
                         [
-                            queue.FinalItem(key[0], key[1], r.state, r.status, r.error, r.event)
+                            queue.FinalItem(key[0], key[1], r.state, r.status, r.error, r.event, r.response)
                             for key, r in group
                         ],
                     )
@@ -103,3 +110,14 @@ class Finalizer:
                     del self.pending[key]
                     if done is not None:
                         self._on_settled(key, result, key in done)
+
+    async def _flushed(self, group: list[tuple[Key, ItemResult]]) -> list[tuple[Key, ItemResult]]:
+        """The group, once its response bodies are on disk (before its rows point at them). If that
+        fails, its completed items cannot give their responses: they become discarded."""
+        try:
+            await self._flush_responses()
+        except OSError as exc:
+            log.error("batch response bodies could not be put on disk: %s", exc)
+            group = [(key, response_lost(r, exc) if r.response else r) for key, r in group]
+            self.pending.update(group)
+        return group

@@ -7,12 +7,22 @@ Layout under ``<RELAY_BATCH_PAYLOAD_DIR>/<batch id>/``:
   byte offsets, item ``idx`` being ``[offsets[idx], offsets[idx + 1] - 1)``. Two files per batch rather
   than one per item: creating 50 000 files costs seconds of filesystem time, which a submission cannot
   afford (SPEC §13: 50 000 items answered in < 10 s).
-* ``<idx>.response.json`` — a completed item's response body, one file per item.
+* ``responses-<writer>.data`` — completed items' response bodies, back to back, appended by one
+  process (``<writer>`` is 16 random hex digits per :class:`PayloadStore`, so every file has a single
+  writer, also across replicas sharing the directory). Where an item's body is (file, offset, length: a
+  :class:`ResponseRef`) is recorded in the item's database row by the transaction that completes it.
+  Appending is one ``write`` on an open file; a file per item cost 50–500 µs of filesystem time each
+  (create + rename), a third of a batch item's CPU at 0 ms upstream latency.
+* ``<idx>.response.json`` — one file per item, written by earlier versions; still read for items whose
+  row records no :class:`ResponseRef`.
 
-Writes are atomic (a temporary file in the same directory, then ``rename``), so a reader sees a whole
-file or none; the offsets file is renamed last, so its presence means the requests file is complete.
-Paths are built only from a batch id (validated: ``b_`` + base32) and an integer index, so nothing a
-client sends can escape the directory. Files are never removed here.
+Atomic for readers. The request files are written under a temporary name, then renamed (the offsets
+file last, so its presence means the requests file is complete). A response is only read through the
+reference its item's row holds, and :meth:`PayloadStore.sync_responses` flushes the appended bytes to
+disk before that row commits, so a reader sees a whole body or none; bytes a crash left unreferenced
+are never read. Paths are built only from a batch id (validated: ``b_`` + base32), an integer index and
+a file name matched against ``responses-<16 hex>.data``, so nothing a client sends can escape the
+directory. Files are never removed here.
 
 The directory must be shared by every replica that runs items; when it is not, ``read_request``
 raises ``FileNotFoundError`` and the runner fails the item with ``load input: …`` (§10.7).
@@ -23,23 +33,35 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import secrets
 import struct
 import sys
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import BinaryIO
 
+from relay.domain.batches import ResponseRef
+
 _BATCH_ID = re.compile(r"^b_[0-9a-z]{26}$")
+_RESPONSES_FILE = re.compile(r"^responses-[0-9a-f]{16}\.data$")
 REQUESTS_FILE = "requests.jsonl"
 OFFSETS_FILE = "requests.offsets"
 _SPAN = struct.Struct("<QQ")  # one item's start and the next item's start
 _WRITE_BUFFER = 1 << 20
+OPEN_RESPONSE_FILES = 32  # appended-to files kept open (one per batch being run here)
 
 
 class PayloadStore:
+    """The payload directory of one process. :meth:`append_response` and :meth:`sync_responses`
+    belong to the event loop's thread (the append is a plain ``write``, the sync is given to a worker
+    thread by its caller); the rest is safe from any thread."""
+
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root).resolve()
+        self._responses_file = f"responses-{secrets.token_hex(8)}.data"
+        self._open: dict[str, _Appender] = {}  # batch id → its responses file, least recently used first
+        self._retired: list[int] = []  # evicted descriptors with unsynced bytes: the next sync closes them
 
     def _dir(self, batch_id: str) -> Path:
         if not _BATCH_ID.match(batch_id):
@@ -79,10 +101,44 @@ class PayloadStore:
             _fsync_dir(directory.parent)
         return len(offsets) - 1
 
-    def write_response(self, batch_id: str, idx: int, body: bytes) -> None:
-        path = self.response_path(batch_id, idx)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write(path, body)
+    def append_response(self, batch_id: str, body: bytes) -> ResponseRef:
+        """Append a completed item's response body to this process's file in the batch's directory.
+        Readable through the returned reference once :meth:`sync_responses` has run after it."""
+        appender = self._open.pop(batch_id, None)
+        if appender is None:
+            appender, created = _Appender.open(self._dir(batch_id), self._responses_file)
+            if created:  # its directory entry must reach the disk too: the next sync flushes it
+                self._retired.append(os.open(appender.directory, os.O_RDONLY | os.O_DIRECTORY))
+        try:
+            offset = appender.append(body)
+        except BaseException:
+            appender.close()  # where the file ends is unknown now: the next append reopens it
+            raise
+        self._open[batch_id] = appender  # most recently used last
+        while len(self._open) > OPEN_RESPONSE_FILES:
+            evicted = self._open.pop(next(iter(self._open)))
+            if evicted.dirty:
+                self._retired.append(evicted.fd)  # closed by the next sync, after its flush
+            else:
+                evicted.close()
+        return ResponseRef(self._responses_file, offset, len(body))
+
+    def responses_to_sync(self) -> list[int]:
+        """Descriptors whose appended bytes are not flushed yet, for :func:`sync_descriptors` (owned by
+        the caller, who must pass them there: they are duplicates or retired descriptors)."""
+        fds = [os.dup(appender.fd) for appender in self._open.values() if appender.dirty]
+        for appender in self._open.values():
+            appender.dirty = False
+        fds.extend(self._retired)
+        self._retired = []
+        return fds
+
+    def close(self) -> None:
+        for appender in self._open.values():
+            appender.close()
+        self._open.clear()
+        sync_descriptors(self._retired)
+        self._retired = []
 
     def read_request(self, batch_id: str, idx: int) -> bytes:
         """One item's request body; ``FileNotFoundError`` when this replica does not have it."""
@@ -105,11 +161,97 @@ class PayloadStore:
             raise FileNotFoundError(f"the requests file of batch {batch_id} is truncated")
         return body
 
-    def read_response(self, batch_id: str, idx: int) -> bytes | None:
+    def read_responses(
+        self, batch_id: str, refs: Mapping[int, ResponseRef | None]
+    ) -> dict[int, bytes | None]:
+        """Completed items' response bodies by idx; ``None`` where this replica does not have it (the
+        directory is not shared, SPEC §10.7). A ``None`` reference reads the per-item file of earlier
+        versions."""
+        directory = self._dir(batch_id)
+        bodies: dict[int, bytes | None] = {}
+        fds: dict[str, int | None] = {}
         try:
-            return self.response_path(batch_id, idx).read_bytes()
-        except FileNotFoundError:
-            return None
+            for idx, ref in refs.items():
+                if ref is None:
+                    bodies[idx] = _read_file(self.response_path(batch_id, idx))
+                    continue
+                if ref.file not in fds:
+                    fds[ref.file] = _open_for_reading(directory, ref.file)
+                fd = fds[ref.file]
+                body = os.pread(fd, ref.length, ref.offset) if fd is not None else b""
+                bodies[idx] = body if len(body) == ref.length else None
+        finally:
+            for fd in fds.values():
+                if fd is not None:
+                    os.close(fd)
+        return bodies
+
+
+def sync_descriptors(fds: list[int]) -> None:
+    """Flush each descriptor's file to disk and close it (a worker thread's job: it blocks). Every
+    descriptor is closed even if a flush fails; the first failure is raised after."""
+    failure: OSError | None = None
+    for fd in fds:
+        try:
+            os.fdatasync(fd)
+        except OSError as exc:
+            failure = failure or exc
+        finally:
+            os.close(fd)
+    if failure is not None:
+        raise failure
+
+
+class _Appender:
+    """One open responses file: its descriptor and where it ends (this process is its only writer)."""
+
+    __slots__ = ("directory", "dirty", "end", "fd")
+
+    def __init__(self, directory: Path, fd: int, end: int) -> None:
+        self.directory = directory
+        self.fd = fd
+        self.end = end
+        self.dirty = False
+
+    @classmethod
+    def open(cls, directory: Path, name: str) -> tuple[_Appender, bool]:
+        """The file opened for appending, and whether this created it."""
+        directory.mkdir(parents=True, exist_ok=True)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
+        try:
+            fd, created = os.open(directory / name, flags | os.O_CREAT | os.O_EXCL, 0o644), True
+        except FileExistsError:
+            fd, created = os.open(directory / name, flags), False
+        return cls(directory, fd, os.lseek(fd, 0, os.SEEK_END)), created
+
+    def append(self, data: bytes) -> int:
+        offset = self.end
+        view = memoryview(data)
+        while view:
+            written = os.write(self.fd, view)
+            view = view[written:]
+            self.end += written
+        self.dirty = True
+        return offset
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def _open_for_reading(directory: Path, name: str) -> int | None:
+    if not _RESPONSES_FILE.match(name):
+        raise ValueError(f"not a responses file: {name!r}")
+    try:
+        return os.open(directory / name, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+
+
+def _read_file(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
 
 
 @contextlib.contextmanager
@@ -134,10 +276,3 @@ def _fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-    os.replace(tmp, path)

@@ -68,7 +68,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from relay.batches.views import B, BatchRecord, I, in_state, record_from_row
-from relay.domain.batches import AVAILABLE, CANCELLED, FINAL_STATES, RUNNING
+from relay.domain.batches import AVAILABLE, CANCELLED, FINAL_STATES, RUNNING, ResponseRef
 from relay.store import tables as t
 from relay.store.tables import ID, UTCDateTime
 from relay.store.usage import insert_events
@@ -167,11 +167,13 @@ def _check_events(events: Sequence[UsageEvent], keys: Sequence[tuple[str, int]])
         )
 
 
-def _check_final(state: str, error: str | None) -> None:
-    if state not in FINAL_STATES:
-        raise ValueError(f"{state!r} is not a final item state")
-    if (state == "completed") != (error is None):
+def _check_final(final: FinalItem) -> None:
+    if final.state not in FINAL_STATES:
+        raise ValueError(f"{final.state!r} is not a final item state")
+    if (final.state == "completed") != (final.error is None):
         raise ValueError("a completed item has no error; a discarded or cancelled item must have one")
+    if final.response is not None and final.state != "completed":
+        raise ValueError("only a completed item has a response")
 
 
 # ---------------------------------------------------------------------------------------------- submit
@@ -311,6 +313,7 @@ class FinalItem:
     status: int | None  # the upstream's HTTP status when one answered
     error: str | None  # required for discarded and cancelled items, refused for completed ones
     event: UsageEvent
+    response: ResponseRef | None = None  # a completed item's body in the payload directory
 
 
 async def finalize_many(
@@ -329,7 +332,7 @@ async def finalize_many(
     if not finals:
         return set()
     for final in finals:
-        _check_final(final.state, final.error)
+        _check_final(final)
     _check_events([f.event for f in finals], [(f.batch_id, f.idx) for f in finals])
     keys = sorted({(f.batch_id, f.idx) for f in finals})
     if len(keys) != len(finals):
@@ -355,6 +358,9 @@ async def finalize_many(
                 finished_at=_now(conn),
                 status=bindparam("b_status"),
                 error=bindparam("b_error"),
+                response_file=bindparam("b_file"),
+                response_offset=bindparam("b_offset"),
+                response_length=bindparam("b_length"),
             ),
             [
                 {
@@ -363,6 +369,9 @@ async def finalize_many(
                     "b_state": f.state,
                     "b_status": f.status,
                     "b_error": f.error,
+                    "b_file": f.response.file if f.response else None,
+                    "b_offset": f.response.offset if f.response else None,
+                    "b_length": f.response.length if f.response else None,
                 }
                 for f in done
             ],

@@ -32,9 +32,10 @@ import orjson
 from relay.adapters import OPENAI, OPENAI_RESPONSES
 from relay.auth import Principal, recheck_key, recheck_token
 from relay.batches import queue
-from relay.batches.payloads import PayloadStore
+from relay.batches.payloads import PayloadStore, sync_descriptors
 from relay.batches.views import BatchRecord
 from relay.catalog import Snapshot
+from relay.domain.batches import ResponseRef
 from relay.domain.ids import mint_id
 from relay.errors import RateLimited, RelayError
 from relay.pipeline import Call, Outcome, Pipeline, UpstreamUnavailable
@@ -93,6 +94,7 @@ class ItemResult:
     status: int | None  # the upstream's HTTP status when one answered
     error: str | None
     event: UsageEvent
+    response: ResponseRef | None = None  # a completed item's body in the payload directory
 
 
 class _Discard(Exception):
@@ -185,11 +187,20 @@ class ItemRunner:
                 latency_ms=elapsed(),
             )
             return ItemResult("discarded", outcome.status, message, event)
-        await asyncio.to_thread(self._payloads.write_response, batch.id, idx, outcome.body or b"")
+        response = self._payloads.append_response(batch.id, outcome.body or b"")
         event = item_event(
             batch, idx, status=outcome.status, plan=plan, outcome=outcome, latency_ms=elapsed()
         )
-        return ItemResult("completed", outcome.status, None, event)
+        return ItemResult("completed", outcome.status, None, event, response)
+
+    async def flush_responses(self) -> None:
+        """Put the response bodies appended so far on disk (before their items' rows commit)."""
+        fds = self._payloads.responses_to_sync()
+        if fds:
+            await asyncio.to_thread(sync_descriptors, fds)
+
+    def close(self) -> None:
+        self._payloads.close()
 
     def cancelled(self, item: queue.ClaimedItem) -> ItemResult:
         return ItemResult("cancelled", None, queue.CANCELLED_ERROR, cancelled_event(item.batch, item.idx))
@@ -276,3 +287,12 @@ def _wire_shape(inbound: str, plan: Plan) -> str:
     if inbound == OPENAI_RESPONSES and adapter == OPENAI and plan.host.name == RESPONSES_PASSTHROUGH_HOST:
         return OPENAI  # sent as it is to the host's Chat Completions path (SPEC §10.4)
     raise _Discard("cross_shape", f"cross-shape dispatch: item shape {inbound}, binding adapter {adapter}")
+
+
+def response_lost(result: ItemResult, exc: OSError) -> ItemResult:
+    """A completed item whose response body could not be put on disk: it is discarded (the results
+    could not give its response), its event keeps what the upstream call cost."""
+    message = f"internal error: the response could not be stored ({exc.strerror or type(exc).__name__})"
+    result.event.error_kind = "internal"
+    result.event.error_message = message
+    return ItemResult("discarded", result.status, message, result.event)

@@ -137,15 +137,13 @@ class BatchService:
             rows = await views.result_rows(self._engine, record.id, after_idx=after, limit=RESULTS_PAGE)
             if not rows:
                 return
-            completed = [row.idx for row in rows if row.state == COMPLETED]
-            bodies = await asyncio.to_thread(self._read_responses, record.id, completed) if completed else {}
+            completed = {row.idx: row.response for row in rows if row.state == COMPLETED}
+            read = self._payloads.read_responses
+            bodies = await asyncio.to_thread(read, record.id, completed) if completed else {}
             yield [_result(row, bodies.get(row.idx)) for row in rows]
             if len(rows) < RESULTS_PAGE:
                 return
             after = rows[-1].idx
-
-    def _read_responses(self, batch_id: str, idxs: list[int]) -> dict[int, bytes | None]:
-        return {idx: self._payloads.read_response(batch_id, idx) for idx in idxs}
 
     async def cancel(self, owner: str, batch_id: str) -> dict[str, Any]:
         """SPEC §10.5: idempotent; available items cancelled now, this replica's running ones stopped."""

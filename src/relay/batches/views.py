@@ -29,7 +29,7 @@ from sqlalchemy import ColumnElement, Select, Text, cast, func, literal_column, 
 from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from relay.domain.batches import ITEM_STATES
+from relay.domain.batches import ITEM_STATES, ResponseRef
 from relay.store import tables as t
 
 B = t.batches
@@ -73,6 +73,7 @@ class ResultRow(NamedTuple):
     idx: int
     state: str
     error: str | None  # discarded: why; cancelled: "cancelled"; otherwise None
+    response: ResponseRef | None  # completed: where its body is (None: a per-item file of old versions)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,9 +164,12 @@ async def result_rows(engine: AsyncEngine, batch_id: str, *, after_idx: int, lim
     ``after_idx=-1``, continue from the last idx returned, stop on a short page). One query per page."""
     async with engine.connect() as conn:
         rows = await conn.execute(
-            select(I.c.idx, I.c.state, I.c.error)
+            select(I.c.idx, I.c.state, I.c.error, I.c.response_file, I.c.response_offset, I.c.response_length)
             .where(I.c.batch_id == batch_id, I.c.idx > after_idx)
             .order_by(I.c.idx)
             .limit(limit)
         )
-        return [ResultRow(idx, state, error) for idx, state, error in rows]
+        return [
+            ResultRow(idx, state, error, ResponseRef(file, offset, length) if file is not None else None)
+            for idx, state, error, file, offset, length in rows
+        ]

@@ -3,9 +3,10 @@
 What it does. A dispatcher task claims items with ``queue.claim`` — one batch per claim, the least
 recently served first (the queue's fair order) — into a small local queue of ``ready`` items, and keeps
 up to ``RELAY_BATCH_WORKERS`` of them running, each as its own task through
-:class:`relay.batches.runner.ItemRunner`. It claims ahead: when fewer than ``size`` items are ready
-or running beyond the slots, it claims enough to hold ``2 × size``, so a freed slot starts its next item
-at once, without waiting for a claim, and claims come in groups. When nothing is available it polls
+:class:`relay.batches.runner.ItemRunner`. It claims ahead, as far as
+:class:`~relay.batches.pacing.ClaimPacer` says (at least one ready item per slot, more when items
+finish faster than claims come back), so a freed slot starts its next item at once, without waiting
+for a claim, and claims come in groups. When nothing is available it polls
 again after a short, growing sleep (50 → 200 ms). A finished item's result goes to the
 :class:`~relay.batches.finalizer.Finalizer`, which writes final states in groups; the slot is free as
 soon as the run ends. A second task heartbeats every ``RELAY_BATCH_HEARTBEAT_S`` and every second
@@ -43,6 +44,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.batches import queue, recovery
 from relay.batches.finalizer import Finalizer
+from relay.batches.pacing import ClaimPacer
 from relay.batches.runner import ItemResult, ItemRunner, cancelled_event, item_event
 from relay.batches.views import BatchRecord
 from relay.metrics import BatchMetrics
@@ -78,6 +80,7 @@ class WorkerPool:
         self._poll_max_s = poll_max_s
         self._metrics = metrics
         self._stale_after_s = 3 * heartbeat_s
+        self._pacer = ClaimPacer(size)
         self._claiming = asyncio.Lock()  # held from a claim until its items are registered
         self._db_ok_since: float | None = None  # monotonic time of the first heartbeat after an outage
         self._items: dict[_Key, queue.ClaimedItem] = {}  # claimed, not settled (module docstring)
@@ -87,7 +90,7 @@ class WorkerPool:
         self._ready_count = 0
         self._tasks: dict[_Key, asyncio.Task[None]] = {}  # running
         self._executing: set[_Key] = set()  # items whose execution (not finalize) is in progress
-        self._finalizer = Finalizer(engine, instance_id, self._settled)
+        self._finalizer = Finalizer(engine, instance_id, self._settled, runner.flush_responses)
         self._cancel_requested: set[_Key] = set()
         # Batches cancelled through this replica (recent ones): an item whose claim raced the cancel
         # (claimed before it committed, registered here after it) is cancelled instead of run.
@@ -110,17 +113,20 @@ class WorkerPool:
         idle = self._poll_min_s
         while not self._stopping:
             self._start_ready()
-            in_hand = len(self._tasks) + self._ready_count
-            want = 2 * self._size - in_hand
-            if in_hand and want < self._size:  # enough in hand: claim when a group's worth is free
+            running = len(self._tasks)
+            want = self._pacer.want(running, self._ready_count)
+            if not want:  # enough in hand: claim when a group's worth is missing
                 await self._sleep(self._poll_max_s)
                 continue
             async with self._claiming:
+                started = time.monotonic()
+                claimed: list[queue.ClaimedItem] | None = None
                 try:
                     claimed = await queue.claim(self._engine, self._instance_id, want)
                 except Exception as exc:
                     _log_failure("batch claim failed; retrying in 1 s", exc)
-                    claimed = None
+                else:
+                    self._pacer.claimed(time.monotonic() - started, got=len(claimed))
                 for item in claimed or ():
                     self._items[(item.batch_id, item.idx)] = item
                     self._ready.setdefault(item.batch_id, deque()).append(item)
@@ -161,6 +167,7 @@ class WorkerPool:
     def _done(self, key: _Key) -> None:
         self._tasks.pop(key, None)
         self._executing.discard(key)
+        self._pacer.finished()
         self._cancel_requested.discard(key)
         self._start_ready()  # the slot takes its next item now, not at the dispatcher's next turn
         self._wake.set()
@@ -295,6 +302,7 @@ class WorkerPool:
                 "batch results not written at shutdown (database unreachable); rescue will settle them"
             )
         await self._finalizer.close()
+        self._runner.close()
         try:
             # Whatever the database still says we run: the cancelled items and any orphan.
             held = await recovery.held_by(self._engine, self._instance_id)

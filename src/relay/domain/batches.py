@@ -7,6 +7,7 @@ object" and "does it ask for a stream" — items are otherwise judged when they 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 BATCH_SHAPES = ("openai", "anthropic", "openai_responses")
@@ -17,6 +18,16 @@ DISCARDED = "discarded"
 CANCELLED = "cancelled"
 ITEM_STATES = (AVAILABLE, RUNNING, COMPLETED, DISCARDED, CANCELLED)
 FINAL_STATES = frozenset((COMPLETED, DISCARDED, CANCELLED))
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseRef:
+    """Where a completed item's response body is: ``length`` bytes at ``offset`` of ``file`` in its
+    batch's payload directory (``relay.batches.payloads``), as its database row records it."""
+
+    file: str
+    offset: int
+    length: int
 
 
 class BatchRejected(ValueError):

@@ -402,6 +402,12 @@ batch_items = Table(
     _ts("finished_at", nullable=True),
     Column("status", Integer, nullable=True),  # the upstream's HTTP status when one answered
     Column("error", Text, nullable=True),
+    # A completed item's response body: ``response_length`` bytes at ``response_offset`` of the file
+    # ``response_file`` in the batch's payload directory (relay.batches.payloads). NULL for items
+    # completed by versions that wrote one file per item.
+    Column("response_file", String(40), nullable=True),
+    Column("response_offset", BigInteger, nullable=True),
+    Column("response_length", Integer, nullable=True),
     PrimaryKeyConstraint("batch_id", "idx"),
     CheckConstraint("idx >= 0", name="idx_not_negative"),
     CheckConstraint("state IN ('available', 'running', 'completed', 'discarded', 'cancelled')", name="state"),
@@ -420,6 +426,12 @@ batch_items = Table(
     # The results endpoint (SPEC §10.3): a discarded item says why, a cancelled one says "cancelled".
     CheckConstraint(
         "(state IN ('discarded', 'cancelled')) = (error IS NOT NULL)", name="failed_items_have_an_error"
+    ),
+    CheckConstraint(
+        "(response_file IS NULL AND response_offset IS NULL AND response_length IS NULL)"
+        " OR (state = 'completed' AND response_file IS NOT NULL AND response_offset IS NOT NULL"
+        " AND response_length IS NOT NULL AND response_offset >= 0 AND response_length >= 0)",
+        name="responses_are_whole_and_completed",
     ),
     # The claim query: a batch's available items in idx order. Finished items never enter it, so a claim
     # costs the same at item 0 and at item 49 999.

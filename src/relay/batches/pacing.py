@@ -1,0 +1,67 @@
+"""How far a worker pool claims ahead of its running items (SPEC §10.6 leaves it to us).
+
+Why. A claim is a database transaction of several statements; under load each statement waits for a
+turn of the busy event loop, so a claim takes tens of milliseconds. With fast items (a 0 ms upstream)
+every slot finishes several items in that time: if the ready queue only held one claim's worth, slots
+sat idle during every claim and the claim rate, not the upstream, capped throughput.
+
+The rule. Keep enough items ready to cover what the pool finishes during ``3 ×`` a claim's duration,
+and at least one item per slot, at most ``MAX_AHEAD_PER_SLOT`` per slot: ``target = clamp(3 × rate ×
+claim time, size, MAX_AHEAD_PER_SLOT × size)``. Both figures are exponentially weighted averages
+measured as the pool runs. A claim is made once half the target is missing, so claims come in groups
+that are worth their transaction. If claims cannot keep up, ``rate × claim time`` grows relative to the
+claim size and the target grows with it until they do. With slow items (a 200 ms upstream) the target
+stays at ``size``: ready items then wait at most one item's run, and few items sit claimed but not
+started (they show as ``running``, and a ``kill -9`` of the replica discards them as ``worker lost``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+MAX_AHEAD_PER_SLOT = 8
+_WEIGHT = 0.3  # of the newest measurement in the moving averages
+
+
+class ClaimPacer:
+    def __init__(self, size: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self._size = size
+        self._clock = clock
+        self._rate = 0.0  # items finished per second
+        self._claim_s = 0.0  # one claim's duration
+        self._finished = 0
+        self._since = clock()
+
+    def finished(self) -> None:
+        self._finished += 1
+
+    def claimed(self, seconds: float, *, got: int) -> None:
+        """A claim took ``seconds``. Updates the averages; an empty claim (nothing available) says
+        nothing about how fast items are claimed, and the idle time since the last claim nothing about
+        how fast they run."""
+        now = self._clock()
+        if got:
+            self._claim_s = _average(self._claim_s, seconds)
+            elapsed = now - self._since
+            if elapsed > 0 and self._finished:
+                self._rate = _average(self._rate, self._finished / elapsed)
+        self._finished = 0
+        self._since = now
+
+    def ready_target(self) -> int:
+        wanted = math.ceil(3 * self._rate * self._claim_s)
+        return min(MAX_AHEAD_PER_SLOT * self._size, max(self._size, wanted))
+
+    def want(self, running: int, ready: int) -> int:
+        """How many items to claim now (0: not yet), given the items running and ready."""
+        target = self.ready_target()
+        want = (self._size - running) + target - ready
+        if running + ready == 0 or want >= max(1, target // 2):
+            return max(want, 0)
+        return 0
+
+
+def _average(previous: float, latest: float) -> float:
+    return latest if previous == 0 else (1 - _WEIGHT) * previous + _WEIGHT * latest
