@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 from collections.abc import Awaitable, Callable, Iterator
@@ -62,6 +63,7 @@ async def serve(settings: Settings, *, on_ready: Callable[[Runtime], Awaitable[N
     except (OSError, DBAPIError) as exc:
         await runtime.engine.dispose()
         raise StartupError(_startup_problem(settings, exc)) from None
+    _freeze_boot_objects()
     servers = [_listener(runtime.inference_app, settings, settings.port)]
     if settings.control_port is not None:
         servers.append(_listener(runtime.control_app, settings, settings.control_port))
@@ -123,3 +125,17 @@ def _masked_url(settings: Settings) -> str:
 
 def _display_host(bind: str) -> str:
     return "127.0.0.1" if bind in ("0.0.0.0", "::", "") else bind
+
+
+def _freeze_boot_objects() -> None:
+    """Take what boot loaded (modules, the apps, the first catalog snapshot: tens of thousands of
+    objects that live as long as the process) out of the garbage collector's generations.
+
+    Why: a full (generation 2) collection scans every tracked object, and while it runs the event loop
+    is stopped. On a serving replica one took 100–116 ms and landed in the p99 of every request in
+    flight (bench/live_overhead.py at 16 connections: p99 85 ms); with the boot objects frozen the same
+    collections take ~6 ms (p99 16 ms). The cost: garbage that boot objects form later (a first
+    snapshot in a reference cycle, say) is never collected, a few MiB at most.
+    """
+    gc.collect()
+    gc.freeze()

@@ -356,6 +356,8 @@ class UsageWriter:
             try:
                 while self._queue:
                     await self._write_head()
+                    if len(self._queue) < self._batch_size and not self._stopped.is_set():
+                        break  # what arrived meanwhile waits for the next interval (or a full batch)
                 failures = 0
             except Exception as exc:  # the database is down or restarting: keep the events, retry
                 failures += 1
