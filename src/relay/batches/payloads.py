@@ -18,11 +18,12 @@ Layout under ``<RELAY_BATCH_PAYLOAD_DIR>/<batch id>/``:
 
 Atomic for readers. The request files are written under a temporary name, then renamed (the offsets
 file last, so its presence means the requests file is complete). A response is only read through the
-reference its item's row holds, and :meth:`PayloadStore.sync_responses` flushes the appended bytes to
-disk before that row commits, so a reader sees a whole body or none; bytes a crash left unreferenced
-are never read. Paths are built only from a batch id (validated: ``b_`` + base32), an integer index and
-a file name matched against ``responses-<16 hex>.data``, so nothing a client sends can escape the
-directory. Files are never removed here.
+reference its item's row holds, and the batch finalizer flushes the appended bytes to disk
+(:meth:`PayloadStore.responses_to_sync`, then :func:`sync_descriptors`) before that row commits, so
+a reader sees a whole body or none; bytes a crash left unreferenced are never read. Paths are built
+only from a batch id (validated: ``b_`` + base32), an integer index and a file name matched against
+``responses-<16 hex>.data``, so nothing a client sends can escape the directory. Files are never
+removed here.
 
 The directory must be shared by every replica that runs items; when it is not, ``read_request``
 raises ``FileNotFoundError`` and the runner fails the item with ``load input: …`` (§10.7).
@@ -53,9 +54,10 @@ OPEN_RESPONSE_FILES = 32  # appended-to files kept open (one per batch being run
 
 
 class PayloadStore:
-    """The payload directory of one process. :meth:`append_response` and :meth:`sync_responses`
-    belong to the event loop's thread (the append is a plain ``write``, the sync is given to a worker
-    thread by its caller); the rest is safe from any thread."""
+    """The payload directory of one process. :meth:`append_response`, :meth:`responses_to_sync` and
+    :meth:`close` belong to the event loop's thread (the append is a plain ``write``; the flush, in
+    :func:`sync_descriptors`, is given to a worker thread by the caller); the rest is safe from any
+    thread."""
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root).resolve()
@@ -103,7 +105,7 @@ class PayloadStore:
 
     def append_response(self, batch_id: str, body: bytes) -> ResponseRef:
         """Append a completed item's response body to this process's file in the batch's directory.
-        Readable through the returned reference once :meth:`sync_responses` has run after it."""
+        Durable once the descriptors :meth:`responses_to_sync` returns next have been synced."""
         appender = self._open.pop(batch_id, None)
         if appender is None:
             appender, created = _Appender.open(self._dir(batch_id), self._responses_file)
@@ -112,16 +114,19 @@ class PayloadStore:
         try:
             offset = appender.append(body)
         except BaseException:
-            appender.close()  # where the file ends is unknown now: the next append reopens it
+            self._retire(appender)  # where the file ends is unknown now: the next append reopens it
             raise
         self._open[batch_id] = appender  # most recently used last
         while len(self._open) > OPEN_RESPONSE_FILES:
-            evicted = self._open.pop(next(iter(self._open)))
-            if evicted.dirty:
-                self._retired.append(evicted.fd)  # closed by the next sync, after its flush
-            else:
-                evicted.close()
+            self._retire(self._open.pop(next(iter(self._open))))
         return ResponseRef(self._responses_file, offset, len(body))
+
+    def _retire(self, appender: _Appender) -> None:
+        """Stop appending to a file; bytes appended earlier still get their flush (the next sync's)."""
+        if appender.dirty:
+            self._retired.append(appender.fd)  # closed by that sync
+        else:
+            appender.close()
 
     def responses_to_sync(self) -> list[int]:
         """Descriptors whose appended bytes are not flushed yet, for :func:`sync_descriptors` (owned by
@@ -134,11 +139,12 @@ class PayloadStore:
         return fds
 
     def close(self) -> None:
+        """Flush and close every open file (at shutdown, once nothing is appended any more)."""
         for appender in self._open.values():
-            appender.close()
+            self._retire(appender)
         self._open.clear()
-        sync_descriptors(self._retired)
-        self._retired = []
+        retired, self._retired = self._retired, []
+        sync_descriptors(retired)
 
     def read_request(self, batch_id: str, idx: int) -> bytes:
         """One item's request body; ``FileNotFoundError`` when this replica does not have it."""

@@ -1,0 +1,78 @@
+"""The finalizer's response flush (relay.batches.finalizer) on real databases: a group's rows commit
+only after its response bodies are on disk, and a failed flush discards the group's completed items
+instead of committing rows that point at bytes which may be lost."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+from collections.abc import Awaitable, Callable
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from relay.batches import queue
+from relay.batches.finalizer import Finalizer
+from relay.batches.runner import ItemResult
+from relay.domain.batches import ResponseRef
+from tests.batches.test_queue import events, item_event, items, submit
+
+REF = ResponseRef("responses-0123456789abcdef.data", 0, 10)
+
+
+async def run_group(
+    engine: AsyncEngine, flush: Callable[[], Awaitable[None]], results: list[ItemResult], batch_id: str
+) -> list[bool]:
+    settled: list[bool] = []
+    finalizer = Finalizer(engine, "r1", lambda key, result, done: settled.append(done), flush)
+    finalizer.start()
+    try:
+        for idx, result in enumerate(results):
+            finalizer.add((batch_id, idx), result)
+        assert await finalizer.drain(10)
+    finally:
+        await finalizer.close()
+    return settled
+
+
+async def test_rows_commit_after_the_flush(engine: AsyncEngine) -> None:
+    batch_id = await submit(engine, 2)
+    claimed = await queue.claim(engine, "r1", 2)
+    flushed: list[list[str]] = []
+
+    async def flush() -> None:  # what the rows say at flush time: nothing committed yet
+        flushed.append([row["state"] for row in await items(engine, batch_id)])
+
+    results = [
+        ItemResult("completed", 200, None, item_event(batch_id, 0), REF),
+        ItemResult(
+            "discarded", 500, "upstream returned 500", item_event(batch_id, 1, "upstream returned 500")
+        ),
+    ]
+    assert await run_group(engine, flush, results, batch_id) == [True, True]
+    assert len(claimed) == 2 and flushed == [["running", "running"]]
+    rows = await items(engine, batch_id)
+    assert [(r["state"], r["response_file"]) for r in rows] == [("completed", REF.file), ("discarded", None)]
+
+
+async def test_a_failed_flush_discards_the_completed_items_of_the_group(engine: AsyncEngine) -> None:
+    batch_id = await submit(engine, 2)
+    await queue.claim(engine, "r1", 2)
+
+    async def flush() -> None:
+        await asyncio.sleep(0)
+        raise OSError(errno.EIO, "Input/output error")
+
+    results = [
+        ItemResult("completed", 200, None, item_event(batch_id, 0), REF),
+        ItemResult(
+            "discarded", 500, "upstream returned 500", item_event(batch_id, 1, "upstream returned 500")
+        ),
+    ]
+    assert await run_group(engine, flush, results, batch_id) == [True, True]
+    lost = "internal error: the response could not be stored (Input/output error)"
+    rows = await items(engine, batch_id)
+    assert [(r["state"], r["error"], r["response_file"]) for r in rows] == [
+        ("discarded", lost, None),
+        ("discarded", "upstream returned 500", None),
+    ]
+    assert await events(engine, batch_id) == [(0, lost), (1, "upstream returned 500")]
