@@ -52,6 +52,9 @@ class Call:
     body: dict  # parsed request body (model is rewritten on the way out)
     caller_headers: Mapping[str, str]
     stream: bool
+    # Upstream attempts started so far: the pipeline counts them as it goes, so a caller that cancels
+    # the call (a batch item's timeout) can still record how many were made.
+    attempts: int = 0
 
 
 @dataclass(slots=True)
@@ -112,6 +115,7 @@ class Pipeline:
         started = time.perf_counter()
         for key in candidates[:MAX_FAILOVER]:
             attempts += 1
+            call.attempts = attempts
             request = build_upstream_request(
                 call.shape,
                 call.body,

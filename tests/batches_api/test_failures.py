@@ -285,6 +285,7 @@ def test_timeout_fails_the_slow_item_only(stage: Stage) -> None:
     assert got[0]["response"]["choices"] and got[2]["response"]["choices"]
     events = item_events(gw, batch_id, 3)
     assert_failed_event(events[1], TIMEOUT_ERROR, "timeout")
+    assert events[1]["attempts"] == 1  # the attempt the timeout cut short is counted
     assert events[0]["error_kind"] is None and events[0]["cost_nanos"] > 0
     assert events[2]["error_kind"] is None and events[2]["cost_nanos"] > 0
 
@@ -297,7 +298,9 @@ def test_timeout_bounds_all_attempts_together(stage: Stage) -> None:
     batch_id = submit(gw, "openai", [chat_item(0, model=s.model, fake={"latency_ms": 900})], key=s.key)
     wait_finished(gw, batch_id, key=s.key)
     assert results(gw, batch_id, key=s.key) == [{"idx": 0, "state": "discarded", "error": TIMEOUT_ERROR}]
-    assert_failed_event(item_events(gw, batch_id, 1)[0], TIMEOUT_ERROR, "timeout")
+    event = item_events(gw, batch_id, 1)[0]
+    assert_failed_event(event, TIMEOUT_ERROR, "timeout")
+    assert event["attempts"] == 2  # one 503, then the second key's attempt cut short at 1.5 s
     assert gw.fake.stats()["by_key"].get(s.value(2), 0) == 0  # the working key was never reached
 
 

@@ -145,15 +145,17 @@ class ItemRunner:
             plan = _route(principal, body, snap)
             shape = _wire_shape(batch.inbound_shape, plan)
             budget = asyncio.timeout(self._timeout_s)
+            call = Call(principal, plan, shape, body, {}, stream=False)
             try:
                 async with budget:
-                    outcome = await self._pipeline.run(Call(principal, plan, shape, body, {}, stream=False))
+                    outcome = await self._pipeline.run(call)
             except TimeoutError:
                 if not budget.expired():
                     raise  # not the item's budget: a bug somewhere below, reported as such
                 raise _Discard(
                     "timeout",
                     f"timeout: item ran longer than RELAY_BATCH_ITEM_TIMEOUT_S ({self._timeout_s:g} s)",
+                    attempts=call.attempts,
                 ) from None
             except UpstreamUnavailable as exc:
                 raise _Discard(exc.code, exc.message, status=exc.last_status, attempts=exc.attempts) from None
