@@ -253,7 +253,7 @@ class UsageWriter:
         *,
         queue_size: int = 10_000,
         batch_size: int = 500,
-        flush_interval_s: float = 0.2,
+        flush_interval_s: float = 0.05,
         payload_budget_bytes: int = 128 * 1024 * 1024,
         stop_timeout_s: float = 10.0,
         retry_initial_s: float = 0.1,
