@@ -3,10 +3,10 @@ same load, same run — p50 < 1 ms and p99 < 5 ms at 500 req/s on one process; g
 proxied request.
 
 Starts the fake upstream (``python -m relay.fake_upstream --port 0``) and one ``relay serve`` (embedded
-SQLite in a temporary directory, log level warning, no Redis, no batch workers), applies a minimal
-catalog (one host → the fake upstream, model ``bench-model`` with an ``openai`` binding, policy ``*``
-with one host key, team/project/service account) and mints a relay key. Then, with the same small
-chat body and the same load generator, interleaved level by level:
+SQLite in a temporary directory, log level warning, no Redis unless ``--redis``, no batch workers),
+applies a minimal catalog (one host → the fake upstream, model ``bench-model`` with an ``openai``
+binding, policy ``*`` with one host key, team/project/service account) and mints a relay key. Then,
+with the same small chat body and the same load generator, interleaved level by level:
 
 1. closed loop at each concurrency (default 1, 16, 64): **direct** = POST the fake upstream's
    ``/v1/chat/completions`` with an upstream key; **relay** = POST Relay's ``/v1/chat/completions``
@@ -25,7 +25,7 @@ the machine, and PASS/MISS next to each SPEC §13 target. A benchmark, not a tes
 once it has measured.
 
     .venv/bin/python bench/live_overhead.py [--duration 5] [--concurrency 1,16,64] [--rate 500]
-                                            [--generator auto|wrk|python] [--relay-loop asyncio|uvloop]
+                                            [--generator auto|wrk|python] [--redis URL]
 
 Load generator: ``wrk`` (1 thread) when installed, else an asyncio/aiohttp generator, which costs
 0.3–0.7 ms CPU per request itself and competes for the same cores as Relay and the fake upstream (the
@@ -100,15 +100,8 @@ class Relay:
             return ""
 
 
-def relay_command(loop: str) -> list[str]:
-    """``relay serve``; with ``loop == "uvloop"`` the same command under uvloop's event loop policy (an
-    experiment: Relay itself runs on asyncio's default loop)."""
-    if loop == "uvloop":
-        code = (
-            "import asyncio, uvloop; asyncio.set_event_loop_policy(uvloop.EventLoopPolicy()); "
-            "from relay.cli import main; main()"
-        )
-        return [sys.executable, "-c", code, "serve"]
+def relay_command() -> list[str]:
+    """``relay serve`` (which runs on uvloop, see ``relay.cli``)."""
     script = Path(sys.executable).parent / "relay"
     if script.exists():
         return [str(script), "serve"]
@@ -118,7 +111,6 @@ def relay_command(loop: str) -> list[str]:
 def start_relay(
     procs: Processes,
     workdir: Path,
-    loop: str = "asyncio",
     *,
     database_url: str | None = None,
     extra_env: dict[str, str] | None = None,
@@ -150,7 +142,7 @@ def start_relay(
     log_path = workdir / "relay.log"
     with log_path.open("wb") as log:
         process = procs.start(
-            relay_command(loop),
+            relay_command(),
             cwd=workdir,
             env=env,
             stdout=log,
@@ -484,10 +476,10 @@ def main() -> None:
     parser.add_argument("--generator", choices=["auto", "wrk", "python"], default="auto")
     parser.add_argument("--threads", type=int, default=1, help="wrk threads (1 leaves more CPU to the rest)")
     parser.add_argument(
-        "--relay-loop",
-        choices=["asyncio", "uvloop"],
-        default="asyncio",
-        help="experiment: run relay serve under uvloop (Relay itself uses asyncio's default loop)",
+        "--redis",
+        metavar="URL",
+        help="run relay serve with RELAY_REDIS_URL=URL (shared state in Redis, as replicas run); "
+        "default: state in process memory",
     )
     args = parser.parse_args()
     levels = [int(x) for x in args.concurrency.split(",") if x.strip()]
@@ -513,7 +505,7 @@ def main() -> None:
     with Processes() as procs, tempfile.TemporaryDirectory(prefix="relay-bench-") as tmpdir:
         tmp = Path(tmpdir)
         fake, upstream = start_fake_upstream(procs)
-        relay = start_relay(procs, tmp, args.relay_loop)
+        relay = start_relay(procs, tmp, extra_env={"RELAY_REDIS_URL": args.redis} if args.redis else None)
         key = configure(relay, upstream)
         direct = Target(
             "direct", upstream + "/v1/chat/completions", {"Authorization": f"Bearer {UPSTREAM_KEY}"}
@@ -530,8 +522,8 @@ def main() -> None:
         time.sleep(1.0)
         idle.stop()
         print(
-            f"relay serve pid {relay.process.pid} (one process, {args.relay_loop} event loop, "
-            "embedded SQLite, log level warning), "
+            f"relay serve pid {relay.process.pid} (one process, uvloop, embedded SQLite, "
+            f"{'state in Redis' if args.redis else 'state in process memory'}, log level warning), "
             f"idle CPU {idle.seconds['relay'] * 1000:.1f} ms/s; fake upstream pid {fake.pid}; "
             f"machine busy before the runs (other processes): {idle.busy_pct:.0f} %",
             flush=True,
