@@ -1,12 +1,40 @@
 """Prometheus metrics (SPEC §12), created once per process on the registry ``boot`` owns.
 
 Label sets are small and bounded (route, shape, status class, host-key id), so cardinality stays
-proportional to the catalog, never to traffic. Recording costs a dict lookup and an add.
+proportional to the catalog, never to traffic. Recording costs a dict lookup and an add: the live
+plane's families are wrapped in :class:`Children`, which keeps each labelled child once it exists.
 """
 
 from __future__ import annotations
 
+from typing import Generic, TypeVar
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_Metric = TypeVar("_Metric", Counter, Gauge, Histogram)
+
+
+class Children(Generic[_Metric]):
+    """A metric family whose ``labels(...)`` children are kept in a dict by their label values.
+
+    prometheus_client's own ``labels()`` validates the values and takes a lock on every call (≈ 2 µs),
+    and the live path calls it four times per request. Its children are never removed here, and the
+    label values are bounded by the catalog and the route table, so the dict stays as small as the
+    family itself.
+    """
+
+    __slots__ = ("_children", "family")
+
+    def __init__(self, family: _Metric) -> None:
+        self.family: _Metric = family
+        self._children: dict[tuple[str, ...], _Metric] = {}
+
+    def labels(self, *values: str) -> _Metric:
+        child = self._children.get(values)
+        if child is None:
+            child = self._children[values] = self.family.labels(*values)
+        return child
+
 
 _LATENCY_BUCKETS = (
     0.0005,
@@ -32,49 +60,63 @@ _OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 
 
 class Metrics:
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.requests = Counter(
-            "relay_requests_total",
-            "Inference requests by route, shape and status",
-            ["route", "shape", "status"],
-            registry=registry,
+        self.requests = Children(
+            Counter(
+                "relay_requests_total",
+                "Inference requests by route, shape and status",
+                ["route", "shape", "status"],
+                registry=registry,
+            )
         )
-        self.upstream_latency = Histogram(
-            "relay_upstream_latency_seconds",
-            "Time from sending upstream to the response head (or whole body)",
-            ["host"],
-            buckets=_LATENCY_BUCKETS,
-            registry=registry,
+        self.upstream_latency = Children(
+            Histogram(
+                "relay_upstream_latency_seconds",
+                "Time from sending upstream to the response head (or whole body)",
+                ["host"],
+                buckets=_LATENCY_BUCKETS,
+                registry=registry,
+            )
         )
-        self.overhead = Histogram(
-            "relay_gateway_overhead_seconds",
-            "Time Relay adds to a request beyond the upstream call",
-            ["shape"],
-            buckets=_OVERHEAD_BUCKETS,
-            registry=registry,
+        self.overhead = Children(
+            Histogram(
+                "relay_gateway_overhead_seconds",
+                "Time Relay adds to a request beyond the upstream call",
+                ["shape"],
+                buckets=_OVERHEAD_BUCKETS,
+                registry=registry,
+            )
         )
-        self.rate_limited = Counter(
-            "relay_rate_limit_rejections_total",
-            "Requests refused by a policy rate limit",
-            ["policy"],
-            registry=registry,
+        self.rate_limited = Children(
+            Counter(
+                "relay_rate_limit_rejections_total",
+                "Requests refused by a policy rate limit",
+                ["policy"],
+                registry=registry,
+            )
         )
-        self.breaker_trips = Counter(
-            "relay_breaker_trips_total",
-            "Upstream failures recorded against a host key",
-            ["host_key", "kind"],
-            registry=registry,
+        self.breaker_trips = Children(
+            Counter(
+                "relay_breaker_trips_total",
+                "Upstream failures recorded against a host key",
+                ["host_key", "kind"],
+                registry=registry,
+            )
         )
-        self.state_fail_open = Counter(
-            "relay_state_fail_open_total",
-            "Rate-limit steps admitted because shared state did not answer",
-            ["step"],
-            registry=registry,
+        self.state_fail_open = Children(
+            Counter(
+                "relay_state_fail_open_total",
+                "Rate-limit steps admitted because shared state did not answer",
+                ["step"],
+                registry=registry,
+            )
         )
-        self.breaker_open = Gauge(
-            "relay_breaker_open",
-            "1 while a host key's breaker is open (as last seen by this replica)",
-            ["host_key"],
-            registry=registry,
+        self.breaker_open = Children(
+            Gauge(
+                "relay_breaker_open",
+                "1 while a host key's breaker is open (as last seen by this replica)",
+                ["host_key"],
+                registry=registry,
+            )
         )
 
 

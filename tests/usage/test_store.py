@@ -37,6 +37,42 @@ def newest_first(events: list[UsageEvent]) -> list[str]:
     return [e.id for e in sorted(events, key=lambda e: (e.ts, e.id), reverse=True)]
 
 
+async def test_the_bulk_insert_stores_exactly_what_sqlalchemys_own_insert_stores(engine: AsyncEngine) -> None:
+    """``insert_events`` bypasses SQLAlchemy's per-row parameter processing (a hot-path cost); the
+    stored rows must not differ in any column from ``conn.execute(insert(...))`` — timestamps in
+    another zone, booleans, NULLs and a batch event included."""
+    from datetime import timezone
+
+    from sqlalchemy import insert as sa_insert
+
+    zone = timezone(timedelta(hours=-5))
+    pairs = [
+        (make_event(), make_event()),
+        (
+            make_event(streamed=True, ttft_ms=7, cost_nanos=None),
+            make_event(streamed=True, ttft_ms=7, cost_nanos=None),
+        ),
+        (batch_event("bat_x", 3), batch_event("bat_y", 3)),
+        (
+            make_event(status=0, error_kind="model_not_found", host_key_id=None, relay_key_hash=None),
+            make_event(status=0, error_kind="model_not_found", host_key_id=None, relay_key_hash=None),
+        ),
+    ]
+    for fast, reference in pairs:
+        reference.ts = fast.ts = fast.ts.astimezone(zone) + timedelta(microseconds=123457)
+    async with engine.begin() as conn:
+        await store.insert_events(conn, [fast.to_row() for fast, _ in pairs])
+        await conn.execute(sa_insert(t.usage_events), [reference.to_row() for _, reference in pairs])
+    async with engine.connect() as conn:
+        # Raw driver rows: what is stored, before any result processing could hide a difference.
+        raw = {r[0]: r[1:] for r in (await conn.exec_driver_sql("SELECT * FROM usage_events")).all()}
+    columns = [c.name for c in t.usage_events.columns]
+    differing = ("id", "request_id", "batch_id")  # the two sides differ only in these, by construction
+    compared = [i for i, name in enumerate(columns[1:]) if name not in differing]
+    for fast, reference in pairs:
+        assert [raw[fast.id][i] for i in compared] == [raw[reference.id][i] for i in compared]
+
+
 async def test_pages_are_newest_first_without_gaps_or_duplicates_even_when_timestamps_tie(
     engine: AsyncEngine,
 ) -> None:

@@ -108,6 +108,13 @@ class LiveRecorder:
             if ctx.plan is not None:
                 self._metrics.upstream_latency.labels(ctx.plan.host.name).observe(outcome.upstream_ms / 1000)
         principal = ctx.principal
+        if principal is not None:
+            event = self._event(ctx, status, error_kind, error_message, outcome, latency_ms)
+            if outcome is None:
+                event.attempts = attempts
+            self._writer.record(event, payload)
+        if not log.isEnabledFor(logging.INFO):
+            return
         fields: dict[str, Any] = {
             "request_id": ctx.request_id,
             "status": answered,
@@ -123,10 +130,6 @@ class LiveRecorder:
                 credential_kind=principal.credential_kind,
                 credential_id=principal.credential_id,
             )
-            event = self._event(ctx, status, error_kind, error_message, outcome, latency_ms)
-            if outcome is None:
-                event.attempts = attempts
-            self._writer.record(event, payload)
         if error_kind:
             fields["error"] = error_kind
         log.info("request", extra=fields)

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Mapping, Sequence
+import operator
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -42,6 +43,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -147,10 +149,59 @@ def describe_error(exc: BaseException) -> str:
 # -- writes --------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class _BulkInsert:
+    """``INSERT INTO usage_events`` compiled once for one dialect, with positional parameters."""
+
+    sql: str
+    values: Callable[[Mapping[str, Any]], tuple[Any, ...]]  # the row's values in parameter order
+    converted: tuple[tuple[int, Callable[[Any], Any]], ...]  # (position, the column type's bind step)
+
+
+_BULK_INSERTS: dict[tuple[str, str], _BulkInsert] = {}
+
+
+def _bulk_insert(dialect: Dialect) -> _BulkInsert:
+    bulk = _BULK_INSERTS.get((dialect.name, dialect.driver))
+    if bulk is None:
+        compiled = insert(_E).compile(dialect=dialect)
+        names = tuple(compiled.positiontup or ())
+        if len(names) != len(_E.columns):  # a named paramstyle: no positional form to reuse
+            raise RuntimeError(f"{dialect.name}+{dialect.driver}: insert parameters are not positional")
+        converted = []
+        for position, name in enumerate(names):
+            step = _E.c[name].type.dialect_impl(dialect).bind_processor(dialect)
+            if step is not None:
+                converted.append((position, step))
+        bulk = _BulkInsert(str(compiled), operator.itemgetter(*names), tuple(converted))
+        _BULK_INSERTS[(dialect.name, dialect.driver)] = bulk
+    return bulk
+
+
 async def insert_events(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Insert events as one executemany in the caller's transaction (rows from ``UsageEvent.to_row``)."""
-    if rows:
-        await conn.execute(insert(_E), [dict(r) for r in rows])
+    """Insert events as one executemany in the caller's transaction (rows from ``UsageEvent.to_row``).
+
+    Live traffic writes an event per request, and ``conn.execute(insert(...), dicts)`` spends ≈ 25 µs
+    per row on the event loop's thread turning each dict into parameters, column by column: 55 rows
+    every 50 ms at 1 100 req/s held the loop for ≈ 1.5 ms per write, visible in every request's p99.
+    So the statement is compiled once per dialect, and each row becomes a tuple in one C call; only
+    the columns whose type has a bind step (the timestamp, the boolean) are converted, by that same
+    step SQLAlchemy would run. The driver gets exactly the parameters ``conn.execute`` would give it.
+    """
+    if not rows:
+        return
+    bulk = _bulk_insert(conn.dialect)
+    values = bulk.values
+    params: list[tuple[Any, ...]] = []
+    if bulk.converted:
+        for row in rows:
+            row_values = list(values(row))
+            for position, step in bulk.converted:
+                row_values[position] = step(row_values[position])
+            params.append(tuple(row_values))
+    else:
+        params = [values(row) for row in rows]
+    await conn.exec_driver_sql(bulk.sql, params)
 
 
 async def insert_payloads(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]) -> None:

@@ -1,0 +1,46 @@
+"""Id minting: the format every stored id has, and the order ids sort in."""
+
+from __future__ import annotations
+
+import random
+import re
+import time
+
+from relay.domain import ids
+
+CROCKFORD = "0123456789abcdefghjkmnpqrstvwxyz"
+
+
+def reference_b32(value: int, length: int) -> str:
+    """Crockford base 32, five bits at a time: the plain definition the fast encoder must match."""
+    digits = []
+    for _ in range(length):
+        digits.append(CROCKFORD[value & 31])
+        value >>= 5
+    return "".join(reversed(digits))
+
+
+def test_the_unrolled_encoder_spells_every_bit_like_the_plain_definition() -> None:
+    rng = random.Random(7)
+    values = [0, 1, 2**128 - 1, 2**127, 2**80 - 1, *(rng.getrandbits(128) for _ in range(5000))]
+    for value in values:
+        assert ids._b32_128(value) == reference_b32(value, 26), value
+
+
+def test_an_id_is_the_prefix_then_48_bits_of_milliseconds_and_80_random_bits() -> None:
+    before = int(time.time() * 1000)
+    minted = ids.mint_id("ue")
+    after = int(time.time() * 1000)
+    assert re.fullmatch(r"ue_[0-7][0-9a-hjkmnp-tv-z]{25}", minted), minted
+    value = 0
+    for c in minted[3:]:
+        value = value * 32 + CROCKFORD.index(c)
+    assert before <= value >> 80 <= after
+
+
+def test_ids_minted_in_later_milliseconds_sort_later() -> None:
+    first = ids.mint_id("ue")
+    time.sleep(0.002)
+    second = ids.mint_id("ue")
+    assert first < second
+    assert len({ids.mint_id("ue") for _ in range(1000)}) == 1000
