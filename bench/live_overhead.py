@@ -3,14 +3,19 @@ same load, same run — p50 < 1 ms and p99 < 5 ms at 500 req/s on one process; g
 proxied request.
 
 Starts the fake upstream (``python -m relay.fake_upstream --port 0``) and one ``relay serve`` (embedded
-SQLite in a temporary directory, log level warning, no Redis unless ``--redis``, no batch workers),
+SQLite in a temporary directory, log level ``--log-level`` (default ``info``, the shipped default: one
+JSON line per request, into a file), no Redis unless ``--redis``, no batch workers),
 applies a minimal catalog (one host → the fake upstream, model ``bench-model`` with an ``openai``
 binding, policy ``*`` with one host key, team/project/service account) and mints a relay key. Then,
 with the same small chat body and the same load generator, interleaved level by level:
 
 1. closed loop at each concurrency (default 1, 16, 64): **direct** = POST the fake upstream's
-   ``/v1/chat/completions`` with an upstream key; **relay** = POST Relay's ``/v1/chat/completions``
-   with the relay key. Each run: 1 s warm-up (not recorded), then ``--duration`` seconds measured.
+   ``/v1/chat/completions`` with an upstream key; **floor** = the same through ``bench/floor_proxy.py``,
+   the thinnest proxy on Relay's stack (uvicorn + uvloop + httptools, aiohttp; parse, rewrite
+   ``model``, forward; nothing else), so the table separates what the extra process hop costs on this
+   machine from what Relay's own work costs (``--no-floor`` skips it); **relay** = POST Relay's
+   ``/v1/chat/completions`` with the relay key. Each run: 1 s warm-up (not recorded), then
+   ``--duration`` seconds measured.
 2. the same at ``stream: true`` (default concurrency 16); latency = until the last byte of the stream.
 3. fixed rate (default 500 req/s), the SPEC's load: an open-loop asyncio generator that starts a
    request every 2 ms whatever the answers do, latency measured from each request's scheduled start;
@@ -18,14 +23,15 @@ with the same small chat body and the same load generator, interleaved level by 
    closed loop a little under the rate: ≈ 460 req/s direct; wrk2's ``-R`` is not available).
    ``--rate 500,250`` adds more rates; the SPEC's targets are judged at the first.
 
-Relay's CPU time (utime + stime from /proc) is read around every measured run → CPU ms per proxied
-request (Relay's background tasks included); so is the CPU the machine spent on processes outside the
-benchmark (``others``: on a shared machine, a run with a high figure is disturbed). Prints the tables,
-the machine, and PASS/MISS next to each SPEC §13 target. A benchmark, not a test: it always exits 0
-once it has measured.
+Relay's CPU time (utime + stime from /proc; the floor proxy's too) is read around every measured run
+→ CPU ms per proxied request (Relay's background tasks included); so is the CPU the machine spent on
+processes outside the benchmark (``others``: on a shared machine, a run with a high figure is
+disturbed). Prints the tables, the machine, and PASS/MISS next to each SPEC §13 target. A benchmark,
+not a test: it always exits 0 once it has measured.
 
     .venv/bin/python bench/live_overhead.py [--duration 5] [--concurrency 1,16,64] [--rate 500]
                                             [--generator auto|wrk|python] [--redis URL]
+                                            [--log-level info|warning] [--no-floor]
 
 Load generator: ``wrk`` (1 thread) when installed, else an asyncio/aiohttp generator, which costs
 0.3–0.7 ms CPU per request itself and competes for the same cores as Relay and the fake upstream (the
@@ -40,6 +46,7 @@ import base64
 import json
 import os
 import secrets
+import select
 import subprocess
 import sys
 import tempfile
@@ -114,8 +121,9 @@ def start_relay(
     *,
     database_url: str | None = None,
     extra_env: dict[str, str] | None = None,
+    log_level: str = "warning",
 ) -> Relay:
-    """``relay serve`` (one process, log level warning, no Redis, no batch workers unless
+    """``relay serve`` (one process, ``log_level``, JSON logs, no Redis, no batch workers unless
     ``extra_env`` says otherwise) on ``database_url`` (default: a SQLite file in ``workdir``); returns
     once both planes answer."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -134,7 +142,8 @@ def start_relay(
         RELAY_BATCH_PAYLOAD_DIR=str(workdir / "relay-batch-payloads"),
         RELAY_ADMIN_TOKEN=admin_token,
         RELAY_MASTER_KEY=base64.b64encode(secrets.token_bytes(32)).decode(),
-        RELAY_LOG_LEVEL="warning",
+        RELAY_LOG_LEVEL=log_level,
+        RELAY_LOG_FORMAT="json",
     )
     if "batch_workers" in (SRC / "relay" / "config.py").read_text(encoding="utf-8"):
         env["RELAY_BATCH_WORKERS"] = "0"
@@ -171,6 +180,28 @@ def start_relay(
             if time.monotonic() > deadline:
                 raise SystemExit(f"relay serve did not become ready within 60 s:\n{relay.log_tail()}")
             time.sleep(0.1)
+
+
+def start_floor_proxy(procs: Processes, upstream: str) -> tuple[subprocess.Popen[str], str]:
+    """``bench/floor_proxy.py`` in front of ``upstream``; returns the process and its base URL."""
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve().parent / "floor_proxy.py"),
+        "--upstream",
+        upstream,
+        "--upstream-key",
+        UPSTREAM_KEY,
+        "--model",
+        MODEL,
+    ]
+    process = procs.start(cmd, stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(SRC)))
+    assert process.stdout is not None
+    ready, _, _ = select.select([process.stdout], [], [], 20)
+    line = process.stdout.readline() if ready else ""
+    if not line.startswith("floor-proxy listening on "):
+        procs.stop(process)
+        raise SystemExit(f"the floor proxy did not start: {line!r}")
+    return process, line.rsplit(" ", 1)[-1].strip()
 
 
 def relay_admin(relay: Relay) -> dict[str, str]:
@@ -234,7 +265,7 @@ def rss_mib(pid: int) -> float:
 
 @dataclass
 class Target:
-    name: str  # direct | relay
+    name: str  # direct | floor | relay
     url: str
     headers: dict[str, str]
 
@@ -292,10 +323,11 @@ class Bench:
         meter.stop()
         n = result.requests or 1
         relay_cpu = relay_sys = None
-        if target.name == "relay":
-            relay_cpu = meter.seconds["relay"] * 1000 / n
+        if target.name in ("relay", "floor"):  # the proxy under test: its CPU per request
+            proxy = target.name
+            relay_cpu = meter.seconds[proxy] * 1000 / n
             relay_sys = (
-                100 * meter.system_seconds["relay"] / meter.seconds["relay"] if meter.seconds["relay"] else 0
+                100 * meter.system_seconds[proxy] / meter.seconds[proxy] if meter.seconds[proxy] else 0
             )
         upstream_cpu = meter.seconds["upstream"] * 1000 / n
         generator_cpu = meter.generator_seconds * 1000 / n
@@ -320,7 +352,7 @@ class Bench:
         print(
             f"   {load:<9} {target.name:<6} {label:>8}: {result.rps:8,.0f} req/s  p50 {result.p50_ms:7.2f} ms"
             f"  p99 {result.p99_ms:7.2f} ms  errors {result.errors}"
-            + (f"  relay CPU {relay_cpu:.3f} ms/req" if relay_cpu is not None else "")
+            + (f"  {target.name} CPU {relay_cpu:.3f} ms/req" if relay_cpu is not None else "")
             + f"  generator CPU {generator_cpu:.3f} ms/req  other processes {meter.others_cores:.2f} cores"
             + extra,
             flush=True,
@@ -359,12 +391,12 @@ class Bench:
 # ------------------------------------------------------------------------------------------ report
 
 
+def find(rows: list[Row], load: str, label: str, target: str) -> Row | None:
+    return next((r for r in rows if r.load == load and r.concurrency == label and r.target == target), None)
+
+
 def pair(rows: list[Row], load: str, label: str) -> tuple[Row | None, Row | None]:
-    direct = next(
-        (r for r in rows if r.load == load and r.concurrency == label and r.target == "direct"), None
-    )
-    relay = next((r for r in rows if r.load == load and r.concurrency == label and r.target == "relay"), None)
-    return direct, relay
+    return find(rows, load, label, "direct"), find(rows, load, label, "relay")
 
 
 def render_table(rows: list[Row]) -> str:
@@ -372,7 +404,7 @@ def render_table(rows: list[Row]) -> str:
     for r in rows:
         direct, _ = pair(rows, r.load, r.concurrency)
         added50 = added99 = "–"
-        if r.target == "relay" and direct is not None:
+        if r.target != "direct" and direct is not None:
             added50 = f"{r.result.p50_ms - direct.result.p50_ms:+.2f} ms"
             added99 = f"{r.result.p99_ms - direct.result.p99_ms:+.2f} ms"
         out.append(
@@ -400,7 +432,7 @@ def render_table(rows: list[Row]) -> str:
         "p99",
         "added p50",
         "added p99",
-        "relay CPU ms/req",
+        "proxy CPU ms/req",
         "upstream CPU ms/req",
         "others (cores)",
         "errors",
@@ -454,7 +486,37 @@ def report_targets(rows: list[Row], rate: float) -> list[str]:
             f"({best.result.rps:,.0f} req/s at concurrency {best.concurrency}, generator and upstream "
             "on the same cores)"
         )
+    lines.extend(floor_lines(rows, rate))
     return lines
+
+
+def floor_lines(rows: list[Row], rate: float) -> list[str]:
+    """Relay next to the floor proxy: what the extra hop costs any proxy here, and what Relay adds."""
+    out: list[str] = []
+    for load, label in (("paced", f"{rate:g}/s"), ("wrk-think", f"{rate:g}/s"), ("closed", "1")):
+        direct, floor, relay = (find(rows, load, label, name) for name in ("direct", "floor", "relay"))
+        if direct is None or floor is None or relay is None:
+            continue
+        if not out:
+            out.append(
+                "The floor (bench/floor_proxy.py: uvicorn + aiohttp, parse, rewrite model, forward; nothing "
+                "else) vs direct = the hop, on this machine; relay vs floor = Relay's own work:"
+            )
+        hop50 = floor.result.p50_ms - direct.result.p50_ms
+        hop99 = floor.result.p99_ms - direct.result.p99_ms
+        own50 = relay.result.p50_ms - floor.result.p50_ms
+        own99 = relay.result.p99_ms - floor.result.p99_ms
+        cpu = ""
+        if floor.relay_cpu_ms is not None and relay.relay_cpu_ms is not None:
+            cpu = (
+                f"; CPU {floor.relay_cpu_ms:.3f} → {relay.relay_cpu_ms:.3f} ms/req "
+                f"({relay.relay_cpu_ms - floor.relay_cpu_ms:+.3f})"
+            )
+        out.append(
+            f"  {load} {label}: floor adds p50 {hop50:+.2f} ms, p99 {hop99:+.2f} ms; "
+            f"Relay over the floor p50 {own50:+.2f} ms, p99 {own99:+.2f} ms{cpu}"
+        )
+    return out
 
 
 # ------------------------------------------------------------------------------------------ main
@@ -481,11 +543,22 @@ def main() -> None:
         help="run relay serve with RELAY_REDIS_URL=URL (shared state in Redis, as replicas run); "
         "default: state in process memory",
     )
+    parser.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="RELAY_LOG_LEVEL (default info, as shipped: one JSON line per request, into a file)",
+    )
+    parser.add_argument(
+        "--no-floor", action="store_true", help="skip the floor proxy (bench/floor_proxy.py) target"
+    )
     args = parser.parse_args()
     levels = [int(x) for x in args.concurrency.split(",") if x.strip()]
     rates = [r for r in (float(x) for x in args.rate.split(",") if x.strip()) if r > 0]
     wrk = find_wrk(args.generator)
-    n_runs = 2 * (len(levels) + (1 if args.stream_concurrency else 0) + len(rates) * (2 if wrk else 1))
+    n_runs = (2 if args.no_floor else 3) * (
+        len(levels) + (1 if args.stream_concurrency else 0) + len(rates) * (2 if wrk else 1)
+    )
     print(f"Relay live overhead (SPEC §13) — {machine_line()}")
     generator = (
         f"{wrk_version(wrk)} ({args.threads} thread)"
@@ -505,7 +578,12 @@ def main() -> None:
     with Processes() as procs, tempfile.TemporaryDirectory(prefix="relay-bench-") as tmpdir:
         tmp = Path(tmpdir)
         fake, upstream = start_fake_upstream(procs)
-        relay = start_relay(procs, tmp, extra_env={"RELAY_REDIS_URL": args.redis} if args.redis else None)
+        relay = start_relay(
+            procs,
+            tmp,
+            extra_env={"RELAY_REDIS_URL": args.redis} if args.redis else None,
+            log_level=args.log_level,
+        )
         key = configure(relay, upstream)
         direct = Target(
             "direct", upstream + "/v1/chat/completions", {"Authorization": f"Bearer {UPSTREAM_KEY}"}
@@ -515,15 +593,19 @@ def main() -> None:
             direct.url, content=body, headers={**direct.headers, "Content-Type": "application/json"}
         )
         check.raise_for_status()
-
+        targets = [direct, via]
         pids = {"relay": relay.process.pid, "upstream": fake.pid}
+        if not args.no_floor:
+            floor_process, floor_base = start_floor_proxy(procs, upstream)
+            targets = [direct, Target("floor", floor_base + "/v1/chat/completions", {}), via]
+            pids["floor"] = floor_process.pid
         idle = CpuMeter(pids)
         idle.start()
         time.sleep(1.0)
         idle.stop()
         print(
             f"relay serve pid {relay.process.pid} (one process, uvloop, embedded SQLite, "
-            f"{'state in Redis' if args.redis else 'state in process memory'}, log level warning), "
+            f"{'state in Redis' if args.redis else 'state in process memory'}, log level {args.log_level}), "
             f"idle CPU {idle.seconds['relay'] * 1000:.1f} ms/s; fake upstream pid {fake.pid}; "
             f"machine busy before the runs (other processes): {idle.busy_pct:.0f} %",
             flush=True,
@@ -532,16 +614,16 @@ def main() -> None:
         bench = Bench(args, wrk, tmp, pids)
         try:
             for concurrency in levels:
-                for target in (direct, via):
+                for target in targets:
                     bench.closed("closed", target, body, False, concurrency)
             if args.stream_concurrency:
-                for target in (direct, via):
+                for target in targets:
                     bench.closed("stream", target, stream_body, True, args.stream_concurrency)
             for rate in rates:
-                for target in (direct, via):
+                for target in targets:
                     bench.paced(target, body, rate)
                 if wrk:
-                    for target in (direct, via):
+                    for target in targets:
                         bench.wrk_think(target, body, rate)
         except (subprocess.SubprocessError, RuntimeError, OSError) as exc:
             print(f"a run failed, reporting what was measured: {exc!r}", file=sys.stderr)
@@ -555,12 +637,13 @@ def main() -> None:
     print(f"generator: {generator}; {args.duration:g} s per run after {args.warmup:g} s warm-up")
     for line in (
         "direct = fake upstream /v1/chat/completions; relay = Relay /v1/chat/completions → the same upstream",
+        "floor = bench/floor_proxy.py → the same upstream: the thinnest proxy on Relay's stack",
         "closed = closed loop: each connection sends again as soon as it is answered",
         "stream = closed loop with stream: true; latency = until the last byte",
         "paced = open loop at a fixed rate (python generator), latency from each request's due time",
         f"wrk-think = wrk, {WRK_PACED_CONNECTIONS} connections, each waiting {WRK_PACED_CONNECTIONS} s/rate",
         "    between an answer and its next request (a bit under the rate; wrk2 -R is not available)",
-        "CPU ms/req = the process's CPU time (user + sys) during the run / requests answered",
+        "proxy CPU ms/req = the proxy's CPU time (user + sys) during the run / requests answered",
         "others (cores) = CPU the machine spent on processes outside this benchmark during the run",
     ):
         print(line)
