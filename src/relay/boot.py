@@ -87,6 +87,7 @@ class Runtime:
         await self.reloader.start()
         if not await self.state.ping():
             log.warning("RELAY_REDIS_URL does not answer: rate limits fail open, breakers are not shared")
+        await self.state.start()
         await self.upstream.start()
         await self.writer.start()
         if self.batch_workers is not None:

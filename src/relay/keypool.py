@@ -10,11 +10,13 @@ What it deliberately does not know: HTTP clients, adapters, rate limits, when th
 the caller (the pipeline only fails over before it). Breaker records live in
 :class:`relay.state.SharedState`, so every replica sees the same breakers when Redis is configured.
 
-Invariants and costs (state round trips per request, before the upstream call):
+Invariants and costs (state calls per request, before the upstream call):
 
 - ``prioritized``: one (``breakers``); ``round_robin``: one (``pick_state``: breakers + counter);
   ``least_recently_used``: two (``breakers``, then ``least_recent``), plus one ``touch`` after a
-  success;
+  success. With Redis, a started ``RedisState`` answers ``breakers`` from its mirror without a round
+  trip while its change notifications hold (``relay.state.mirror``), so ``prioritized`` usually costs
+  none, ``round_robin`` one ``INCR`` and ``least_recently_used`` one read plus the ``touch``;
 - ``succeeded`` costs nothing unless the key had a breaker record when last seen (then one ``reset``);
   ``failed`` costs one ``trip`` for a tripping failure and nothing for a short 429;
 - a record is open iff its ``version`` is the key's and (``open_until`` is ``None`` — auth failure,

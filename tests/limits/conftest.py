@@ -18,7 +18,7 @@ from relay.catalog import HostKey, Policy
 from relay.domain.ratelimits import RateLimitRule
 from relay.state import MemoryState, RedisState, SharedState
 from tests.fixtures.databases import REDIS_URL
-from tests.state.conftest import redis_namespace
+from tests.state.conftest import STATE_PARAMS, each_state, redis_namespace
 
 
 class CountingState:
@@ -41,17 +41,10 @@ class CountingState:
         return cast(SharedState, self)
 
 
-@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
+@pytest.fixture(params=STATE_PARAMS)
 async def state(request: pytest.FixtureRequest) -> AsyncIterator[SharedState]:
-    if request.param == "memory":
-        yield MemoryState()
-        return
-    async with redis_namespace() as (prefix, _admin):
-        redis_state = RedisState(REDIS_URL, prefix=prefix)
-        try:
-            yield redis_state
-        finally:
-            await redis_state.close()
+    async with each_state(request.param) as chosen:
+        yield chosen
 
 
 @pytest.fixture

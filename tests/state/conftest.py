@@ -6,6 +6,7 @@ or fails them under ``CI=true``.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -36,10 +37,29 @@ async def redis_namespace() -> AsyncIterator[tuple[str, Redis]]:
         await admin.aclose()
 
 
-@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
-async def state(request: pytest.FixtureRequest) -> AsyncIterator[SharedState]:
-    """Each implementation of the seam in turn."""
-    if request.param == "memory":
+async def mirroring(state: RedisState, timeout_s: float = 5.0) -> RedisState:
+    """``state`` once its breaker watch is subscribed (``start`` has run): as ``relay serve`` runs it."""
+    await state.start()
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not state.mirroring:
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"the breaker watch did not subscribe within {timeout_s:g} s")
+        await asyncio.sleep(0.01)
+    return state
+
+
+STATE_PARAMS = [
+    "memory",
+    pytest.param("redis", marks=pytest.mark.redis),
+    pytest.param("redis-mirrored", marks=pytest.mark.redis),
+]
+
+
+@asynccontextmanager
+async def each_state(kind: str) -> AsyncIterator[SharedState]:
+    """``memory``; ``redis`` (every read a round trip); ``redis-mirrored`` (started: breaker reads
+    served from the mirror while the watch holds)."""
+    if kind == "memory":
         memory = MemoryState()
         yield memory
         await memory.close()
@@ -47,9 +67,16 @@ async def state(request: pytest.FixtureRequest) -> AsyncIterator[SharedState]:
     async with redis_namespace() as (prefix, _admin):
         redis_state = RedisState(REDIS_URL, prefix=prefix)
         try:
-            yield redis_state
+            yield await mirroring(redis_state) if kind == "redis-mirrored" else redis_state
         finally:
             await redis_state.close()
+
+
+@pytest.fixture(params=STATE_PARAMS)
+async def state(request: pytest.FixtureRequest) -> AsyncIterator[SharedState]:
+    """Each implementation of the seam in turn."""
+    async with each_state(request.param) as chosen:
+        yield chosen
 
 
 @pytest.fixture

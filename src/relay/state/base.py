@@ -9,7 +9,8 @@ This module deliberately knows nothing about policies, meters, host keys or HTTP
 
 Invariants every implementation keeps (the contract suite in ``tests/state`` checks them):
 
-- every operation is atomic and costs at most one round trip to the backing store;
+- every operation is atomic and costs at most one round trip to the backing store (breaker reads may
+  cost none: ``RedisState`` mirrors records it has read while Redis notifies it of every change);
 - ``reserve`` is all-or-nothing: either every check is admitted and applied, or nothing changes;
 - time is the store's clock (Redis ``TIME``; ``time.time()`` in memory), in epoch seconds;
 - nothing grows forever: windows, leases and breaker records expire on their own.
@@ -167,6 +168,11 @@ class SharedState(Protocol):
 
     async def ping(self) -> bool:
         """True if the store answers; never raises (for readiness probes and boot checks)."""
+        ...
+
+    async def start(self) -> None:
+        """Begin background work, if any (``RedisState``: the breaker watch); idempotent, no I/O wait.
+        Until it runs, every operation still works, each with its round trip."""
         ...
 
     async def close(self) -> None:

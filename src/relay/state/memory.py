@@ -212,5 +212,8 @@ class MemoryState:
     async def ping(self) -> bool:
         return True
 
+    async def start(self) -> None:
+        """Nothing runs in the background: every read is already a dict lookup."""
+
     async def close(self) -> None:
         """Nothing to release; the state dies with the object."""

@@ -10,10 +10,19 @@ It deliberately does not decide what happens when Redis is down: driver errors b
 or closed. Requires Redis ≥ 6.2 (ZMSCORE). Connections come from redis-py's pool; a stale pooled
 connection (Redis restarted) is retried once on a fresh one, but timeouts are not retried, because a
 script that timed out may already have run and must not be applied twice.
+
+Breaker reads can cost no round trip at all: once :meth:`RedisState.start` has run (``relay serve``
+does it at boot), a background task subscribes to the channel every trip and reset publishes on, and
+``breakers`` answers from a :class:`relay.state.mirror.BreakerMirror` of what it read while that
+subscription holds (see that module for the rules). Without ``start`` (tests, tools) every read is a
+round trip, as before.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -37,11 +46,18 @@ from relay.state.base import (
     StateUnavailable,
     Verdict,
 )
+from relay.state.mirror import BreakerMirror
 
 _SLACK_MS = EXPIRY_SLACK_S * 1000
 _TTL_AFTER_OPEN_MS = BREAKER_TTL_AFTER_OPEN_S * 1000
 _PERMANENT_TTL_MS = PERMANENT_BREAKER_TTL_S * 1000
 _MAX_BACKOFF_MS = MAX_BACKOFF_S * 1000
+#: The breaker watch pings Redis when it heard nothing for this long, and gives up on the connection
+#: (mirror off, reconnect) when it heard nothing, not even the pong, for ``_WATCH_DEAD_S``.
+_WATCH_PING_S = 1.0
+_WATCH_DEAD_S = 3.0
+
+log = logging.getLogger("relay.state")
 
 
 def _unavailable(exc: RedisError) -> StateUnavailable:
@@ -76,6 +92,20 @@ class RedisState:
             socket_connect_timeout=timeout_s,
             retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
         )
+        # The watch has its own connection and never reconnects behind our back: a broken subscription
+        # must surface here, because notifications sent while it was down are lost.
+        self._watch_redis: Redis = Redis.from_url(
+            url,
+            decode_responses=True,
+            socket_connect_timeout=timeout_s,
+            retry=Retry(NoBackoff(), 0),
+            client_name=prefix + "breaker-watch",  # what CLIENT LIST shows for it
+        )
+        self._channel = prefix + "breakers"
+        self._mirror = BreakerMirror()
+        self._watch_task: asyncio.Task[None] | None = None
+        self._watch_backoff = 0.1  # seconds before resubscribing; doubles up to 5 s while it fails
+        self._watch_warned = False
         self.prefix = prefix
         self._rl = prefix + "rl:"
         self._cc = prefix + "cc:"
@@ -85,6 +115,7 @@ class RedisState:
         self._reserve = self._redis.register_script(scripts.RESERVE)
         self._commit = self._redis.register_script(scripts.COMMIT)
         self._trip = self._redis.register_script(scripts.TRIP)
+        self._reset = self._redis.register_script(scripts.RESET)
         self._pick = self._redis.register_script(scripts.PICK)
 
     # -- rate limits ---------------------------------------------------------------------------------
@@ -128,11 +159,18 @@ class RedisState:
     async def breakers(self, key_ids: Sequence[str]) -> dict[str, BreakerRecord]:
         if not key_ids:
             return {}
+        mirror = self._mirror
+        known = mirror.get(key_ids)
+        if known is not None:
+            return known
+        generation = mirror.generation
         try:
             raws = await self._redis.mget([self._br + key_id for key_id in key_ids])
         except RedisError as exc:
             raise _unavailable(exc) from exc
-        return {key_id: _decode_breaker(raw) for key_id, raw in zip(key_ids, raws, strict=True) if raw}
+        found = {key_id: _decode_breaker(raw) for key_id, raw in zip(key_ids, raws, strict=True) if raw}
+        mirror.store(key_ids, found, generation)
+        return found
 
     async def trip(
         self,
@@ -149,18 +187,32 @@ class RedisState:
             mode, retry_ms = "retry", max(0, round(retry_after * 1000))
         else:
             mode, retry_ms = "backoff", 0
-        args = (mode, retry_ms, reason, version, _TTL_AFTER_OPEN_MS, _PERMANENT_TTL_MS, _MAX_BACKOFF_MS)
+        args = (
+            mode,
+            retry_ms,
+            reason,
+            version,
+            _TTL_AFTER_OPEN_MS,
+            _PERMANENT_TTL_MS,
+            _MAX_BACKOFF_MS,
+            self._channel,
+            key_id,
+        )
         try:
             raw = await self._trip(keys=[self._br + key_id], args=args)
         except RedisError as exc:
             raise _unavailable(exc) from exc
+        finally:
+            self._mirror.changed(key_id)  # also when the outcome is unknown (a timeout)
         return _decode_breaker(raw)
 
     async def reset(self, key_id: str) -> None:
         try:
-            await self._redis.delete(self._br + key_id)
+            await self._reset(keys=[self._br + key_id], args=[self._channel, key_id])
         except RedisError as exc:
             raise _unavailable(exc) from exc
+        finally:
+            self._mirror.changed(key_id)
 
     # -- key selection -------------------------------------------------------------------------------
 
@@ -192,6 +244,10 @@ class RedisState:
     ) -> tuple[dict[str, BreakerRecord], int | None]:
         if counter_name is None:
             return await self.breakers(key_ids), None
+        known = self._mirror.get(key_ids)
+        if known is not None:
+            return known, await self.next_counter(counter_name)
+        generation = self._mirror.generation
         keys = [self._br + key_id for key_id in key_ids]
         keys.append(self._rr + counter_name)
         try:
@@ -199,7 +255,67 @@ class RedisState:
         except RedisError as exc:
             raise _unavailable(exc) from exc
         found = {key_id: _decode_breaker(raw) for key_id, raw in zip(key_ids, values, strict=False) if raw}
+        self._mirror.store(key_ids, found, generation)
         return found, int(values[-1])
+
+    # -- the breaker watch ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._watch_task is None:
+            self._watch_task = asyncio.create_task(self._watch(), name="relay-breaker-watch")
+
+    @property
+    def mirroring(self) -> bool:
+        """True while breaker reads may be answered from this replica's mirror."""
+        return self._mirror.live
+
+    async def _watch(self) -> None:
+        """Keep the subscription; whenever it is not confirmed and healthy, the mirror is off."""
+        while True:
+            try:
+                await self._watch_once()
+            except (RedisError, OSError, TimeoutError) as exc:
+                if self._mirror.live or not self._watch_warned:
+                    log.warning(
+                        "breaker changes are not being received (%s: %s); reading breakers from Redis "
+                        "on every request until the subscription is back",
+                        type(exc).__name__,
+                        exc,
+                    )
+                    self._watch_warned = True
+            except Exception:  # a driver bug must not end the watch for good: log it and resubscribe
+                log.exception("the breaker watch failed; resubscribing")
+            finally:
+                self._mirror.reset_all(live=False)
+            await asyncio.sleep(self._watch_backoff)
+            self._watch_backoff = min(self._watch_backoff * 2, 5.0)
+
+    async def _watch_once(self) -> None:
+        loop = asyncio.get_running_loop()
+        pubsub = self._watch_redis.pubsub()
+        try:
+            await pubsub.subscribe(self._channel)
+            heard = loop.time()
+            while True:
+                message = await pubsub.get_message(timeout=_WATCH_PING_S)
+                now = loop.time()
+                if message is None:
+                    if now - heard > _WATCH_DEAD_S:
+                        raise TimeoutError(f"no answer from Redis for {_WATCH_DEAD_S:g} s")
+                    await pubsub.ping()
+                    continue
+                heard = now
+                kind = message["type"]
+                if kind == "message":
+                    self._mirror.changed(message["data"])
+                elif kind == "subscribe":  # confirmed: from now on no change can pass unseen
+                    self._mirror.reset_all(live=True)
+                    self._watch_backoff = 0.1
+                    self._watch_warned = False
+                    log.info("breaker changes are being received; breaker reads are served from memory")
+        finally:
+            with contextlib.suppress(RedisError, OSError):
+                await pubsub.aclose()
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
@@ -210,4 +326,10 @@ class RedisState:
             return False
 
     async def close(self) -> None:
+        if self._watch_task is not None:
+            self._watch_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch_task
+            self._watch_task = None
+        await self._watch_redis.aclose()
         await self._redis.aclose()

@@ -12,7 +12,9 @@ Key layout (``<p>`` is the instance prefix, e.g. ``relay:``; see docs/state.md):
 - ``<p>br:<key_id>`` breaker record (JSON ``{"o": open_until_ms, "f": failures, "r": reason,
   "v": version}``, no ``o`` when open until the version changes), expires 10 min after ``o`` (7 days
   when permanent);
-- ``<p>rr:<name>`` round-robin counter; ``<p>lru:<name>`` last use per member (sorted set).
+- ``<p>rr:<name>`` round-robin counter; ``<p>lru:<name>`` last use per member (sorted set);
+- channel ``<p>breakers``: every change of a breaker record (trip, reset) publishes its key id there,
+  from the same script, so replicas that mirror breaker records (``relay.state.mirror``) drop theirs.
 
 Window counter names are derived inside the scripts from the key passed in KEYS plus the server's
 window index, so they are not declared in KEYS. That is fine on a single Redis (and on a cluster
@@ -104,8 +106,8 @@ return 0
 
 # KEYS[1]: <p>br:<key_id>.
 # ARGV: mode ('permanent' | 'retry' | 'backoff'), retry_after_ms, reason, version,
-#       ttl_after_open_ms, permanent_ttl_ms, max_backoff_ms.
-# Returns the new record as JSON (the same encoding as stored).
+#       ttl_after_open_ms, permanent_ttl_ms, max_backoff_ms, channel, key_id.
+# Returns the new record as JSON (the same encoding as stored); publishes key_id on channel if it wrote.
 TRIP = """
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -139,7 +141,14 @@ else
 end
 local encoded = cjson.encode(record)
 redis.call('SET', KEYS[1], encoded, 'PX', math.max(1, math.floor(ttl_ms)))
+redis.call('PUBLISH', ARGV[8], ARGV[9])
 return encoded
+"""
+
+# KEYS[1]: <p>br:<key_id>. ARGV: channel, key_id. Closes the breaker; publishes if there was a record.
+RESET = """
+if redis.call('DEL', KEYS[1]) == 1 then redis.call('PUBLISH', ARGV[1], ARGV[2]) end
+return 0
 """
 
 # KEYS: breaker keys (<p>br:<key_id>), then the counter key (<p>rr:<name>).
