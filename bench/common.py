@@ -108,15 +108,21 @@ def start_fake_upstream(
     procs: Processes, *extra_args: str, python: str = sys.executable
 ) -> tuple[subprocess.Popen[str], str]:
     """``python -m relay.fake_upstream --port 0 …`` on 127.0.0.1; returns the process and base URL."""
-    env = dict(os.environ, PYTHONPATH=str(SRC))
     cmd = [python, "-m", "relay.fake_upstream", "--host", "127.0.0.1", "--port", "0", *extra_args]
+    return start_announcing(procs, cmd, "fake-upstream")
+
+
+def start_announcing(procs: Processes, cmd: Sequence[str], name: str) -> tuple[subprocess.Popen[str], str]:
+    """Start a server that prints ``<name> listening on <url>`` once it accepts connections (within
+    20 s); returns the process and that URL. ``src/`` is on its ``PYTHONPATH``."""
+    env = dict(os.environ, PYTHONPATH=str(SRC))
     process = procs.start(cmd, stdout=subprocess.PIPE, text=True, env=env)
     assert process.stdout is not None
     ready, _, _ = select.select([process.stdout], [], [], 20)
     line = process.stdout.readline() if ready else ""
-    if not line.startswith("fake-upstream listening on "):
+    if not line.startswith(f"{name} listening on "):
         procs.stop(process)
-        raise SystemExit(f"fake upstream did not start: {line!r}")
+        raise SystemExit(f"{name} did not start: {line!r}")
     return process, line.rsplit(" ", 1)[-1].strip()
 
 

@@ -46,7 +46,6 @@ import base64
 import json
 import os
 import secrets
-import select
 import subprocess
 import sys
 import tempfile
@@ -75,6 +74,7 @@ from common import (
     proc_status_mib,
     run_async,
     run_wrk,
+    start_announcing,
     start_fake_upstream,
     write_wrk_script,
     wrk_version,
@@ -194,14 +194,7 @@ def start_floor_proxy(procs: Processes, upstream: str) -> tuple[subprocess.Popen
         "--model",
         MODEL,
     ]
-    process = procs.start(cmd, stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(SRC)))
-    assert process.stdout is not None
-    ready, _, _ = select.select([process.stdout], [], [], 20)
-    line = process.stdout.readline() if ready else ""
-    if not line.startswith("floor-proxy listening on "):
-        procs.stop(process)
-        raise SystemExit(f"the floor proxy did not start: {line!r}")
-    return process, line.rsplit(" ", 1)[-1].strip()
+    return start_announcing(procs, cmd, "floor-proxy")
 
 
 def relay_admin(relay: Relay) -> dict[str, str]:
