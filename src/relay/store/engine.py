@@ -12,6 +12,7 @@ answer "duplicate name" or "still referenced" without knowing which database the
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -64,11 +65,35 @@ def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
     # and emit BEGIN ourselves (SQLAlchemy's documented recipe), so nested rollbacks really roll back.
     dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    _switch_to_wal(cursor)
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.close()
+
+
+def _switch_to_wal(cursor: Any) -> None:
+    """Put the file in WAL mode (persistent: later connections find it done and take no lock).
+
+    Switching a new file needs an exclusive lock, and SQLite answers "database is locked" at once
+    rather than calling the busy handler when another connection is opening the same new file (a
+    deadlock guard): two processes starting together on one fresh file — `relay serve` and
+    `relay migrate`, or two test replicas — failed this way about once in ten. So the switch is retried
+    for up to the busy timeout. This only ever waits on a brand-new file, at boot.
+    """
+    cursor.execute("PRAGMA journal_mode")
+    row = cursor.fetchone()
+    if row is not None and str(row[0]).lower() == "wal":
+        return
+    deadline = time.monotonic() + 10.0
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except Exception as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+        time.sleep(0.02)
 
 
 def _sqlite_on_begin(conn: Any) -> None:
