@@ -42,7 +42,7 @@ from relay.metrics import BatchMetrics, Metrics
 from relay.pipeline import Pipeline
 from relay.ratelimit import RateLimiter
 from relay.secrets import ProvisionedSecrets, SecretBox, provision
-from relay.state import SharedState, open_state
+from relay.state import RedisState, SharedState, open_state
 from relay.store.engine import create_engine
 from relay.store.migrate import upgrade_to_head
 from relay.store.notify import ChangeFeed, PostgresChangeFeed
@@ -122,6 +122,14 @@ def build_runtime(settings: Settings) -> Runtime:
     revision.set_function(lambda: reloader.snapshot.revision)
     metrics = Metrics(registry)
     state = open_state(settings.redis_url)
+    if isinstance(state, RedisState):
+        mirrored = Gauge(
+            "relay_breaker_mirror",
+            "1 while this replica reads breakers from its mirror (Redis change notifications subscribed); "
+            "0 while every breaker read goes to Redis",
+            registry=registry,
+        )
+        mirrored.set_function(lambda: 1.0 if state.mirroring else 0.0)
     upstream = Upstream(timeout_s=settings.upstream_timeout_s)
     writer = UsageWriter(engine, registry)
     limiter = RateLimiter(

@@ -10,7 +10,7 @@ import itertools
 import httpx
 
 from tests.fixtures.fake_upstream import FakeUpstream
-from tests.fixtures.live import Gateway, Scenario
+from tests.fixtures.live import Gateway, Scenario, metric_value
 from tests.live.helpers import keys_called
 
 
@@ -63,6 +63,8 @@ async def test_concurrency_limit_is_shared_by_the_replicas(
 
 def test_breakers_are_shared_by_the_replicas(replicas: tuple[Gateway, Gateway], fake: FakeUpstream) -> None:
     first, second = replicas
+    for gateway in replicas:  # both read breakers from their mirrors, kept by Redis notifications
+        assert metric_value(gateway.metrics(), "relay_breaker_mirror") == 1.0
     s = scenario_on_both(replicas, ["fail-429-ra30", "ok"])
     bad, good = s.value(0), s.value(1)
     assert first.chat(s.model, key=s.key).status_code == 200  # trips the first key for 30 s
