@@ -269,8 +269,8 @@ class Row:
     target: str
     concurrency: str
     result: LoadResult
-    relay_cpu_ms: float | None
-    relay_sys_pct: float | None
+    proxy_cpu_ms: float | None
+    proxy_sys_pct: float | None
     upstream_cpu_ms: float | None
     generator_cpu_ms: float
     others_cores: float
@@ -315,11 +315,11 @@ class Bench:
         result: LoadResult = run()
         meter.stop()
         n = result.requests or 1
-        relay_cpu = relay_sys = None
+        proxy_cpu = proxy_sys = None
         if target.name in ("relay", "floor"):  # the proxy under test: its CPU per request
             proxy = target.name
-            relay_cpu = meter.seconds[proxy] * 1000 / n
-            relay_sys = (
+            proxy_cpu = meter.seconds[proxy] * 1000 / n
+            proxy_sys = (
                 100 * meter.system_seconds[proxy] / meter.seconds[proxy] if meter.seconds[proxy] else 0
             )
         upstream_cpu = meter.seconds["upstream"] * 1000 / n
@@ -330,8 +330,8 @@ class Bench:
                 target.name,
                 label,
                 result,
-                relay_cpu,
-                relay_sys,
+                proxy_cpu,
+                proxy_sys,
                 upstream_cpu,
                 generator_cpu,
                 meter.others_cores,
@@ -345,7 +345,7 @@ class Bench:
         print(
             f"   {load:<9} {target.name:<6} {label:>8}: {result.rps:8,.0f} req/s  p50 {result.p50_ms:7.2f} ms"
             f"  p99 {result.p99_ms:7.2f} ms  errors {result.errors}"
-            + (f"  {target.name} CPU {relay_cpu:.3f} ms/req" if relay_cpu is not None else "")
+            + (f"  {target.name} CPU {proxy_cpu:.3f} ms/req" if proxy_cpu is not None else "")
             + f"  generator CPU {generator_cpu:.3f} ms/req  other processes {meter.others_cores:.2f} cores"
             + extra,
             flush=True,
@@ -410,7 +410,7 @@ def render_table(rows: list[Row]) -> str:
                 ms(r.result.p99_ms),
                 added50,
                 added99,
-                "–" if r.relay_cpu_ms is None else f"{r.relay_cpu_ms:.3f} ({r.relay_sys_pct:.0f} % sys)",
+                "–" if r.proxy_cpu_ms is None else f"{r.proxy_cpu_ms:.3f} ({r.proxy_sys_pct:.0f} % sys)",
                 "–" if r.upstream_cpu_ms is None else f"{r.upstream_cpu_ms:.3f}",
                 f"{r.others_cores:.2f}",
                 str(r.result.errors),
@@ -460,14 +460,14 @@ def report_targets(rows: list[Row], rate: float) -> list[str]:
                 f"  added {name} < {limit:g} ms at {rate:g} req/s: {verdict(value < limit)} "
                 f"({value:+.2f} ms){bracket}"
             )
-    whole = [r for r in rows if r.target == "relay" and r.load != "stream" and r.relay_cpu_ms is not None]
+    whole = [r for r in rows if r.target == "relay" and r.load != "stream" and r.proxy_cpu_ms is not None]
     if whole:
-        worst = max(whole, key=lambda r: r.relay_cpu_ms or 0.0)
-        at_rate = relay.relay_cpu_ms if relay is not None else None
+        worst = max(whole, key=lambda r: r.proxy_cpu_ms or 0.0)
+        at_rate = relay.proxy_cpu_ms if relay is not None else None
         lines.append(
             f"  relay CPU ≤ {TARGET_CPU_MS:g} ms per proxied request: "
-            f"{verdict((worst.relay_cpu_ms or 0) <= TARGET_CPU_MS)} "
-            f"(worst {worst.relay_cpu_ms:.3f} ms: {worst.load} {worst.concurrency}"
+            f"{verdict((worst.proxy_cpu_ms or 0) <= TARGET_CPU_MS)} "
+            f"(worst {worst.proxy_cpu_ms:.3f} ms: {worst.load} {worst.concurrency}"
             + (f"; {at_rate:.3f} ms at {rate:g} req/s" if at_rate is not None else "")
             + ")"
         )
@@ -500,10 +500,10 @@ def floor_lines(rows: list[Row], rate: float) -> list[str]:
         own50 = relay.result.p50_ms - floor.result.p50_ms
         own99 = relay.result.p99_ms - floor.result.p99_ms
         cpu = ""
-        if floor.relay_cpu_ms is not None and relay.relay_cpu_ms is not None:
+        if floor.proxy_cpu_ms is not None and relay.proxy_cpu_ms is not None:
             cpu = (
-                f"; CPU {floor.relay_cpu_ms:.3f} → {relay.relay_cpu_ms:.3f} ms/req "
-                f"({relay.relay_cpu_ms - floor.relay_cpu_ms:+.3f})"
+                f"; CPU {floor.proxy_cpu_ms:.3f} → {relay.proxy_cpu_ms:.3f} ms/req "
+                f"({relay.proxy_cpu_ms - floor.proxy_cpu_ms:+.3f})"
             )
         out.append(
             f"  {load} {label}: floor adds p50 {hop50:+.2f} ms, p99 {hop99:+.2f} ms; "

@@ -3,10 +3,11 @@ the one-event-per-batch-item invariant, settings and payloads."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import timedelta, timezone
 from typing import Any
 
 import pytest
+from sqlalchemy import insert as sa_insert
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -41,10 +42,6 @@ async def test_the_bulk_insert_stores_exactly_what_sqlalchemys_own_insert_stores
     """``insert_events`` bypasses SQLAlchemy's per-row parameter processing (a hot-path cost); the
     stored rows must not differ in any column from ``conn.execute(insert(...))`` — timestamps in
     another zone, booleans, NULLs and a batch event included."""
-    from datetime import timezone
-
-    from sqlalchemy import insert as sa_insert
-
     zone = timezone(timedelta(hours=-5))
     pairs = [
         (make_event(), make_event()),

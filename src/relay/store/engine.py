@@ -79,7 +79,8 @@ def _switch_to_wal(cursor: Any) -> None:
     rather than calling the busy handler when another connection is opening the same new file (a
     deadlock guard): two processes starting together on one fresh file — `relay serve` and
     `relay migrate`, or two test replicas — failed this way about once in ten. So the switch is retried
-    for up to the busy timeout. This only ever waits on a brand-new file, at boot.
+    for up to the busy timeout. The wait blocks the connecting thread (with aiosqlite, the event
+    loop's), which is acceptable only because it can happen on a brand-new file alone, i.e. at boot.
     """
     cursor.execute("PRAGMA journal_mode")
     row = cursor.fetchone()

@@ -157,6 +157,14 @@ class _BulkInsert:
     values: Callable[[Mapping[str, Any]], tuple[Any, ...]]  # the row's values in parameter order
     converted: tuple[tuple[int, Callable[[Any], Any]], ...]  # (position, the column type's bind step)
 
+    def params(self, row: Mapping[str, Any]) -> tuple[Any, ...]:
+        if not self.converted:
+            return self.values(row)
+        row_values = list(self.values(row))
+        for position, step in self.converted:
+            row_values[position] = step(row_values[position])
+        return tuple(row_values)
+
 
 _BULK_INSERTS: dict[tuple[str, str], _BulkInsert] = {}
 
@@ -188,20 +196,9 @@ async def insert_events(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]
     the columns whose type has a bind step (the timestamp, the boolean) are converted, by that same
     step SQLAlchemy would run. The driver gets exactly the parameters ``conn.execute`` would give it.
     """
-    if not rows:
-        return
-    bulk = _bulk_insert(conn.dialect)
-    values = bulk.values
-    params: list[tuple[Any, ...]] = []
-    if bulk.converted:
-        for row in rows:
-            row_values = list(values(row))
-            for position, step in bulk.converted:
-                row_values[position] = step(row_values[position])
-            params.append(tuple(row_values))
-    else:
-        params = [values(row) for row in rows]
-    await conn.exec_driver_sql(bulk.sql, params)
+    if rows:
+        bulk = _bulk_insert(conn.dialect)
+        await conn.exec_driver_sql(bulk.sql, [bulk.params(row) for row in rows])
 
 
 async def insert_payloads(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]) -> None:
