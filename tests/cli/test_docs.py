@@ -115,7 +115,8 @@ def check_answers(script: Script, stdout: str, where: str) -> None:
         match = re.search(rf"@@check {check}\n(.*?)\n@@status (\d{{3}})", stdout, re.DOTALL)
         assert match is not None, f"{where}:{line}: the example's command did not run"
         got_body, got_status = match.group(1), int(match.group(2))
-        assert got_status == status, f"{where}:{line}: answered {got_status} {got_body}, the doc says {status}"
+        said = f"{where}:{line}: answered {got_status} {got_body}, the doc says {status}"
+        assert got_status == status, said
         if body and "…" not in body:
             assert json.loads(got_body) == json.loads(body), f"{where}:{line}: answered {got_body}"
 
