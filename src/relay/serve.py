@@ -150,7 +150,8 @@ def local_host(bind: str) -> str:
 def listening_on(bind: str, port: int) -> str:
     """Where a listener is, truthfully: a wildcard bind says that every interface hears it."""
     if bind in ("0.0.0.0", "::", ""):
-        return f"{bind or '0.0.0.0'}:{port} (every interface; here: http://{local_host(bind)}:{port})"
+        shown = "[::]" if bind == "::" else "0.0.0.0"
+        return f"{shown}:{port} (every interface; here: http://{local_host(bind)}:{port})"
     return f"http://{local_host(bind)}:{port}"
 
 
