@@ -40,7 +40,10 @@ MAPPED: Final = frozenset(
         "stream_options",
     }
 )
-_MESSAGE_FIELDS: Final = frozenset({"role", "content", "tool_calls", "tool_call_id", "refusal"})
+_MESSAGE_FIELDS: Final = frozenset(
+    {"role", "content", "tool_calls", "tool_call_id", "refusal", "annotations"}
+)
+"""``annotations`` (citations an earlier answer carried, sent back as part of the history) are dropped."""
 FINISH_TO_STOP: Final = {
     "stop": ir.END_TURN,
     "length": ir.MAX_TOKENS,
