@@ -22,6 +22,21 @@ from .anthropic_ir import anthropic_usage, stop_from_anthropic, stop_to_anthropi
 from .params import obj
 from .sse import named_event
 
+ERROR_TYPES = frozenset(
+    {
+        "invalid_request_error",
+        "authentication_error",
+        "permission_error",
+        "not_found_error",
+        "request_too_large",
+        "rate_limit_error",
+        "api_error",
+        "overloaded_error",
+        "timeout_error",
+    }
+)
+"""Anthropic's ``error.type`` vocabulary; any other upstream type reaches the caller as ``api_error``."""
+
 
 class AnthropicDecoder:
     __slots__ = ("_blocks", "_usage")
@@ -151,7 +166,8 @@ class AnthropicEncoder:
             return b""
         self.ended = True
         if isinstance(event, ir.StreamError):
-            error = {"type": "error", "error": {"type": event.type, "message": event.message}}
+            kind = event.type if event.type in ERROR_TYPES else "api_error"
+            error = {"type": "error", "error": {"type": kind, "message": event.message}}
             return self._start("") + named_event(b"error", error)
         delta = {
             "stop_reason": stop_to_anthropic(self._stop.reason),

@@ -346,7 +346,10 @@ def usage_to_chat(usage: ir.Usage) -> dict[str, Any]:
         "prompt_tokens": usage.input_tokens,
         "completion_tokens": usage.output_tokens,
         "total_tokens": usage.input_tokens + usage.output_tokens,
-        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
+        "prompt_tokens_details": {
+            "cached_tokens": usage.cached_tokens,
+            "cache_write_tokens": usage.cache_write_tokens,
+        },
     }
 
 

@@ -23,7 +23,7 @@ from typing import Any, Final
 
 from . import ir
 from .chat_ir import append
-from .params import check_rest, invalid, unsupported
+from .params import check_rest, invalid, obj, unsupported
 
 ADAPTER: Final = "openai_responses"
 MAPPED: Final = frozenset(
@@ -258,13 +258,17 @@ def request_to_responses(req: ir.Request) -> dict[str, Any]:
 def responses_usage(usage: Any) -> ir.Usage:
     if not isinstance(usage, dict):
         return ir.Usage()
-    details = usage.get("input_tokens_details")
-    cached = details.get("cached_tokens") if isinstance(details, dict) else 0
+    details = obj(usage.get("input_tokens_details"))
 
     def n(value: Any) -> int:
         return value if type(value) is int and value >= 0 else 0
 
-    return ir.Usage(n(usage.get("input_tokens")), n(usage.get("output_tokens")), n(cached), 0)
+    return ir.Usage(
+        n(usage.get("input_tokens")),
+        n(usage.get("output_tokens")),
+        n(details.get("cached_tokens")),
+        n(details.get("cache_write_tokens")),
+    )
 
 
 def stop_from_status(response: dict[str, Any], called_tool: bool) -> str:
@@ -315,7 +319,10 @@ def response_from_responses(body: dict[str, Any]) -> ir.Response:
 def usage_to_responses(usage: ir.Usage) -> dict[str, Any]:
     return {
         "input_tokens": usage.input_tokens,
-        "input_tokens_details": {"cached_tokens": usage.cached_tokens},
+        "input_tokens_details": {
+            "cached_tokens": usage.cached_tokens,
+            "cache_write_tokens": usage.cache_write_tokens,
+        },
         "output_tokens": usage.output_tokens,
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": usage.input_tokens + usage.output_tokens,

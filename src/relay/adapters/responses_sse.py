@@ -119,7 +119,9 @@ class ResponsesEncoder:
             done = message_item(item["id"], text)
             self._output[-1] = done
             return (
-                self._event("response.output_text.done", {**at, "content_index": 0, "text": text})
+                self._event(
+                    "response.output_text.done", {**at, "content_index": 0, "text": text, "logprobs": []}
+                )
                 + self._event("response.content_part.done", {**at, "content_index": 0, "part": part})
                 + self._event("response.output_item.done", {"output_index": at["output_index"], "item": done})
             )
@@ -151,7 +153,9 @@ class ResponsesEncoder:
                 )
             self._open["text"] += event.text
             at = {"item_id": self._open["id"], "output_index": len(self._output) - 1, "content_index": 0}
-            return out + self._event("response.output_text.delta", {**at, "delta": event.text})
+            return out + self._event(
+                "response.output_text.delta", {**at, "delta": event.text, "logprobs": []}
+            )
         if isinstance(event, ir.ToolStart):
             out = self._start("", None) + self._close()
             call = ir.ToolCall(event.id, event.name, "")

@@ -21,7 +21,7 @@ STREAM_ERROR = {"code": "server_error", "message": "The server had an error whil
 def _usage(c: Completion) -> dict[str, Any]:
     return {
         "input_tokens": c.input_tokens,
-        "input_tokens_details": {"cached_tokens": c.cached_tokens},
+        "input_tokens_details": {"cached_tokens": c.cached_tokens, "cache_write_tokens": 0},
         "output_tokens": c.output_tokens,
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": c.input_tokens + c.output_tokens,
