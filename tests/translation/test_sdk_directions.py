@@ -251,6 +251,25 @@ def test_mid_stream_error_ends_the_stream_with_the_callers_error_event(
         assert last.event == "error" and last.json()["message"]
 
 
+@pytest.mark.parametrize(
+    ("caller", "adapter"),
+    [("openai", "anthropic"), ("anthropic", "openai_responses"), ("openai_responses", "openai")],
+)
+def test_upstream_connection_broken_mid_stream_ends_with_the_callers_error_event(
+    gateway: Gateway, caller: str, adapter: str
+) -> None:
+    body: dict[str, Any] = {"model": MODEL_OF[adapter], "stream": True, "max_tokens": 50}
+    if caller == "openai_responses":
+        body = {"model": MODEL_OF[adapter], "stream": True, "input": "hello fake:drop_stream"}
+    else:
+        body["messages"] = [{"role": "user", "content": "hello fake:drop_stream"}]
+    result = gateway.stream(PATH_OF[caller] if caller != "anthropic" else "/anthropic/v1/messages", body)
+    errors = [
+        e for e in result.events if e.event == "error" or (e.data.startswith("{") and "error" in e.json())
+    ]
+    assert len(errors) == 1 and result.events[-1] is errors[0], [e.data for e in result.events]
+
+
 def test_openai_sdk_raises_on_a_mid_stream_error(gateway: Gateway) -> None:
     with pytest.raises(openai.APIError):
         CALLERS["openai"](gateway).ask(MESSAGES_MODEL, "hello fake:stream_error", stream=True)

@@ -13,7 +13,8 @@ can drive every direction with one knob:
   ``stop_sequences`` (messages) it contains.
 * ``fake:cached=N`` in any text of the request → ``N`` of the input tokens are reported as cached
   (capped at the input count); ``fake:stream_error`` → a stream sends its content, then the API's error
-  event instead of its finish.
+  event instead of its finish; ``fake:drop_stream`` → the connection is dropped before the stream's
+  last three events (the app's ``fail_after_chunks``, counted from the end).
 
 Pure functions; nothing here does I/O.
 """
