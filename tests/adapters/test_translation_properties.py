@@ -115,6 +115,8 @@ def meaning(req: ir.Request) -> ir.Request:
     its default (false), no tool choice as its default (``auto``: a tool choice Relay must spell out to
     carry ``parallel_tool_calls: false`` to Anthropic), a caller-side flag (include_usage) ignored."""
     out = dataclasses.replace(req, include_usage=False, tool_choice=req.tool_choice or "auto")
+    if not req.tools:  # without tools a tool choice asks for nothing (and is not sent)
+        out.tool_choice, out.tool_name, out.parallel_tool_calls = "auto", None, None
     out.messages = [
         ir.Message(
             m.role,

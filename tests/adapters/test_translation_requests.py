@@ -155,20 +155,31 @@ def test_chat_multiple_system_and_developer_messages() -> None:
     ],
 )
 def test_tool_choice_modes(choice: str, anthropic: dict[str, Any], responses: str) -> None:
-    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "tool_choice": choice}
+    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": CHAT["tools"]}
+    chat["tool_choice"] = choice
     assert tr("openai", "anthropic", chat)["tool_choice"] == anthropic
     assert tr("openai", "openai_responses", chat)["tool_choice"] == responses
     back = {
         "model": "m",
         "max_tokens": 5,
         "messages": [{"role": "user", "content": "hi"}],
+        "tools": ANTHROPIC["tools"],
         "tool_choice": anthropic,
     }
     assert tr("anthropic", "openai", back)["tool_choice"] == choice
 
 
+def test_tool_choice_without_tools_is_not_sent() -> None:
+    """It asks for nothing without tools, and the providers refuse it then."""
+    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "tool_choice": "required"}
+    for adapter in ("anthropic", "openai_responses"):
+        out = tr("openai", adapter, {**chat, "parallel_tool_calls": False})
+        assert "tool_choice" not in out and "parallel_tool_calls" not in out
+
+
 def test_parallel_tool_calls_false_maps_to_disable_parallel_tool_use() -> None:
-    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "parallel_tool_calls": False}
+    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": CHAT["tools"]}
+    chat["parallel_tool_calls"] = False
     assert tr("openai", "anthropic", chat)["tool_choice"] == {
         "type": "auto",
         "disable_parallel_tool_use": True,

@@ -97,6 +97,10 @@ def translate_request(
     """The upstream body for ``adapter`` equivalent to the caller's ``body`` (shape ``inbound``), and
     the IR it went through (the stream translator needs ``include_usage``)."""
     req = READ_REQUEST[inbound](body, adapter)
+    if not req.tools:
+        # Without tools these ask for nothing, and the providers refuse them (OpenAI: "only allowed
+        # when tools are specified"; Anthropic likewise for tool_choice).
+        req.tool_choice = req.tool_name = req.parallel_tool_calls = None
     return write_request(adapter, req, default_max_tokens), req
 
 
