@@ -111,10 +111,7 @@ class LiveHandler:
                     "served by openai bindings (embeddings are never translated)",
                     code="unsupported_binding",
                 )
-            if (
-                admission.dispatch is not Dispatch.PASS_THROUGH
-                and admission.dispatch is not Dispatch.TRANSLATE
-            ):
+            if admission.dispatch is Dispatch.REFUSE_CROSS_SHAPE:  # an adapter admit does not know
                 raise InvalidRequest(
                     f"model {ctx.model!r} is bound with adapter {adapter}; "
                     f"{inbound} requests cannot be sent to it",
