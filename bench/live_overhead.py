@@ -14,7 +14,11 @@ with the same small chat body and the same load generator, interleaved level by 
    the thinnest proxy on Relay's stack (uvicorn + uvloop + httptools, aiohttp; parse, rewrite
    ``model``, forward; nothing else), so the table separates what the extra process hop costs on this
    machine from what Relay's own work costs (``--no-floor`` skips it); **relay** = POST Relay's
-   ``/v1/chat/completions`` with the relay key. Each run: 1 s warm-up (not recorded), then
+   ``/v1/chat/completions`` with the relay key; **translated** = the same body for ``bench-claude``, a
+   model bound with the ``anthropic`` adapter on the same fake upstream, so Relay translates the request
+   to ``/v1/messages`` and the answer (or stream) back (SPEC §7.3: ≤ 0.3 ms extra CPU per small
+   non-streamed request, reported against **relay** from the same run, with the added p50/p99).
+   Each run: 1 s warm-up (not recorded), then
    ``--duration`` seconds measured.
 2. the same at ``stream: true`` (default concurrency 16); latency = until the last byte of the stream.
 3. fixed rate (default 500 req/s), the SPEC's load: an open-loop asyncio generator that starts a
@@ -82,11 +86,13 @@ from common import (
 
 UPSTREAM_KEY = "sk-bench-upstream"
 MODEL = "bench-model"
+TRANSLATED_MODEL = "bench-claude"  # bound with the anthropic adapter: chat requests to it are translated
 WRK_PACED_CONNECTIONS = 8
 TARGET_P50_MS = 1.0
 TARGET_P99_MS = 5.0
 TARGET_CPU_MS = 1.0
 TARGET_RPS = 1000.0
+TARGET_TRANSLATE_CPU_MS = 0.3  # SPEC §7.3: extra CPU of a translated small non-streamed request
 
 
 # ------------------------------------------------------------------------------------------ Relay
@@ -212,6 +218,12 @@ def catalog(upstream_base: str) -> list[dict[str, Any]]:
             "name": "bench-model-fake",
             "spec": {"model": MODEL, "host": "fake", "adapter": "openai"},
         },
+        {"kind": "Model", "name": TRANSLATED_MODEL, "spec": {"provider": "anthropic"}},
+        {
+            "kind": "Binding",
+            "name": "bench-claude-fake",
+            "spec": {"model": TRANSLATED_MODEL, "host": "fake", "adapter": "anthropic"},
+        },
         {"kind": "Policy", "name": "bench", "spec": {"models": ["*"], "host_keys": ["fake-key"]}},
         {"kind": "Project", "name": "bench", "spec": {"team": "bench", "default_policy": "bench"}},
         {"kind": "ServiceAccount", "name": "bench-sa", "spec": {"project": "bench"}},
@@ -258,9 +270,15 @@ def rss_mib(pid: int) -> float:
 
 @dataclass
 class Target:
-    name: str  # direct | floor | relay
+    name: str  # direct | floor | relay | translated
     url: str
     headers: dict[str, str]
+    model: str | None = None  # replaces the body's model (the translated target's anthropic-bound model)
+
+    def body(self, body: bytes) -> bytes:
+        if self.model is None:
+            return body
+        return json.dumps({**json.loads(body), "model": self.model}, separators=(",", ":")).encode()
 
 
 @dataclass
@@ -316,8 +334,8 @@ class Bench:
         meter.stop()
         n = result.requests or 1
         proxy_cpu = proxy_sys = None
-        if target.name in ("relay", "floor"):  # the proxy under test: its CPU per request
-            proxy = target.name
+        if target.name in ("relay", "floor", "translated"):  # the proxy under test: its CPU per request
+            proxy = "relay" if target.name == "translated" else target.name
             proxy_cpu = meter.seconds[proxy] * 1000 / n
             proxy_sys = (
                 100 * meter.system_seconds[proxy] / meter.seconds[proxy] if meter.seconds[proxy] else 0
@@ -352,6 +370,7 @@ class Bench:
         )
 
     def closed(self, load: str, target: Target, body: bytes, stream: bool, concurrency: int) -> None:
+        body = target.body(body)
         self._load(target, body, stream, concurrency, self.args.warmup, None)
         self._measure(
             load,
@@ -361,6 +380,7 @@ class Bench:
         )
 
     def paced(self, target: Target, body: bytes, rate: float) -> None:
+        body = target.body(body)
         headers = {"Content-Type": "application/json", **target.headers}
         run_async(paced(target.url, body, headers, rate, self.args.warmup))
         self._measure(
@@ -371,6 +391,7 @@ class Bench:
         )
 
     def wrk_think(self, target: Target, body: bytes, rate: float) -> None:
+        body = target.body(body)
         delay_ms = WRK_PACED_CONNECTIONS * 1000.0 / rate
         self._load(target, body, False, WRK_PACED_CONNECTIONS, self.args.warmup, delay_ms)
         self._measure(
@@ -480,7 +501,35 @@ def report_targets(rows: list[Row], rate: float) -> list[str]:
             "on the same cores)"
         )
     lines.extend(floor_lines(rows, rate))
+    lines.extend(translated_lines(rows))
     return lines
+
+
+def translated_lines(rows: list[Row]) -> list[str]:
+    """SPEC §7.3: a translated request (chat → an anthropic binding) next to the same-shape one, same run."""
+    out: list[str] = []
+    for r in rows:
+        if r.target != "translated":
+            continue
+        same = find(rows, r.load, r.concurrency, "relay")
+        if same is None:
+            continue
+        if not out:
+            out.append(
+                "Translated (OpenAI chat → anthropic-bound model) vs same shape (chat → openai binding), "
+                f"same run (SPEC §7.3: ≤ {TARGET_TRANSLATE_CPU_MS:g} ms extra CPU per small non-streamed "
+                "request):"
+            )
+        cpu = ""
+        if r.proxy_cpu_ms is not None and same.proxy_cpu_ms is not None:
+            extra = r.proxy_cpu_ms - same.proxy_cpu_ms
+            mark = f" {verdict(extra <= TARGET_TRANSLATE_CPU_MS)}" if r.load != "stream" else ""
+            cpu = f"CPU {same.proxy_cpu_ms:.3f} → {r.proxy_cpu_ms:.3f} ms/req ({extra:+.3f}){mark}; "
+        out.append(
+            f"  {r.load} {r.concurrency}: {cpu}added p50 {r.result.p50_ms - same.result.p50_ms:+.2f} ms, "
+            f"p99 {r.result.p99_ms - same.result.p99_ms:+.2f} ms"
+        )
+    return out
 
 
 def floor_lines(rows: list[Row], rate: float) -> list[str]:
@@ -549,7 +598,7 @@ def main() -> None:
     levels = [int(x) for x in args.concurrency.split(",") if x.strip()]
     rates = [r for r in (float(x) for x in args.rate.split(",") if x.strip()) if r > 0]
     wrk = find_wrk(args.generator)
-    n_runs = (2 if args.no_floor else 3) * (
+    n_runs = (3 if args.no_floor else 4) * (
         len(levels) + (1 if args.stream_concurrency else 0) + len(rates) * (2 if wrk else 1)
     )
     print(f"Relay live overhead (SPEC §13) — {machine_line()}")
@@ -582,15 +631,18 @@ def main() -> None:
             "direct", upstream + "/v1/chat/completions", {"Authorization": f"Bearer {UPSTREAM_KEY}"}
         )
         via = Target("relay", relay.base_url + "/v1/chat/completions", {"Authorization": f"Bearer {key}"})
+        translated = Target(
+            "translated", relay.base_url + "/v1/chat/completions", via.headers, model=TRANSLATED_MODEL
+        )
         check = httpx.post(
             direct.url, content=body, headers={**direct.headers, "Content-Type": "application/json"}
         )
         check.raise_for_status()
-        targets = [direct, via]
+        targets = [direct, via, translated]
         pids = {"relay": relay.process.pid, "upstream": fake.pid}
         if not args.no_floor:
             floor_process, floor_base = start_floor_proxy(procs, upstream)
-            targets = [direct, Target("floor", floor_base + "/v1/chat/completions", {}), via]
+            targets = [direct, Target("floor", floor_base + "/v1/chat/completions", {}), via, translated]
             pids["floor"] = floor_process.pid
         idle = CpuMeter(pids)
         idle.start()
@@ -631,6 +683,8 @@ def main() -> None:
     for line in (
         "direct = fake upstream /v1/chat/completions; relay = Relay /v1/chat/completions → the same upstream",
         "floor = bench/floor_proxy.py → the same upstream: the thinnest proxy on Relay's stack",
+        f"translated = Relay /v1/chat/completions for {TRANSLATED_MODEL} (anthropic binding): translated to "
+        "/v1/messages and back (SPEC §7.3)",
         "closed = closed loop: each connection sends again as soon as it is answered",
         "stream = closed loop with stream: true; latency = until the last byte",
         "paced = open loop at a fixed rate (python generator), latency from each request's due time",

@@ -186,7 +186,12 @@ def build_runtime(settings: Settings) -> Runtime:
     )
 
     runtime.inference_app = InferenceApp(
-        live=LiveHandler(snapshot=snapshot, pipeline=pipeline, recorder=LiveRecorder(writer, metrics)),
+        live=LiveHandler(
+            snapshot=snapshot,
+            pipeline=pipeline,
+            recorder=LiveRecorder(writer, metrics),
+            translate_max_tokens=settings.translate_default_max_tokens,
+        ),
         snapshot=snapshot,
         database_ok=runtime.database_ok,
         max_request_bytes=settings.max_request_bytes,

@@ -66,6 +66,7 @@ class Settings(BaseModel):
     log_format: Literal["json", "console"] = "console"
     max_request_bytes: int = Field(32 * 1024 * 1024, ge=1024)
     upstream_timeout_s: float = Field(300.0, gt=0)
+    translate_default_max_tokens: int = Field(4096, ge=1)
     batch_workers: int = Field(16, ge=0, le=4096)
     batch_max_items: int = Field(50_000, ge=1)
     batch_max_bytes: int = Field(200 * 1024 * 1024, ge=1024)

@@ -42,7 +42,7 @@ def test_chat_completion_shape_and_usage(client: httpx.Client) -> None:
         "prompt_tokens": 12,
         "completion_tokens": 5,
         "total_tokens": 17,
-        "prompt_tokens_details": {"cached_tokens": 0},
+        "prompt_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
         "completion_tokens_details": {"reasoning_tokens": 0},
     }
     expected = complete("chat", CHAT_BODY)
@@ -76,7 +76,7 @@ def test_responses_shape_and_usage(client: httpx.Client) -> None:
     ]
     assert body["usage"] == {
         "input_tokens": 7,
-        "input_tokens_details": {"cached_tokens": 0},
+        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
         "output_tokens": 5,
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": 12,

@@ -215,25 +215,26 @@ def test_model_at_host_grant_allows_only_that_binding(gateway: Gateway, fake: Fa
 
 
 @pytest.mark.parametrize(
-    ("path", "model", "anthropic_shaped"),
+    ("path", "model", "anthropic_shaped", "code"),
     [
-        ("/openai/v1/chat/completions", MESSAGES_MODEL, False),
-        ("/v1/chat/completions", RESPONSES_MODEL, False),
-        ("/openai/v1/responses", CHAT_MODEL, False),
-        ("/v1/embeddings", MESSAGES_MODEL, False),
-        ("/v1/messages", CHAT_MODEL, False),
-        ("/anthropic/v1/messages", CHAT_MODEL, True),
+        ("/v1/embeddings", MESSAGES_MODEL, False, "unsupported_binding"),
+        ("/openai/v1/embeddings", RESPONSES_MODEL, False, "unsupported_binding"),
+        ("/openai/v1/chat/completions", MESSAGES_MODEL, False, "unsupported_parameter"),
+        ("/anthropic/v1/messages", CHAT_MODEL, True, "unsupported_parameter"),
     ],
 )
-def test_cross_shape_request_is_refused(
-    gateway: Gateway, fake: FakeUpstream, path: str, model: str, anthropic_shaped: bool
+def test_cross_shape_request_is_refused_before_the_upstream(
+    gateway: Gateway, fake: FakeUpstream, path: str, model: str, anthropic_shaped: bool, code: str
 ) -> None:
+    """SPEC §7.3: embeddings are never translated; a translated request with a field that has no
+    counterpart (here ``input`` on a chat or messages body) is refused before any upstream call."""
     body = {"model": model, "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}], "input": "hi"}
     response = gateway.post(path, body)
     if anthropic_shaped:
-        assert_anthropic_error(response, 400, "invalid_request_error")
+        error = assert_anthropic_error(response, 400, "invalid_request_error")
+        assert error["message"] == "unsupported_parameter: input (adapter openai)"
     else:
-        assert_openai_error(response, 400, "cross_shape_unsupported", "invalid_request_error")
+        assert_openai_error(response, 400, code, "invalid_request_error")
     assert fake.stats()["requests"] == 0
 
 

@@ -651,6 +651,7 @@ def test_sdk_errors_are_the_sdks_typed_exceptions(
             max_tokens=10,
             messages=SDK_MESSAGES,
         )
-    with pytest.raises(openai.BadRequestError):
-        oai.chat.completions.create(model=MESSAGES_MODEL, messages=SDK_MESSAGES)
+    with pytest.raises(openai.BadRequestError) as unsupported:  # translated, with no counterpart for n
+        oai.chat.completions.create(model=MESSAGES_MODEL, messages=SDK_MESSAGES, n=2)
+    assert unsupported.value.code == "unsupported_parameter"
     assert {m.id for m in oai.models.list()} >= {CHAT_MODEL, EMBED_MODEL, MESSAGES_MODEL, RESPONSES_MODEL}

@@ -5,7 +5,9 @@ What it knows: how to build the upstream request of a same-shape call (``build_u
 read token usage from responses and streams (``usage_from_response``, ``StreamTap``), answer errors in
 the caller's shape (``error_body``), validate a request body's envelope (``parse_request``,
 ``wants_stream``), translate Relay's canonical shape (``canonical_to``, ``canonical_from_response``,
-``CanonicalStream``), and which shape may go to which adapter (``can_dispatch``).
+``CanonicalStream``), translate between the provider shapes through one internal representation
+(``translate_request``, ``translate_response``, ``TranslatingStream``, ``translate_error``; SPEC §7.3),
+and which shape may go to which adapter (``admit``, the one admission rule of both planes).
 
 What it deliberately does not know: sockets, HTTP clients, hosts, keys, the catalog, the database —
 nothing in this package does I/O or imports a module that does (enforced by import-linter).
@@ -15,10 +17,13 @@ objects, one per stream, fed in order; malformed upstream data degrades to zero 
 chunk, never an exception on the response path.
 
 Module map: ``base`` (names, paths, ``Usage``, errors), ``inbound``, ``request``, ``usage``, ``stream``,
-``errors``, ``canonical``, ``canonical_stream``, ``translate``; per-shape knowledge in ``openai``,
-``responses``, ``anthropic``; plumbing in ``sse`` and ``json_codec``.
+``errors``, ``canonical``, ``canonical_stream``, ``admission``, ``translate`` (the hub) over ``ir`` and
+the per-shape halves ``chat_ir``/``chat_sse``, ``anthropic_ir``/``anthropic_sse``,
+``responses_ir``/``responses_sse``, with ``params`` (hints and refusals); per-shape metering knowledge in
+``openai``, ``responses``, ``anthropic``; plumbing in ``sse`` and ``json_codec``.
 """
 
+from .admission import Admission, Dispatch, admit, can_dispatch
 from .base import (
     ADAPTERS,
     ANTHROPIC,
@@ -38,7 +43,7 @@ from .errors import error_body, error_type
 from .inbound import parse_request, wants_stream
 from .request import build_upstream_request
 from .stream import StreamTap
-from .translate import can_dispatch
+from .translate import TranslatingStream, translate_error, translate_request, translate_response
 from .usage import usage_from_response
 
 __all__ = [
@@ -52,10 +57,14 @@ __all__ = [
     "OPENAI_RESPONSES",
     "UPSTREAM_PATHS",
     "AdapterError",
+    "Admission",
     "CanonicalStream",
+    "Dispatch",
     "StreamTap",
+    "TranslatingStream",
     "UpstreamRequest",
     "Usage",
+    "admit",
     "build_upstream_request",
     "can_dispatch",
     "canonical_from_response",
@@ -64,6 +73,9 @@ __all__ = [
     "error_type",
     "parse_canonical",
     "parse_request",
+    "translate_error",
+    "translate_request",
+    "translate_response",
     "usage_from_response",
     "wants_stream",
 ]

@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 
 import orjson
 
-from relay.adapters import OPENAI, OPENAI_RESPONSES
+from relay.adapters import Dispatch, admit
 from relay.auth import Principal, recheck_key, recheck_token
 from relay.batches import queue
 from relay.batches.payloads import PayloadStore, sync_descriptors
@@ -44,10 +44,6 @@ from relay.tokens import TokenClaims
 from relay.usage import UsageEvent, attribution_fields, outcome_fields
 
 log = logging.getLogger("relay.batches")
-
-#: SPEC §10.4's one exception to the cross-shape rule: Responses items to an ``openai`` binding on the
-#: host named ``openai`` are sent as they are to its Chat Completions path.
-RESPONSES_PASSTHROUGH_HOST = "openai"
 
 
 def item_event(
@@ -282,11 +278,12 @@ def _route(principal: Principal, body: dict, snap: Snapshot) -> Plan:
 
 
 def _wire_shape(inbound: str, plan: Plan) -> str:
+    """The shape sent upstream, by the one admission rule (items are never translated; §10.4's one
+    exception sends a Responses item as it is to host ``openai``'s Chat Completions path)."""
     adapter = plan.binding.adapter
-    if inbound == adapter:
-        return inbound
-    if inbound == OPENAI_RESPONSES and adapter == OPENAI and plan.host.name == RESPONSES_PASSTHROUGH_HOST:
-        return OPENAI  # sent as it is to the host's Chat Completions path (SPEC §10.4)
+    admission = admit(inbound, adapter, host=plan.host.name, batch=True)
+    if admission.dispatch is Dispatch.PASS_THROUGH:
+        return admission.wire_shape
     raise _Discard("cross_shape", f"cross-shape dispatch: item shape {inbound}, binding adapter {adapter}")
 
 

@@ -149,6 +149,8 @@ class FakeUpstreamApp:
             await fail(400, "you must provide a model parameter", "missing_model")
         else:
             try:
+                if b"fake:drop_stream" in raw and plan.fail_after_chunks is None:
+                    plan.fail_after_chunks = -3  # drop the connection before the stream's last 3 events
                 await self._answer(route, body, plan, entry, send, receive)
             except BadRequest as exc:
                 await fail(400, exc.message, exc.code)
@@ -169,8 +171,11 @@ class FakeUpstreamApp:
     @staticmethod
     async def _stream(events: list[bytes], plan: Plan, send: Send, receive: Receive) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+        cut = plan.fail_after_chunks
+        if cut is not None and cut < 0:
+            cut = max(1, len(events) + cut)
         for index, event in enumerate(events):
-            if plan.fail_after_chunks is not None and index >= plan.fail_after_chunks:
+            if cut is not None and index >= cut:
                 await drop_connection(send, receive)
                 return
             if index and plan.chunk_delay_s > 0:

@@ -2,6 +2,8 @@
 
 When ``max_output_tokens`` cuts the reply the response is ``incomplete`` (reason ``max_output_tokens``)
 and the stream ends with ``response.incomplete`` instead of ``response.completed``, as the real API does.
+A tool call is a ``function_call`` output item (``response.function_call_arguments.delta`` pieces when
+streamed); ``fake:stream_error`` ends a stream with ``response.failed`` (``scenario``).
 """
 
 from __future__ import annotations
@@ -9,14 +11,17 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from .openai_chat import split_arguments
 from .sse import named_event, new_id
 from .tokens import Completion, complete, split_deltas
+
+STREAM_ERROR = {"code": "server_error", "message": "The server had an error while processing your request."}
 
 
 def _usage(c: Completion) -> dict[str, Any]:
     return {
         "input_tokens": c.input_tokens,
-        "input_tokens_details": {"cached_tokens": 0},
+        "input_tokens_details": {"cached_tokens": c.cached_tokens, "cache_write_tokens": 0},
         "output_tokens": c.output_tokens,
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": c.input_tokens + c.output_tokens,
@@ -62,13 +67,29 @@ def _envelope(body: dict[str, Any], model: str, resp_id: str, created: int) -> d
     }
 
 
-def _finish(envelope: dict[str, Any], c: Completion, item_id: str) -> dict[str, Any]:
+def _call(item_id: str, call_id: str, c: Completion, status: str) -> dict[str, Any]:
+    arguments = c.tool_arguments if status == "completed" else ""
+    return {
+        "id": item_id,
+        "type": "function_call",
+        "status": status,
+        "arguments": arguments,
+        "call_id": call_id,
+        "name": c.tool_name,
+    }
+
+
+def _finish(envelope: dict[str, Any], c: Completion, item_id: str, call_id: str = "") -> dict[str, Any]:
     status = "incomplete" if c.truncated else "completed"
+    if c.tool_name is not None:
+        output = [_call(item_id, call_id, c, "completed")]
+    else:
+        output = [_message(item_id, status, [_text_part(c.text)])]
     return {
         **envelope,
         "status": status,
         "incomplete_details": {"reason": "max_output_tokens"} if c.truncated else None,
-        "output": [_message(item_id, status, [_text_part(c.text)])],
+        "output": output,
         "usage": _usage(c),
     }
 
@@ -76,31 +97,59 @@ def _finish(envelope: dict[str, Any], c: Completion, item_id: str) -> dict[str, 
 def render(body: dict[str, Any], model: str) -> dict[str, Any]:
     c = complete("responses", body)
     envelope = _envelope(body, model, new_id("resp_", 24), int(time.time()))
+    if c.tool_name is not None:
+        return _finish(envelope, c, new_id("fc_", 24), new_id("call_", 12))
     return _finish(envelope, c, new_id("msg_", 24))
 
 
 def render_stream(body: dict[str, Any], model: str) -> list[bytes]:
     c = complete("responses", body)
     envelope = _envelope(body, model, new_id("resp_", 24), int(time.time()))
-    item_id = new_id("msg_", 24)
-    final = _finish(envelope, c, item_id)
-    at = {"item_id": item_id, "output_index": 0, "content_index": 0}
-    payloads: list[tuple[str, dict[str, Any]]] = [
+    opening: list[tuple[str, dict[str, Any]]] = [
         ("response.created", {"response": envelope}),
         ("response.in_progress", {"response": envelope}),
-        ("response.output_item.added", {"output_index": 0, "item": _message(item_id, "in_progress", [])}),
-        ("response.content_part.added", {**at, "part": _text_part("")}),
     ]
-    payloads.extend(
-        ("response.output_text.delta", {**at, "delta": piece, "logprobs": []})
-        for piece in split_deltas(c.text)
-    )
-    payloads += [
-        ("response.output_text.done", {**at, "text": c.text, "logprobs": []}),
-        ("response.content_part.done", {**at, "part": _text_part(c.text)}),
-        ("response.output_item.done", {"output_index": 0, "item": final["output"][0]}),
-        ("response.incomplete" if c.truncated else "response.completed", {"response": final}),
-    ]
+    if c.tool_name is not None:
+        item_id, call_id = new_id("fc_", 24), new_id("call_", 12)
+        final = _finish(envelope, c, item_id, call_id)
+        at: dict[str, Any] = {"item_id": item_id, "output_index": 0}
+        content = [
+            (
+                "response.output_item.added",
+                {"output_index": 0, "item": _call(item_id, call_id, c, "in_progress")},
+            )
+        ]
+        content += [
+            ("response.function_call_arguments.delta", {**at, "delta": piece})
+            for piece in split_arguments(c.tool_arguments)
+        ]
+        closing = [("response.function_call_arguments.done", {**at, "arguments": c.tool_arguments})]
+    else:
+        item_id = new_id("msg_", 24)
+        final = _finish(envelope, c, item_id)
+        at = {"item_id": item_id, "output_index": 0, "content_index": 0}
+        content = [
+            ("response.output_item.added", {"output_index": 0, "item": _message(item_id, "in_progress", [])}),
+            ("response.content_part.added", {**at, "part": _text_part("")}),
+        ]
+        content += [
+            ("response.output_text.delta", {**at, "delta": piece, "logprobs": []})
+            for piece in split_deltas(c.text)
+        ]
+        closing = [
+            ("response.output_text.done", {**at, "text": c.text, "logprobs": []}),
+            ("response.content_part.done", {**at, "part": _text_part(c.text)}),
+        ]
+    payloads = opening + content
+    if c.stream_error:
+        failed = {**envelope, "status": "failed", "error": STREAM_ERROR}
+        payloads.append(("response.failed", {"response": failed}))
+    else:
+        payloads += closing
+        payloads += [
+            ("response.output_item.done", {"output_index": 0, "item": final["output"][0]}),
+            ("response.incomplete" if c.truncated else "response.completed", {"response": final}),
+        ]
     return [
         named_event(name, {"type": name, "sequence_number": seq, **payload})
         for seq, (name, payload) in enumerate(payloads)

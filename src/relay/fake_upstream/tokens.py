@@ -6,7 +6,10 @@ is simply a whitespace-separated word:
 * input tokens = words in every text the request carries (all messages of every role, text content
   parts, ``system``, ``instructions``, ``input``), at least 1;
 * the reply is ``"Echo: "`` followed by the words of the last user message (single-spaced), cut to
-  ``min(DEFAULT_MAX_WORDS, max tokens of the request)`` words; output tokens = words in the reply.
+  ``min(DEFAULT_MAX_WORDS, max tokens of the request)`` words; output tokens = words in the reply;
+* beyond echoing (``relay.fake_upstream.scenario``): a tool call when the request offers tools and asks
+  for one, an echo of the tool result after one, a stop at the request's stop sequence, cached input
+  tokens and a mid-stream error when the request's text says ``fake:cached=N`` / ``fake:stream_error``.
 
 Everything here is pure so tests can import it and compute expected values.
 """
@@ -15,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from .scenario import Scan, directives, stop_at, tool_to_call
 
 Api = Literal["chat", "responses", "messages", "embeddings"]
 
@@ -37,6 +42,11 @@ class Completion:
     input_tokens: int
     output_tokens: int
     truncated: bool
+    tool_name: str | None = None  # the fake model calls this tool (``text`` is then empty)
+    tool_arguments: str = ""  # JSON text of the call's input
+    stop_sequence: str | None = None  # the request's stop sequence that ended the reply
+    cached_tokens: int = 0  # of ``input_tokens``, read from the (fake) prompt cache
+    stream_error: bool = False  # a stream ends with the API's error event instead of its finish
 
 
 def count_words(text: str) -> int:
@@ -60,17 +70,21 @@ def content_text(content: Any) -> str:
                 text = part.get("text")
                 if isinstance(text, str):
                     texts.append(text)
+                elif part.get("type") == "tool_result":  # Anthropic: the result's own content
+                    texts.append(content_text(part.get("content")))
         return " ".join(texts)
     return ""
 
 
-def _scan(api: Api, body: dict[str, Any]) -> tuple[int, str]:
-    """One pass over the request: (input tokens, text of the last user message)."""
+def _scan(api: Api, body: dict[str, Any]) -> Scan:
+    """One pass over the request: input tokens, the last turn's text (a user message or a tool
+    result), whether that last turn was a tool result, and every text (for the directives)."""
     if api == "embeddings":
         value = body.get("input")
-        return max(1, count_words(content_text(value)) + _token_arrays(value)), ""
+        return Scan(max(1, count_words(content_text(value)) + _token_arrays(value)), "", False, "")
     texts: list[str] = []
     last_user = ""
+    after_tool = False
     if api == "messages":
         texts.append(content_text(body.get("system")))
         items = body.get("messages")
@@ -84,12 +98,28 @@ def _scan(api: Api, body: dict[str, Any]) -> tuple[int, str]:
         items = body.get("messages")
     if isinstance(items, list):
         for item in items:
-            if isinstance(item, dict):
-                text = content_text(item.get("content"))
+            if not isinstance(item, dict):
+                continue
+            if item.get("type") == "function_call_output":  # Responses tool result
+                text = content_text(item.get("output"))
                 texts.append(text)
-                if item.get("role") == "user":
-                    last_user = text
-    return max(1, count_words(" ".join(texts))), last_user
+                last_user, after_tool = text, True
+                continue
+            text = content_text(item.get("content"))
+            texts.append(text)
+            role = item.get("role")
+            if role == "tool":
+                last_user, after_tool = text, True
+            elif role == "user":
+                content = item.get("content")
+                tool_result = isinstance(content, list) and any(
+                    isinstance(p, dict) and p.get("type") == "tool_result" for p in content
+                )
+                last_user, after_tool = text, tool_result
+            elif role == "assistant" or item.get("type") == "function_call":
+                after_tool = False
+    joined = " ".join(texts)
+    return Scan(max(1, count_words(joined)), last_user, after_tool, joined)
 
 
 def _token_arrays(value: Any) -> int:
@@ -103,11 +133,11 @@ def _token_arrays(value: Any) -> int:
 
 def input_tokens(api: Api, body: dict[str, Any]) -> int:
     """Documented count of input tokens of a request body (see module docstring)."""
-    return _scan(api, body)[0]
+    return _scan(api, body).input_tokens
 
 
 def last_user_text(api: Api, body: dict[str, Any]) -> str:
-    return _scan(api, body)[1]
+    return _scan(api, body).last_text
 
 
 def max_output_words(api: Api, body: dict[str, Any]) -> int | None:
@@ -120,7 +150,15 @@ def max_output_words(api: Api, body: dict[str, Any]) -> int | None:
 
 def complete(api: Api, body: dict[str, Any]) -> Completion:
     """The reply and usage the fake returns for ``body`` on the given API."""
-    tokens_in, user_text = _scan(api, body)
+    scan = _scan(api, body)
+    tokens_in, user_text = scan.input_tokens, scan.last_text
+    cached, stream_error = directives(scan.all_text, tokens_in)
+    tool = None if scan.after_tool or api == "embeddings" else tool_to_call(api, body, user_text)
+    if tool is not None:
+        name, arguments = tool
+        return Completion(
+            "", tokens_in, count_words(user_text) + 1, False, name, arguments, None, cached, stream_error
+        )
     words = ["Echo:", *user_text.split()]
     budget = DEFAULT_MAX_WORDS
     cap = max_output_words(api, body)
@@ -130,7 +168,12 @@ def complete(api: Api, body: dict[str, Any]) -> Completion:
         truncated = len(words) > cap
     if len(words) > budget:
         words = words[:budget]
-    return Completion(" ".join(words), tokens_in, len(words), truncated)
+    text = " ".join(words)
+    cut = stop_at(api, body, text)
+    if cut is not None:
+        text, sequence = cut
+        return Completion(text, tokens_in, count_words(text), False, None, "", sequence, cached, stream_error)
+    return Completion(text, tokens_in, len(words), truncated, None, "", None, cached, stream_error)
 
 
 def split_deltas(text: str, max_parts: int = 8) -> list[str]:

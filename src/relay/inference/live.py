@@ -1,11 +1,15 @@
 """A live inference request, from parsed body to the last byte: the story SPEC §7 tells.
 
-parse → authenticate (snapshot) → route (§4) → shape check → ``pipeline.run`` → answer (whole or
-streamed chunk by chunk) → after the last byte: usage event to the background writer, one log line,
-metrics. No database call happens before the response ends; the usage write is queued, never awaited.
+parse → authenticate (snapshot) → route (§4) → admission (pass through / translate / refuse) →
+``pipeline.run`` → answer (whole or streamed chunk by chunk) → after the last byte: usage event to the
+background writer, one log line, metrics. No database call happens before the response ends; the usage
+write is queued, never awaited.
 
-Cross-shape requests answer 400 ``cross_shape_unsupported`` (translation between provider shapes is a
-later feature); ``/v1/generate`` (Relay's canonical shape) is always translated.
+Same-shape requests pass through untouched (no parse beyond ``model`` and ``stream``). A provider shape
+routed to another adapter is translated (SPEC §7.3): request, whole response, stream event by event,
+and upstream errors (status kept, message in the caller's error shape); ``/v1/generate`` (Relay's
+canonical shape) is always translated. Embeddings for a non-``openai`` binding answer 400
+``unsupported_binding``.
 """
 
 from __future__ import annotations
@@ -23,11 +27,16 @@ from relay.adapters import (
     CANONICAL,
     EMBEDDINGS,
     CanonicalStream,
-    can_dispatch,
+    Dispatch,
+    TranslatingStream,
+    admit,
     canonical_from_response,
     canonical_to,
     error_body,
     parse_request,
+    translate_error,
+    translate_request,
+    translate_response,
     wants_stream,
 )
 from relay.auth import Principal, authenticate
@@ -55,16 +64,25 @@ class RequestContext:
     plan: Plan | None = None
     model: str = ""
     streamed: bool = False
+    translated: bool = False  # a provider shape translated to another adapter (SPEC §7.3)
+    include_usage: bool = False  # an OpenAI chat caller asked for the stream's usage chunk
+    error_shape: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
 class LiveHandler:
     def __init__(
-        self, *, snapshot: Callable[[], Snapshot], pipeline: Pipeline, recorder: LiveRecorder
+        self,
+        *,
+        snapshot: Callable[[], Snapshot],
+        pipeline: Pipeline,
+        recorder: LiveRecorder,
+        translate_max_tokens: int = 4096,
     ) -> None:
         self._snapshot = snapshot
         self._pipeline = pipeline
         self._recorder = recorder
+        self._max_tokens = translate_max_tokens  # RELAY_TRANSLATE_DEFAULT_MAX_TOKENS
 
     async def handle(
         self,
@@ -76,7 +94,7 @@ class LiveHandler:
         send: Send,
         request_id: str,
     ) -> None:
-        ctx = RequestContext(request_id, path, inbound, time.perf_counter(), body)
+        ctx = RequestContext(request_id, path, inbound, time.perf_counter(), body, error_shape=error_shape)
         snap = self._snapshot()
         try:
             request = parse_request(body)
@@ -86,14 +104,29 @@ class LiveHandler:
             )
             ctx.plan = resolve(ctx.principal.policy, ctx.model, snap)
             adapter = ctx.plan.binding.adapter
-            if not can_dispatch(inbound, adapter):
+            admission = admit(inbound, adapter, host=ctx.plan.host.name)
+            if admission.dispatch is Dispatch.REFUSE_BINDING:
+                raise InvalidRequest(
+                    f"model {ctx.model!r} is bound with adapter {adapter}; {inbound} requests are only "
+                    "served by openai bindings (embeddings are never translated)",
+                    code="unsupported_binding",
+                )
+            if admission.dispatch is Dispatch.REFUSE_CROSS_SHAPE:  # an adapter admit does not know
                 raise InvalidRequest(
                     f"model {ctx.model!r} is bound with adapter {adapter}; "
-                    f"{inbound} requests cannot be sent to it (no cross-shape translation)",
+                    f"{inbound} requests cannot be sent to it",
                     code="cross_shape_unsupported",
                 )
-            shape = adapter if inbound == CANONICAL else inbound
-            upstream_body = canonical_to(adapter, request) if inbound == CANONICAL else request
+            shape = admission.wire_shape
+            if admission.dispatch is Dispatch.PASS_THROUGH:
+                upstream_body = request
+            elif inbound == CANONICAL:
+                upstream_body = canonical_to(adapter, request)
+            else:
+                upstream_body, translated = translate_request(
+                    inbound, adapter, request, default_max_tokens=self._max_tokens
+                )
+                ctx.translated, ctx.include_usage = True, translated.include_usage
             ctx.streamed = inbound != EMBEDDINGS and wants_stream(request)
             outcome = await self._pipeline.run(
                 Call(ctx.principal, ctx.plan, shape, upstream_body, headers, ctx.streamed)
@@ -108,7 +141,9 @@ class LiveHandler:
 
     async def _answer_whole(self, ctx: RequestContext, outcome: Outcome, send: Send, snap: Snapshot) -> None:
         body = outcome.body or b""
-        if ctx.inbound_shape == CANONICAL and outcome.error_kind is not None:
+        if ctx.translated and ctx.plan is not None:
+            body = self._translated_body(ctx, outcome, body)
+        elif ctx.inbound_shape == CANONICAL and outcome.error_kind is not None:
             # /v1/* errors are OpenAI-shaped (SPEC §7), whatever shape the upstream answered in.
             body = error_body(
                 "openai",
@@ -129,9 +164,30 @@ class LiveHandler:
         await send_bytes(send, outcome.status, body, outcome.content_type, ctx.request_id)
         self._recorder.finished(ctx, outcome, snap, response_body=body)
 
+    @staticmethod
+    def _translated_body(ctx: RequestContext, outcome: Outcome, body: bytes) -> bytes:
+        """The caller's answer to a translated request: its response or its error shape (SPEC §7.3)."""
+        assert ctx.plan is not None
+        outcome.content_type = "application/json"
+        if outcome.error_kind is not None:
+            return translate_error(ctx.error_shape, outcome.status, body)
+        try:
+            return translate_response(ctx.plan.binding.adapter, ctx.inbound_shape, body, model=ctx.model)
+        except ValueError:  # a 2xx the adapter cannot read: the upstream broke its own contract
+            outcome.status, outcome.error_kind = 502, "upstream_unreadable"
+            return error_body(
+                ctx.error_shape, status=502, code="upstream_unreadable", message="upstream answer unreadable"
+            )
+
     async def _answer_stream(self, ctx: RequestContext, outcome: Outcome, send: Send, snap: Snapshot) -> None:
         assert outcome.chunks is not None and ctx.plan is not None
-        translate = CanonicalStream(ctx.plan.binding.adapter) if ctx.inbound_shape == CANONICAL else None
+        translate: CanonicalStream | TranslatingStream | None = None
+        if ctx.inbound_shape == CANONICAL:
+            translate = CanonicalStream(ctx.plan.binding.adapter)
+        elif ctx.translated:
+            translate = TranslatingStream(
+                ctx.plan.binding.adapter, ctx.inbound_shape, model=ctx.model, include_usage=ctx.include_usage
+            )
         capture = self._recorder.capture(ctx, snap)
         broken: str | None = None
         await send(
@@ -151,7 +207,8 @@ class LiveHandler:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except RelayError as exc:  # the upstream broke mid-stream: the caller sees the stream end
             broken = exc.message
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            tail = translate.fail(exc.message) if isinstance(translate, TranslatingStream) else b""
+            await send({"type": "http.response.body", "body": tail, "more_body": False})
         except OSError:
             broken = "client disconnected"
         finally:

@@ -1,0 +1,65 @@
+"""The one wire-shape admission rule (SPEC §7, §7.3, §10.4): for an inbound shape and a routed binding,
+pass the request through, translate it, or refuse it — for live requests and batch items alike.
+
+What it knows:
+  - same shape → ``PASS_THROUGH`` (``openai``→``openai``, ``anthropic``→``anthropic``,
+    ``openai_responses``→``openai_responses``; ``embeddings`` → an ``openai`` binding's /v1/embeddings);
+  - ``embeddings`` to another adapter → ``REFUSE_BINDING`` (live: 400 ``unsupported_binding``);
+  - ``canonical`` (live only) → ``TRANSLATE``, always (``relay.adapters.canonical``);
+  - a provider shape to another adapter: live → ``TRANSLATE`` (§7.3); batch → ``REFUSE_CROSS_SHAPE``
+    (items are never translated: ``cross-shape dispatch: item shape <s>, binding adapter <a>``) except
+    §10.4's one exception: an ``openai_responses`` item to an ``openai`` binding on the host named
+    ``openai`` goes as it is to that host's Chat Completions path (``PASS_THROUGH`` with wire shape
+    ``openai``);
+  - an unknown shape or adapter → ``REFUSE_CROSS_SHAPE``.
+
+What it deliberately does not know: how to translate (``relay.adapters.translate``), HTTP statuses.
+
+Invariants: pure, total (never raises); ``wire_shape`` is what the pipeline sends upstream.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Final
+
+from .base import ADAPTERS, EMBEDDINGS, INBOUND_SHAPES, OPENAI, OPENAI_RESPONSES
+
+RESPONSES_AS_CHAT_HOST: Final = "openai"
+"""SPEC §10.4's exception: the host name whose ``openai`` bindings take Responses batch items as they are."""
+
+
+class Dispatch(Enum):
+    PASS_THROUGH = "pass_through"
+    TRANSLATE = "translate"
+    REFUSE_CROSS_SHAPE = "refuse_cross_shape"
+    REFUSE_BINDING = "refuse_binding"
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    dispatch: Dispatch
+    wire_shape: str  # the shape sent upstream ("" when refused)
+
+
+def admit(inbound: str, adapter: str, *, host: str, batch: bool = False) -> Admission:
+    """How a request of ``inbound`` shape reaches a binding with ``adapter`` on ``host``."""
+    if adapter not in ADAPTERS or inbound not in INBOUND_SHAPES:
+        return Admission(Dispatch.REFUSE_CROSS_SHAPE, "")
+    if inbound == EMBEDDINGS:
+        if adapter == OPENAI:
+            return Admission(Dispatch.PASS_THROUGH, EMBEDDINGS)
+        return Admission(Dispatch.REFUSE_BINDING, "")
+    if inbound == adapter:
+        return Admission(Dispatch.PASS_THROUGH, inbound)
+    if not batch:
+        return Admission(Dispatch.TRANSLATE, adapter)
+    if inbound == OPENAI_RESPONSES and adapter == OPENAI and host == RESPONSES_AS_CHAT_HOST:
+        return Admission(Dispatch.PASS_THROUGH, OPENAI)
+    return Admission(Dispatch.REFUSE_CROSS_SHAPE, "")
+
+
+def can_dispatch(inbound_shape: str, adapter: str) -> bool:
+    """True when a live request of ``inbound_shape`` can be served by a binding with ``adapter``."""
+    return admit(inbound_shape, adapter, host="").dispatch in (Dispatch.PASS_THROUGH, Dispatch.TRANSLATE)
