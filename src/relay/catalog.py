@@ -29,6 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.domain.grants import Grant, parse_grant
 from relay.domain.ratelimits import RateLimitRule
+from relay.pricing import NanoPrices, nano_prices
 from relay.secrets import SecretBox
 from relay.store import catalog as store
 from relay.store.notify import ChangeFeed
@@ -108,6 +109,9 @@ class Binding:
     upstream_name: str | None
     pricing: Mapping[str, float | None] | None
     enabled: bool
+    # ``pricing`` as integer nano-USD per million tokens, computed once per snapshot: what budget
+    # commits price a call with on the hot path (relay.pricing.nano_prices).
+    prices: NanoPrices | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,6 +266,7 @@ def build_snapshot(
             r["upstream_name"],
             _freeze(dict(r["pricing"])) if r["pricing"] else None,
             r["enabled"],
+            nano_prices(r["pricing"]),
         )
         for r in ordered_bindings
     }

@@ -25,6 +25,7 @@ from relay.catalog import HostKey
 from relay.errors import RelayError
 from relay.keypool import Failure, KeyPool, classify
 from relay.metrics import Metrics
+from relay.pricing import cost_from_prices, cost_nanos
 from relay.ratelimit import RateLimiter, Reservation
 from relay.routing import Plan
 from relay.upstream import Upstream, UpstreamConnectionError, UpstreamResponse, UpstreamTimeout
@@ -80,6 +81,16 @@ class Outcome:
         return self.usage
 
 
+def _cost(reservation: Reservation, plan: Plan, usage: Usage) -> int | None:
+    """The call's priced cost in nano-USD, computed only when a budget will count it (SPEC §5, §8)."""
+    if not reservation.needs_cost or not (usage.input_tokens or usage.output_tokens):
+        return None
+    binding = plan.binding
+    if binding.prices is not None:
+        return cost_from_prices(binding.prices, usage)
+    return cost_nanos(binding.pricing, usage)
+
+
 class Pipeline:
     def __init__(
         self, upstream: Upstream, limiter: RateLimiter, pool: KeyPool, metrics: Metrics | None = None
@@ -97,14 +108,21 @@ class Pipeline:
                 self._metrics.breaker_open.labels(key.id).set(1)
 
     async def run(self, call: Call) -> Outcome:
-        reservation = await self._limiter.reserve(call.principal.policy, call.principal.credential_id)
+        principal = call.principal
+        reservation = await self._limiter.reserve(
+            principal.policy,
+            principal.credential_id,
+            project_id=principal.project_id,
+            team_id=principal.team_id,
+        )
         try:
             outcome = await self._attempts(call, reservation)
         except BaseException:
             await self._limiter.commit(reservation, Usage())
             raise
         if outcome.chunks is None:
-            await self._limiter.commit(reservation, outcome.usage)
+            cost = _cost(reservation, call.plan, outcome.usage)
+            await self._limiter.commit(reservation, outcome.usage, cost)
         return outcome
 
     async def _attempts(self, call: Call, reservation: Reservation) -> Outcome:
@@ -192,7 +210,7 @@ class Pipeline:
 
         async def settle() -> None:
             outcome.usage = tap.usage
-            await self._limiter.commit(reservation, tap.usage)
+            await self._limiter.commit(reservation, tap.usage, _cost(reservation, call.plan, tap.usage))
 
         outcome.chunks = relay_chunks()
         outcome._settle = settle
