@@ -28,11 +28,11 @@ from relay.batches.workers import WorkerPool
 from relay.catalog import CatalogReloader, Snapshot
 from relay.config import Settings, host_key_env
 from relay.control.app import build_control_app
-from relay.control.spend_routes import mount_spend_routes
 from relay.control.apply import ApplyService
 from relay.control.catalog import CatalogService
 from relay.control.credential_routes import mount_credential_routes
 from relay.control.keys import KeyService
+from relay.control.spend_routes import mount_spend_routes
 from relay.control.tokens import TokenService, load_signer
 from relay.control.usage_routes import mount_usage_routes
 from relay.inference.app import InferenceApp
