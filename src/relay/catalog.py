@@ -270,6 +270,12 @@ def build_snapshot(
         )
         for r in ordered_bindings
     }
+    for binding in bindings.values():
+        if binding.enabled and binding.prices is None and _unpriced(binding.pricing):
+            problems.append(
+                f"binding {binding.name} has no pricing: its calls cost nothing in usage (cost_nanos null) "
+                "and spend limits do not count them; set pricing, or pricing: from_catalog"
+            )
     policies = {
         r["id"]: Policy(
             r["id"],
@@ -320,6 +326,10 @@ def build_snapshot(
         signing_key_ids=key_ids,
         revoked_jtis=_freeze({r["jti"]: r["expires_at"] for r in rows.get("revoked_tokens", [])}),
     )
+
+
+def _unpriced(pricing: Mapping[str, Any] | None) -> bool:
+    return pricing is None or not all(isinstance(pricing.get(k), int | float) for k in ("input", "output"))
 
 
 def _key_value(

@@ -134,12 +134,23 @@ class Pricing(_Strict):
     cached_input: float | None = Field(None, ge=0)
 
 
+class CatalogPricing(_Strict):
+    """Prices taken from Relay's price catalog entry ``from_catalog`` (``relay.pricing.catalog``)."""
+
+    from_catalog: str = Field(min_length=1, max_length=200)
+
+
+#: ``pricing: from_catalog`` — the catalog entry named like the binding's upstream name, else its model.
+FROM_CATALOG = "from_catalog"
+
+
 class BindingSpec(_Named):
     model: Ref
     host: Ref
     adapter: Adapter
     upstream_name: str | None = Field(None, min_length=1, max_length=200)
-    pricing: Pricing | None = None
+    # Typed prices, or a reference into the price catalog resolved (copied) when the binding is written.
+    pricing: Pricing | CatalogPricing | Literal["from_catalog"] | None = None
     enabled: bool = True
 
 
