@@ -124,6 +124,9 @@ class Policy:
     rules: tuple[RateLimitRule, ...]
     payload_logging: bool
     enabled: bool
+    # SPEC §4 step 5: model id → the names of the models to try after it, in order (as written; they
+    # are looked up when a request needs them, so a model renamed or deleted since is simply skipped).
+    fallbacks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,6 +289,7 @@ def build_snapshot(
             tuple(RateLimitRule.model_validate(x) for x in r["rate_limit"].get("rules", [])),
             r["payload_logging"],
             r["enabled"],
+            _fallbacks(r.get("fallbacks"), models, aliases),
         )
         for r in rows["policies"]
     }
@@ -326,6 +330,22 @@ def build_snapshot(
         signing_key_ids=key_ids,
         revoked_jtis=_freeze({r["jti"]: r["expires_at"] for r in rows.get("revoked_tokens", [])}),
     )
+
+
+def _fallbacks(
+    written: Mapping[str, list[str]] | None, models: Mapping[str, Model], aliases: Mapping[str, list[str]]
+) -> Mapping[str, tuple[str, ...]]:
+    """A policy's ``fallbacks`` keyed by model id (the key may be written as a name or an alias)."""
+    if not written:
+        return _EMPTY
+    ids = {m.name: m.id for m in models.values()}
+    for model_id, names in aliases.items():
+        for alias in names:
+            ids.setdefault(alias, model_id)
+    return _freeze({ids[k]: tuple(v) for k, v in written.items() if k in ids})
+
+
+_EMPTY: Mapping[str, tuple[str, ...]] = MappingProxyType({})
 
 
 def _unpriced(pricing: Mapping[str, Any] | None) -> bool:

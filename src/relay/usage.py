@@ -53,6 +53,7 @@ _DROP_LABELS: Final = {
 _CLIPS: Final = (
     ("request_id", 100),
     ("model", 200),
+    ("requested_model", 200),
     ("upstream_model", 200),
     ("host", 63),
     ("error_kind", 64),
@@ -88,6 +89,7 @@ class UsageEvent:
     error_kind: str | None = None
     error_message: str | None = None
     model: str = ""
+    requested_model: str | None = None  # the model asked for; != model only after a fallback (SPEC §4)
     upstream_model: str = ""
     host: str = ""
     adapter: str = ""
@@ -124,6 +126,12 @@ def outcome_fields(
     usage = outcome.usage if outcome is not None else None
     return {
         "model": plan.model.name if plan is not None else requested_model,
+        # SPEC §4/§8: differs from model only when a fallback answered
+        "requested_model": (
+            outcome.fallback_from
+            if outcome is not None and outcome.fallback_from
+            else (plan.model.name if plan is not None else requested_model)
+        ),
         "upstream_model": plan.upstream_model if plan is not None else "",
         "host": plan.host.name if plan is not None else "",
         "adapter": plan.binding.adapter if plan is not None else "",

@@ -206,6 +206,8 @@ class CatalogService:
             values["password_hash"] = await hash_password(password) if password else None
         if kind.name == "Binding":
             values["pricing"] = await self._pricing(conn, data)
+        if kind.name == "Policy":
+            await self._check_fallbacks(conn, data["fallbacks"])
         if kind.name == "HostKey":
             if data.get("value") is not None and "value" in given:
                 values["value_encrypted"] = self._box.seal(data["value"], bound_to=object_id)
@@ -215,6 +217,20 @@ class CatalogService:
             else:
                 values.pop("value_from_env")  # neither source given: keep the stored one
         return values
+
+    async def _check_fallbacks(self, conn: AsyncConnection, fallbacks: Mapping[str, list[str]]) -> None:
+        """Every model a policy's ``fallbacks`` names exists (by name or alias), and none falls back to
+        itself under another name (SPEC §4: the map is refused whole, nothing is written)."""
+        if not fallbacks:
+            return
+        names = {name for model, chain in fallbacks.items() for name in (model, *chain)}
+        found = await store.model_ids_by_name(conn, names)
+        for model, chain in fallbacks.items():
+            for name in (model, *chain):
+                if name not in found:
+                    raise InvalidRequest(f"fallbacks.{model}: model {name!r} not found")
+            if any(found[name] == found[model] for name in chain):
+                raise InvalidRequest(f"fallbacks.{model}: a model cannot fall back to itself")
 
     def price_catalog(self) -> PriceCatalog:
         """The shipped price catalog, read on first use (only bindings that reference it need it)."""
@@ -314,6 +330,8 @@ class CatalogService:
                 item[child.field] = await self._render_children(conn, child, mine)
             if kind.name == "HostKey":
                 item["has_value"] = row["value_encrypted"] is not None
+            if kind.name == "Policy" and item.get("fallbacks") is None:
+                item["fallbacks"] = {}  # written before fallbacks existed (migration 0007)
             out.append(item)
         return out
 

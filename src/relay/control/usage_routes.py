@@ -233,7 +233,8 @@ async def _filters(conn: AsyncConnection, params: Mapping[str, str]) -> store.Ev
 
 
 def _event(row: Row) -> Row:
-    return {**row, "ts": rfc3339(row["ts"])}
+    # Events written before requested_model existed (migration 0007) cannot have fallen back.
+    return {**row, "ts": rfc3339(row["ts"]), "requested_model": row.get("requested_model") or row["model"]}
 
 
 def _body(raw: bytes) -> Any:

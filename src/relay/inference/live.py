@@ -5,7 +5,8 @@ streamed chunk by chunk) → after the last byte: usage event to the background 
 metrics. No database call happens before the response ends; the usage write is queued, never awaited.
 
 Cross-shape requests answer 400 ``cross_shape_unsupported`` (translation between provider shapes is a
-later feature); ``/v1/generate`` (Relay's canonical shape) is always translated.
+later feature); ``/v1/generate`` (Relay's canonical shape) is always translated. Both are decided in
+``_admission``, which also decides whether a fallback model can serve the request (SPEC §4 step 5).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from relay.auth import Principal, authenticate
 from relay.catalog import Snapshot
 from relay.domain.credentials import read_credential
 from relay.errors import InvalidRequest, RateLimited, RelayError
+from relay.fallbacks import Admit, Route, fallbacks_for, reroute
 from relay.inference.recording import LiveRecorder
 from relay.inference.wire import head, send_bytes
 from relay.pipeline import Call, Outcome, Pipeline
@@ -56,6 +58,32 @@ class RequestContext:
     model: str = ""
     streamed: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _admission(requested: str, inbound: str, request: dict) -> Admit:
+    """The one place a live request's wire shape meets a plan's adapter (primary and fallbacks alike):
+    same shape → as it is; canonical → translated; otherwise refused ``cross_shape_unsupported``,
+    which makes a cross-shape fallback skipped. Cross-shape translation (SPEC §7.3) plugs in here."""
+
+    def admit(plan: Plan) -> tuple[str, dict]:
+        adapter = plan.binding.adapter
+        if not can_dispatch(inbound, adapter):
+            raise InvalidRequest(
+                f"model {requested!r} is bound with adapter {adapter}; "
+                f"{inbound} requests cannot be sent to it (no cross-shape translation)",
+                code="cross_shape_unsupported",
+            )
+        if inbound == CANONICAL:
+            return adapter, canonical_to(adapter, request)
+        return inbound, request
+
+    return admit
+
+
+def _fallback_header(outcome: Outcome) -> list[tuple[bytes, bytes]]:
+    if outcome.fallback_from is None:
+        return []
+    return [(b"x-relay-fallback-from", outcome.fallback_from.encode())]
 
 
 class LiveHandler:
@@ -84,20 +112,28 @@ class LiveHandler:
             ctx.principal = authenticate(
                 read_credential(headers.get("authorization"), headers.get("x-api-key")), snap
             )
-            ctx.plan = resolve(ctx.principal.policy, ctx.model, snap)
-            adapter = ctx.plan.binding.adapter
-            if not can_dispatch(inbound, adapter):
-                raise InvalidRequest(
-                    f"model {ctx.model!r} is bound with adapter {adapter}; "
-                    f"{inbound} requests cannot be sent to it (no cross-shape translation)",
-                    code="cross_shape_unsupported",
-                )
-            shape = adapter if inbound == CANONICAL else inbound
-            upstream_body = canonical_to(adapter, request) if inbound == CANONICAL else request
             ctx.streamed = inbound != EMBEDDINGS and wants_stream(request)
-            outcome = await self._pipeline.run(
-                Call(ctx.principal, ctx.plan, shape, upstream_body, headers, ctx.streamed)
+            policy, admit = ctx.principal.policy, _admission(ctx.model, inbound, request)
+            try:
+                ctx.plan = resolve(policy, ctx.model, snap)
+            except RelayError as exc:  # no_binding / no_keys move to a fallback, if the policy names one
+                chosen = reroute(policy, ctx.model, snap, admit, exc)
+            else:
+                shape, upstream_body = admit(ctx.plan)
+                chosen = Route(ctx.plan, shape, upstream_body, fallbacks_for(policy, ctx.model, snap, admit))
+            call = Call(
+                ctx.principal,
+                chosen.plan,
+                chosen.shape,
+                chosen.body,
+                headers,
+                ctx.streamed,
+                fallbacks=chosen.fallbacks,
+                primary_error=chosen.primary_error,
+                fallback_from=chosen.fallback_from,
             )
+            outcome = await self._pipeline.run(call)
+            ctx.plan = call.plan  # the plan that answered: a fallback's, after one
         except RelayError as exc:
             await self._refuse(ctx, error_shape, exc, send, snap)
             return
@@ -119,14 +155,17 @@ class LiveHandler:
             outcome.content_type = "application/json"
         elif ctx.inbound_shape == CANONICAL and ctx.plan is not None:
             try:
-                body = orjson.dumps(canonical_from_response(ctx.plan.binding.adapter, body, model=ctx.model))
+                answered = ctx.plan.model.name if outcome.fallback_from else ctx.model
+                body = orjson.dumps(canonical_from_response(ctx.plan.binding.adapter, body, model=answered))
             except ValueError:  # a 2xx the adapter cannot read: the upstream broke its own contract
                 outcome.status, outcome.error_kind = 502, "upstream_unreadable"
                 body = error_body(
                     "openai", status=502, code="upstream_unreadable", message="upstream answer unreadable"
                 )
                 outcome.content_type = "application/json"
-        await send_bytes(send, outcome.status, body, outcome.content_type, ctx.request_id)
+        await send_bytes(
+            send, outcome.status, body, outcome.content_type, ctx.request_id, _fallback_header(outcome)
+        )
         self._recorder.finished(ctx, outcome, snap, response_body=body)
 
     async def _answer_stream(self, ctx: RequestContext, outcome: Outcome, send: Send, snap: Snapshot) -> None:
@@ -135,7 +174,12 @@ class LiveHandler:
         capture = self._recorder.capture(ctx, snap)
         broken: str | None = None
         await send(
-            head(outcome.status, "text/event-stream", ctx.request_id, [(b"cache-control", b"no-cache")])
+            head(
+                outcome.status,
+                "text/event-stream",
+                ctx.request_id,
+                [(b"cache-control", b"no-cache"), *_fallback_header(outcome)],
+            )
         )
         try:
             async for chunk in outcome.chunks:
