@@ -111,7 +111,7 @@ class _Plan:
     checks: tuple[LimitCheck, ...]  # per-policy checks (static)
     token_windows: tuple[tuple[str, int, str], ...]  # per-policy token windows (static)
     concurrency_keys: tuple[str, ...]  # per-policy concurrency keys (static)
-    per_credential: tuple[_Rule, ...]  # rules counted per credential, project or team
+    per_caller: tuple[_Rule, ...]  # rules counted per credential, project or team
     needs_lease: bool  # some rule is a concurrency rule
     needs_cost: bool  # some rule is a cost_usd budget
 
@@ -152,7 +152,7 @@ def _compile(policy: Policy) -> _Plan:
         checks=tuple(r.check(r.key) for r in shared),
         token_windows=tuple((r.key, r.window_s, r.meter) for r in shared if r.kind == "peek"),
         concurrency_keys=tuple(r.key for r in shared if r.kind == "concurrency"),
-        per_credential=tuple(r for r in rules if r.per_caller),
+        per_caller=tuple(r for r in rules if r.per_caller),
         needs_lease=any(r.kind == "concurrency" for r in rules),
         needs_cost=any(r.meter == "cost_usd" for r in rules),
     )
@@ -246,9 +246,9 @@ class RateLimiter:
         checks = plan.checks
         token_windows = plan.token_windows
         concurrency_keys = plan.concurrency_keys
-        if plan.per_credential:
+        if plan.per_caller:
             extra = [
-                (_caller_key(rule, credential_id, project_id, team_id), rule) for rule in plan.per_credential
+                (_caller_key(rule, credential_id, project_id, team_id), rule) for rule in plan.per_caller
             ]
             checks += tuple(rule.check(key) for key, rule in extra)
             token_windows += tuple((key, r.window_s, r.meter) for key, r in extra if r.kind == "peek")
