@@ -203,6 +203,9 @@ def start_floor_proxy(procs: Processes, upstream: str) -> tuple[subprocess.Popen
     return start_announcing(procs, cmd, "floor-proxy")
 
 
+PRICING = {"input": 0.15, "output": 0.6, "cached_input": 0.075}
+
+
 def relay_admin(relay: Relay) -> dict[str, str]:
     return {"Authorization": f"Bearer {relay.admin_token}"}
 
@@ -216,13 +219,13 @@ def catalog(upstream_base: str) -> list[dict[str, Any]]:
         {
             "kind": "Binding",
             "name": "bench-model-fake",
-            "spec": {"model": MODEL, "host": "fake", "adapter": "openai"},
+            "spec": {"model": MODEL, "host": "fake", "adapter": "openai", "pricing": PRICING},
         },
         {"kind": "Model", "name": TRANSLATED_MODEL, "spec": {"provider": "anthropic"}},
         {
             "kind": "Binding",
             "name": "bench-claude-fake",
-            "spec": {"model": TRANSLATED_MODEL, "host": "fake", "adapter": "anthropic"},
+            "spec": {"model": TRANSLATED_MODEL, "host": "fake", "adapter": "anthropic", "pricing": PRICING},
         },
         {"kind": "Policy", "name": "bench", "spec": {"models": ["*"], "host_keys": ["fake-key"]}},
         {"kind": "Project", "name": "bench", "spec": {"team": "bench", "default_policy": "bench"}},
@@ -230,19 +233,56 @@ def catalog(upstream_base: str) -> list[dict[str, Any]]:
     ]
 
 
-def configure(relay: Relay, upstream_base: str) -> str:
-    """Applies the catalog, mints a relay key, waits until a request through Relay answers 200."""
+#: ``--budget``: the same catalog plus a model to fall back to and two more policies over the same key —
+#: ``bench-tokens`` with a tokens rule (a reserve and a commit round trip per request, like any rule)
+#: and ``bench-budget`` with the same rule plus a spend limit that never runs out and a fallback entry
+#: for the benchmarked model (never taken: the upstream answers). budget vs tokens is what the spend
+#: meter and the fallback entry add (issue 20: within 0.1 ms CPU per request).
+BUDGET_POLICIES = {
+    "bench-tokens": [{"meter": "tokens", "limit": 10**12, "window": "1d"}],
+    "bench-budget": [
+        {"meter": "tokens", "limit": 10**12, "window": "1d"},
+        {"meter": "cost_usd", "limit": 1_000_000, "window": "30d"},
+    ],
+}
+
+
+def budget_catalog() -> list[dict[str, Any]]:
+    docs: list[dict[str, Any]] = [
+        {"kind": "Model", "name": "bench-fallback", "spec": {"provider": "openai"}},
+        {
+            "kind": "Binding",
+            "name": "bench-fallback-fake",
+            "spec": {"model": "bench-fallback", "host": "fake", "adapter": "openai", "pricing": PRICING},
+        },
+    ]
+    for name, rules in BUDGET_POLICIES.items():
+        spec: dict[str, Any] = {"models": ["*"], "host_keys": ["fake-key"], "rate_limit": {"rules": rules}}
+        if name == "bench-budget":
+            spec["fallbacks"] = {MODEL: ["bench-fallback"]}
+        docs.append({"kind": "Policy", "name": name, "spec": spec})
+    return docs
+
+
+def mint_key(relay: Relay, policy: str | None = None) -> str:
+    body = {"principal_kind": "serviceaccount", "principal": "bench-sa"}
+    if policy is not None:
+        body["policy"] = policy
     with httpx.Client(timeout=10, headers=relay_admin(relay)) as client:
-        applied = client.post(relay.control_url + "/api/apply", json={"documents": catalog(upstream_base)})
+        minted = client.post(relay.control_url + "/api/keys", json=body)
+    if minted.status_code not in (200, 201):
+        raise SystemExit(f"POST /api/keys answered {minted.status_code}: {minted.text}")
+    return str(minted.json()["plaintext"])
+
+
+def configure(relay: Relay, upstream_base: str, *, budget: bool = False) -> str:
+    """Applies the catalog, mints a relay key, waits until a request through Relay answers 200."""
+    documents = catalog(upstream_base) + (budget_catalog() if budget else [])
+    with httpx.Client(timeout=10, headers=relay_admin(relay)) as client:
+        applied = client.post(relay.control_url + "/api/apply", json={"documents": documents})
         if applied.status_code != 200:
             raise SystemExit(f"POST /api/apply answered {applied.status_code}: {applied.text}")
-        minted = client.post(
-            relay.control_url + "/api/keys",
-            json={"principal_kind": "serviceaccount", "principal": "bench-sa"},
-        )
-        if minted.status_code not in (200, 201):
-            raise SystemExit(f"POST /api/keys answered {minted.status_code}: {minted.text}")
-        key: str = minted.json()["plaintext"]
+    key = mint_key(relay)
     deadline = time.monotonic() + 10
     with httpx.Client(timeout=10) as client:
         while True:
@@ -334,8 +374,8 @@ class Bench:
         meter.stop()
         n = result.requests or 1
         proxy_cpu = proxy_sys = None
-        if target.name in ("relay", "floor", "translated"):  # the proxy under test: its CPU per request
-            proxy = "relay" if target.name == "translated" else target.name
+        if target.name in ("relay", "floor", "translated", "tokens", "budget"):  # the proxy under test
+            proxy = "floor" if target.name == "floor" else "relay"
             proxy_cpu = meter.seconds[proxy] * 1000 / n
             proxy_sys = (
                 100 * meter.system_seconds[proxy] / meter.seconds[proxy] if meter.seconds[proxy] else 0
@@ -452,6 +492,30 @@ def render_table(rows: list[Row]) -> str:
         "errors",
     ]
     return markdown_table(headers, out, [False, False, True, *([True] * 9)])
+
+
+def budget_lines(rows: list[Row]) -> list[str]:
+    """Issue 20's target: a policy with a spend limit and a fallback entry costs within 0.1 ms CPU per
+    request of the same policy without them (budget vs tokens, same load, same run)."""
+    out = []
+    for r in rows:
+        if r.target != "budget" or r.proxy_cpu_ms is None:
+            continue
+        base = find(rows, r.load, r.concurrency, "tokens")
+        plain = find(rows, r.load, r.concurrency, "relay")
+        if base is None or base.proxy_cpu_ms is None:
+            continue
+        delta = r.proxy_cpu_ms - base.proxy_cpu_ms
+        vs_plain = (
+            f", {r.proxy_cpu_ms - plain.proxy_cpu_ms:+.3f} ms vs no rules"
+            if plain and plain.proxy_cpu_ms
+            else ""
+        )
+        out.append(
+            f"budget + fallback entry vs the same policy without them ({r.load} {r.concurrency}): "
+            f"{delta:+.3f} ms CPU/req{vs_plain} — {verdict(delta <= 0.1)} (target ≤ +0.1 ms)"
+        )
+    return out
 
 
 def verdict(ok: bool) -> str:
@@ -594,13 +658,18 @@ def main() -> None:
     parser.add_argument(
         "--no-floor", action="store_true", help="skip the floor proxy (bench/floor_proxy.py) target"
     )
+    parser.add_argument(
+        "--budget",
+        action="store_true",
+        help="also run two relay targets with rules: tokens (a tokens rule) and budget (the same rule, "
+        "a cost_usd spend limit and a fallback entry); budget - tokens = what budgets and fallbacks add",
+    )
     args = parser.parse_args()
     levels = [int(x) for x in args.concurrency.split(",") if x.strip()]
     rates = [r for r in (float(x) for x in args.rate.split(",") if x.strip()) if r > 0]
     wrk = find_wrk(args.generator)
-    n_runs = (3 if args.no_floor else 4) * (
-        len(levels) + (1 if args.stream_concurrency else 0) + len(rates) * (2 if wrk else 1)
-    )
+    n_runs = (3 if args.no_floor else 4) + (2 if args.budget else 0)
+    n_runs *= len(levels) + (1 if args.stream_concurrency else 0) + len(rates) * (2 if wrk else 1)
     print(f"Relay live overhead (SPEC §13) — {machine_line()}")
     generator = (
         f"{wrk_version(wrk)} ({args.threads} thread)"
@@ -626,7 +695,7 @@ def main() -> None:
             extra_env={"RELAY_REDIS_URL": args.redis} if args.redis else None,
             log_level=args.log_level,
         )
-        key = configure(relay, upstream)
+        key = configure(relay, upstream, budget=args.budget)
         direct = Target(
             "direct", upstream + "/v1/chat/completions", {"Authorization": f"Bearer {UPSTREAM_KEY}"}
         )
@@ -644,6 +713,10 @@ def main() -> None:
             floor_process, floor_base = start_floor_proxy(procs, upstream)
             targets = [direct, Target("floor", floor_base + "/v1/chat/completions", {}), via, translated]
             pids["floor"] = floor_process.pid
+        if args.budget:
+            for label, policy in (("tokens", "bench-tokens"), ("budget", "bench-budget")):
+                policy_key = mint_key(relay, policy)
+                targets.append(Target(label, via.url, {"Authorization": f"Bearer {policy_key}"}))
         idle = CpuMeter(pids)
         idle.start()
         time.sleep(1.0)
@@ -692,6 +765,14 @@ def main() -> None:
         "    between an answer and its next request (a bit under the rate; wrk2 -R is not available)",
         "proxy CPU ms/req = the proxy's CPU time (user + sys) during the run / requests answered",
         "others (cores) = CPU the machine spent on processes outside this benchmark during the run",
+        *(
+            [
+                "tokens = relay with a policy holding a tokens rule (one state round trip per phase)",
+                "budget = relay with that rule + a cost_usd limit + a fallback entry (same round trips)",
+            ]
+            if args.budget
+            else []
+        ),
     ):
         print(line)
     print()
@@ -705,6 +786,9 @@ def main() -> None:
         f"relay RSS after the runs: {relay_rss:.0f} MiB; machine busy before the runs (other processes): "
         f"{idle.busy_pct:.0f} %"
     )
+    if args.budget:
+        for line in budget_lines(rows):
+            print(line)
     if rates:
         for line in report_targets(rows, rates[0]):
             print(line)

@@ -32,6 +32,7 @@ from relay.control.apply import ApplyService
 from relay.control.catalog import CatalogService
 from relay.control.credential_routes import mount_credential_routes
 from relay.control.keys import KeyService
+from relay.control.spend_routes import mount_spend_routes
 from relay.control.tokens import TokenService, load_signer
 from relay.control.usage_routes import mount_usage_routes
 from relay.inference.app import InferenceApp
@@ -202,6 +203,7 @@ def build_runtime(settings: Settings) -> Runtime:
     def control_routes(app: FastAPI, admin: Any) -> None:
         mount_credential_routes(app, runtime.keys, runtime.tokens, admin)
         mount_usage_routes(app, engine=engine, require_admin=admin, on_settings_change=reloader.reload)
+        mount_spend_routes(app, limiter=limiter, snapshot=snapshot, require_admin=admin)
 
     runtime.control_app = build_control_app(
         admin_token=secrets.admin_token,

@@ -29,6 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.domain.grants import Grant, parse_grant
 from relay.domain.ratelimits import RateLimitRule
+from relay.pricing import NanoPrices, nano_prices
 from relay.secrets import SecretBox
 from relay.store import catalog as store
 from relay.store.notify import ChangeFeed
@@ -108,6 +109,9 @@ class Binding:
     upstream_name: str | None
     pricing: Mapping[str, float | None] | None
     enabled: bool
+    # ``pricing`` as integer nano-USD per million tokens, computed once per snapshot: what budget
+    # commits price a call with on the hot path (relay.pricing.nano_prices).
+    prices: NanoPrices | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +124,9 @@ class Policy:
     rules: tuple[RateLimitRule, ...]
     payload_logging: bool
     enabled: bool
+    # SPEC §4 step 5: model id → the names of the models to try after it, in order (as written; they
+    # are looked up when a request needs them, so a model renamed or deleted since is simply skipped).
+    fallbacks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,9 +269,16 @@ def build_snapshot(
             r["upstream_name"],
             _freeze(dict(r["pricing"])) if r["pricing"] else None,
             r["enabled"],
+            nano_prices(r["pricing"]),
         )
         for r in ordered_bindings
     }
+    for binding in bindings.values():
+        if binding.enabled and binding.prices is None and _unpriced(binding.pricing):
+            problems.append(
+                f"binding {binding.name} has no pricing: its calls cost nothing in usage (cost_nanos null) "
+                "and spend limits do not count them; set pricing, or pricing: from_catalog"
+            )
     policies = {
         r["id"]: Policy(
             r["id"],
@@ -275,6 +289,7 @@ def build_snapshot(
             tuple(RateLimitRule.model_validate(x) for x in r["rate_limit"].get("rules", [])),
             r["payload_logging"],
             r["enabled"],
+            _fallbacks(r.get("fallbacks"), models, aliases),
         )
         for r in rows["policies"]
     }
@@ -315,6 +330,26 @@ def build_snapshot(
         signing_key_ids=key_ids,
         revoked_jtis=_freeze({r["jti"]: r["expires_at"] for r in rows.get("revoked_tokens", [])}),
     )
+
+
+def _fallbacks(
+    written: Mapping[str, list[str]] | None, models: Mapping[str, Model], aliases: Mapping[str, list[str]]
+) -> Mapping[str, tuple[str, ...]]:
+    """A policy's ``fallbacks`` keyed by model id (the key may be written as a name or an alias)."""
+    if not written:
+        return _EMPTY
+    ids = {m.name: m.id for m in models.values()}
+    for model_id, names in aliases.items():
+        for alias in names:
+            ids.setdefault(alias, model_id)
+    return _freeze({ids[k]: tuple(v) for k, v in written.items() if k in ids})
+
+
+_EMPTY: Mapping[str, tuple[str, ...]] = MappingProxyType({})
+
+
+def _unpriced(pricing: Mapping[str, Any] | None) -> bool:
+    return pricing is None or not all(isinstance(pricing.get(k), int | float) for k in ("input", "output"))
 
 
 def _key_value(

@@ -103,8 +103,45 @@ def migrate() -> None:
 @app.command("config")
 def show_config() -> None:
     """Print the effective configuration, secrets masked."""
-    for name, value in _settings().masked().items():
+    settings = _settings()
+    for name, value in settings.masked().items():
         out.print(f"{name}={'' if value is None else value}", highlight=False)
+    from relay.pricing.catalog import load_catalog
+
+    prices = load_catalog()
+    out.print(f"price catalog: {len(prices.models)} models, prices checked {prices.date}", highlight=False)
+    out.print(f"unpriced bindings: {_unpriced_bindings(settings.database_url)}", highlight=False)
+
+
+def _unpriced_bindings(database_url: str) -> str:
+    """The enabled bindings without prices (SPEC §8: their calls are not priced, budgets skip them),
+    read from the database if it answers within 5 s; never creates a database file."""
+    from relay.store import catalog as store
+    from relay.store import tables
+    from relay.store.engine import create_engine
+
+    if database_url.startswith("sqlite:///") and not Path(database_url.removeprefix("sqlite:///")).exists():
+        return "none (no database yet)"
+
+    async def read() -> list[str]:
+        engine = create_engine(database_url)
+        try:
+            async with engine.connect() as conn:
+                rows = await store.list_rows(conn, tables.bindings)
+        finally:
+            await engine.dispose()
+        return [
+            r["name"]
+            for r in rows
+            if r["enabled"]
+            and not all(isinstance((r["pricing"] or {}).get(k), int | float) for k in ("input", "output"))
+        ]
+
+    try:
+        names = asyncio.run(asyncio.wait_for(read(), 5))
+    except Exception:  # unreachable, not migrated: config still prints; the URL may hold a password
+        return "unknown (the database did not answer)"
+    return ", ".join(names) if names else "none"
 
 
 def _admin_client() -> httpx.Client:

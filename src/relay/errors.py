@@ -9,6 +9,7 @@
     ├── Unprocessable         422   unprocessable
     ├── PayloadTooLarge       413   payload_too_large
     ├── RateLimited           429   rate_limit_exceeded (+ retry_after)
+    │   └── BudgetExceeded    429   budget_exceeded (a spend limit, SPEC §5)
     └── Unavailable           503   a specific code (no_binding, no_keys, ...)
 
 Each boundary (control API, inference API, batch runner) renders these in its own wire shape; the
@@ -77,6 +78,13 @@ class RateLimited(RelayError):
     def __init__(self, message: str, *, retry_after: float) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class BudgetExceeded(RateLimited):
+    """A spend limit (meter ``cost_usd``) is spent for the current window; a ``RateLimited`` so every
+    boundary that renders a 429 with ``Retry-After`` renders this one the same way."""
+
+    code = "budget_exceeded"
 
 
 class Unavailable(RelayError):

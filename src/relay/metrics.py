@@ -110,6 +110,15 @@ class Metrics:
                 registry=registry,
             )
         )
+        self.fallbacks = Children(
+            Counter(
+                "relay_fallbacks_total",
+                "Requests routed to a fallback model (SPEC §4 step 5), by requested model, fallback "
+                "and the error that sent them there",
+                ["from_model", "to_model", "reason"],
+                registry=registry,
+            )
+        )
         self.breaker_open = Children(
             Gauge(
                 "relay_breaker_open",

@@ -23,8 +23,10 @@ from relay.adapters import StreamTap, Usage, build_upstream_request, usage_from_
 from relay.auth import Principal
 from relay.catalog import HostKey
 from relay.errors import RelayError
+from relay.fallbacks import Fallbacks, is_trigger
 from relay.keypool import Failure, KeyPool, classify
 from relay.metrics import Metrics
+from relay.pricing import cost_from_prices, cost_nanos
 from relay.ratelimit import RateLimiter, Reservation
 from relay.routing import Plan
 from relay.upstream import Upstream, UpstreamConnectionError, UpstreamResponse, UpstreamTimeout
@@ -55,6 +57,12 @@ class Call:
     # Upstream attempts started so far: the pipeline counts them as it goes, so a caller that cancels
     # the call (a batch item's timeout) can still record how many were made.
     attempts: int = 0
+    # SPEC §4 step 5: the requested model's fallbacks (None: none). ``primary_error`` is set when the
+    # requested model could not be routed and ``plan`` is already a fallback; ``fallback_from`` names
+    # the requested model once ``plan`` is a fallback (the pipeline moves ``plan``/``shape``/``body``).
+    fallbacks: Fallbacks | None = None
+    primary_error: RelayError | None = None
+    fallback_from: str | None = None
 
 
 @dataclass(slots=True)
@@ -70,6 +78,7 @@ class Outcome:
     upstream_ms: int = 0
     error_kind: str | None = None  # "upstream_status" when the upstream answered non-2xx
     _settle: object = None
+    fallback_from: str | None = None  # the requested model, when a fallback answered (SPEC §4)
 
     async def finish(self) -> Usage:
         """Settle a stream (usage from the tap, rate-limit commit); idempotent; a no-op for bodies."""
@@ -78,6 +87,16 @@ class Outcome:
         if settle is not None:
             await settle()  # type: ignore[operator]
         return self.usage
+
+
+def _cost(reservation: Reservation, plan: Plan, usage: Usage) -> int | None:
+    """The call's priced cost in nano-USD, computed only when a budget will count it (SPEC §5, §8)."""
+    if not reservation.needs_cost or not (usage.input_tokens or usage.output_tokens):
+        return None
+    binding = plan.binding
+    if binding.prices is not None:
+        return cost_from_prices(binding.prices, usage)
+    return cost_nanos(binding.pricing, usage)
 
 
 class Pipeline:
@@ -97,21 +116,53 @@ class Pipeline:
                 self._metrics.breaker_open.labels(key.id).set(1)
 
     async def run(self, call: Call) -> Outcome:
-        reservation = await self._limiter.reserve(call.principal.policy, call.principal.credential_id)
+        principal = call.principal
+        reservation = await self._limiter.reserve(
+            principal.policy,
+            principal.credential_id,
+            project_id=principal.project_id,
+            team_id=principal.team_id,
+        )
         try:
-            outcome = await self._attempts(call, reservation)
+            outcome = await self._plans(call, reservation)
         except BaseException:
             await self._limiter.commit(reservation, Usage())
             raise
         if outcome.chunks is None:
-            await self._limiter.commit(reservation, outcome.usage)
+            cost = _cost(reservation, call.plan, outcome.usage)
+            await self._limiter.commit(reservation, outcome.usage, cost)
         return outcome
+
+    async def _plans(self, call: Call, reservation: Reservation) -> Outcome:
+        """The fallback loop (SPEC §4 step 5): try the call's plan; on a trigger error — which is only
+        ever raised before any byte reached the caller — move to the next usable fallback. Exhausted:
+        the primary's error. One reservation covers every plan: a request is counted once."""
+        error = call.primary_error
+        reason = error.code if error is not None else ""
+        while True:
+            if call.fallback_from is not None and self._metrics is not None:
+                self._metrics.fallbacks.labels(call.fallback_from, call.plan.model.name, reason).inc()
+            try:
+                outcome = await self._attempts(call, reservation)
+            except RelayError as exc:
+                if call.fallbacks is None or not is_trigger(exc):
+                    raise
+                error = error or exc
+                reason = exc.code
+                candidate = call.fallbacks.next()
+                if candidate is None:
+                    raise error from None
+                call.plan, call.shape, call.body = candidate.plan, candidate.shape, candidate.body
+                call.fallback_from = call.fallbacks.requested_name
+                continue
+            outcome.fallback_from = call.fallback_from
+            return outcome
 
     async def _attempts(self, call: Call, reservation: Reservation) -> Outcome:
         plan = call.plan
         candidates = await self._pool.candidates(call.principal.policy, plan.keys, plan.host.name)
         last_status = 0
-        attempts = 0
+        attempts = call.attempts  # cumulative over the plans of a request that fell back
         started = time.perf_counter()
         for key in candidates[:MAX_FAILOVER]:
             attempts += 1
@@ -192,7 +243,7 @@ class Pipeline:
 
         async def settle() -> None:
             outcome.usage = tap.usage
-            await self._limiter.commit(reservation, tap.usage)
+            await self._limiter.commit(reservation, tap.usage, _cost(reservation, call.plan, tap.usage))
 
         outcome.chunks = relay_chunks()
         outcome._settle = settle

@@ -11,15 +11,23 @@ Invariants:
 
 - a policy without rules costs nothing: no state call at reserve, none at commit;
 - at most one state round trip per phase, whatever the number of rules;
-- counters are keyed by ``policy id + short hash of (meter, window seconds, per)`` (+ the credential id
-  for ``per: credential``): stable across snapshot reloads and replicas, and independent of the rule's
-  position in the list. Changing a rule's ``limit`` keeps its counter; changing its meter, window or
-  ``per`` starts a new one. Two rules with the same (meter, window, per) are one counter, checked against
-  the stricter limit (checking both would count the request twice);
+- counters are keyed by ``policy id + short hash of (meter, window seconds, per)`` (+ the credential,
+  project or team id for ``per: credential``, ``project``, ``team``): stable across snapshot reloads
+  and replicas, and independent of the rule's position in the list. Changing a rule's ``limit`` keeps
+  its counter; changing its meter, window or ``per`` starts a new one. Two rules with the same
+  (meter, window, per) are one counter, checked against the stricter limit (checking both would count
+  the request twice);
 - shared state down (``StateUnavailable``) fails *open*: requests are admitted, a warning is logged at
   most once a minute and the ``on_fail_open`` hook counts every occurrence. Limits protect budgets and
   upstream quotas; refusing all traffic because the counter store is away would turn a Redis outage
   into a full outage.
+
+Spend limits (budgets, meter ``cost_usd``) are one more token-like meter: the window's counter holds
+integer nano-USD; reserve checks that the committed spend is below the limit (the same ``window_peek``
+check as token meters, in the same round trip), commit adds the call's priced cost (in the same
+round trip as the token adds). A refusal is :class:`relay.errors.BudgetExceeded`
+(``budget_exceeded``, ``budget exceeded: …``). :meth:`RateLimiter.spend` reads what each budget's
+current window holds, for ``GET /api/policies/{ref}/spend`` (control plane, not the hot path).
 """
 
 from __future__ import annotations
@@ -31,11 +39,14 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
 
 from relay.adapters.base import Usage
 from relay.catalog import Policy
 from relay.domain.ratelimits import RateLimitRule, window_seconds
-from relay.errors import RateLimited
+from relay.errors import BudgetExceeded, RateLimited
 from relay.state import LimitCheck, SharedState, StateUnavailable
 
 log = logging.getLogger("relay.ratelimit")
@@ -49,7 +60,8 @@ WARN_EVERY_S = 60.0
 #: simply dropped when it grows past this (old snapshots' policies are then released).
 MAX_CACHED_PLANS = 4096
 
-_TOKEN_METERS = frozenset(("tokens", "input_tokens", "output_tokens"))
+_TOKEN_METERS = frozenset(("tokens", "input_tokens", "output_tokens", "cost_usd"))
+_NANOS_PER_USD = Decimal(1_000_000_000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +71,7 @@ class Reservation:
     lease_id: str
     token_windows: tuple[tuple[str, int, str], ...]  # (state key, window_s, meter) for token meters
     concurrency_keys: tuple[str, ...]
+    needs_cost: bool = False  # some window is a cost_usd budget: commit needs the call's priced cost
 
 
 #: The reservation of every request that has nothing to commit (shared: the fast path allocates nothing).
@@ -74,8 +87,13 @@ class _Rule:
     meter: str
     limit: int
     window_s: int
-    per_credential: bool
+    per: str
     message: str
+    display_limit: str = ""  # the rule's limit as written (a budget's USD amount)
+
+    @property
+    def per_caller(self) -> bool:
+        return self.per != "policy"
 
     def check(self, key: str) -> LimitCheck:
         if self.kind == "concurrency":
@@ -93,8 +111,9 @@ class _Plan:
     checks: tuple[LimitCheck, ...]  # per-policy checks (static)
     token_windows: tuple[tuple[str, int, str], ...]  # per-policy token windows (static)
     concurrency_keys: tuple[str, ...]  # per-policy concurrency keys (static)
-    per_credential: tuple[_Rule, ...]
+    per_caller: tuple[_Rule, ...]  # rules counted per credential, project or team
     needs_lease: bool  # some rule is a concurrency rule
+    needs_cost: bool  # some rule is a cost_usd budget
 
 
 def _state_key(policy_id: str, meter: str, window_s: int, per: str) -> str:
@@ -108,36 +127,65 @@ def _compile(policy: Policy) -> _Plan:
         # A concurrency limit has no window: its counter must not change when the (ignored) window does.
         window_s = 0 if rule.meter == "concurrency" else window_seconds(rule.window)
         ident = (rule.meter, window_s, rule.per)
-        if ident not in strictest or rule.limit < strictest[ident].limit:
+        if ident not in strictest or rule.limit_nanos < strictest[ident].limit_nanos:
             strictest[ident] = rule
     rules: list[_Rule] = []
     for (meter, window_s, per), rule in strictest.items():
         kind = "concurrency" if meter == "concurrency" else "peek" if meter in _TOKEN_METERS else "window"
+        shown = ""
         if kind == "concurrency":
             text = f'rate limit exceeded: policy "{policy.name}" allows {rule.limit} concurrent requests'
+        elif meter == "cost_usd":
+            shown = _usd(rule.limit_nanos)
+            text = f'budget exceeded: policy "{policy.name}" allows ${shown} per {rule.window}'
         else:
             text = (
                 f'rate limit exceeded: policy "{policy.name}" allows {rule.limit} {meter} per {rule.window}'
             )
-        if per == "credential":
-            text += " per credential"
+        if per != "policy":
+            text += f" per {per}"
         key = _state_key(policy.id, meter, window_s, per)
-        rules.append(_Rule(key, kind, meter, rule.limit, window_s, per == "credential", text))
-    shared = [r for r in rules if not r.per_credential]
+        rules.append(_Rule(key, kind, meter, rule.limit_nanos, window_s, per, text, shown))
+    shared = [r for r in rules if not r.per_caller]
     return _Plan(
         rules=tuple(rules),
         checks=tuple(r.check(r.key) for r in shared),
         token_windows=tuple((r.key, r.window_s, r.meter) for r in shared if r.kind == "peek"),
         concurrency_keys=tuple(r.key for r in shared if r.kind == "concurrency"),
-        per_credential=tuple(r for r in rules if r.per_credential),
+        per_caller=tuple(r for r in rules if r.per_caller),
         needs_lease=any(r.kind == "concurrency" for r in rules),
+        needs_cost=any(r.meter == "cost_usd" for r in rules),
     )
 
 
-def _tokens(meter: str, usage: Usage) -> int:
+def _usd(nanos: int) -> str:
+    """Nano-USD as a plain decimal string of dollars (``12500000000`` → ``12.5``)."""
+    text = format((Decimal(nanos) / _NANOS_PER_USD).normalize(), "f")
+    return text
+
+
+def _caller_key(rule: _Rule, credential_id: str, project_id: str, team_id: str) -> str:
+    if rule.per == "credential":
+        return f"{rule.key}:{credential_id}"
+    if rule.per == "project":
+        return f"{rule.key}:{project_id}"
+    return f"{rule.key}:{team_id}"
+
+
+def _tokens(meter: str, usage: Usage, cost: int) -> int:
+    if meter == "cost_usd":
+        return cost
     if meter == "tokens":
         return usage.input_tokens + usage.output_tokens
     return usage.input_tokens if meter == "input_tokens" else usage.output_tokens
+
+
+def _json_usd(nanos: int) -> int | float:
+    """Nano-USD as a JSON number of dollars: an int when whole, else the float of the exact decimal
+    (JSON has no decimal type; its shortest repr prints the exact digits for any amount ≤ 2**53 nanos)."""
+    if nanos % 1_000_000_000 == 0:
+        return nanos // 1_000_000_000
+    return float(Decimal(nanos) / _NANOS_PER_USD)
 
 
 class RateLimiter:
@@ -180,7 +228,9 @@ class RateLimiter:
         self._plans[id(policy)] = (policy, plan)
         return plan
 
-    async def reserve(self, policy: Policy, credential_id: str) -> Reservation:
+    async def reserve(
+        self, policy: Policy, credential_id: str, *, project_id: str = "", team_id: str = ""
+    ) -> Reservation:
         """Admit one request under every rule of ``policy``, or raise :class:`RateLimited`.
 
         ``requests`` windows take 1 and ``concurrency`` takes a lease at once; token meters only check
@@ -196,14 +246,16 @@ class RateLimiter:
         checks = plan.checks
         token_windows = plan.token_windows
         concurrency_keys = plan.concurrency_keys
-        if plan.per_credential:
-            extra = [(f"{rule.key}:{credential_id}", rule) for rule in plan.per_credential]
+        if plan.per_caller:
+            extra = [
+                (_caller_key(rule, credential_id, project_id, team_id), rule) for rule in plan.per_caller
+            ]
             checks += tuple(rule.check(key) for key, rule in extra)
             token_windows += tuple((key, r.window_s, r.meter) for key, r in extra if r.kind == "peek")
             concurrency_keys += tuple(key for key, r in extra if r.kind == "concurrency")
         lease_id = f"{self._lease_prefix}.{next(self._lease_seq)}" if plan.needs_lease else ""
         if token_windows or concurrency_keys:
-            reservation = Reservation(lease_id, token_windows, concurrency_keys)
+            reservation = Reservation(lease_id, token_windows, concurrency_keys, plan.needs_cost)
         else:
             reservation = EMPTY_RESERVATION
         if self._skip_state_until and time.monotonic() < self._skip_state_until:
@@ -218,21 +270,23 @@ class RateLimiter:
             return reservation
         if verdict.admitted:
             return reservation
-        raise RateLimited(
-            self._message(plan, verdict.failed_key, credential_id), retry_after=max(1.0, verdict.retry_after)
-        )
+        failed = self._failed_rule(plan, verdict.failed_key, credential_id, project_id, team_id)
+        error = BudgetExceeded if failed.meter == "cost_usd" else RateLimited
+        raise error(failed.message, retry_after=max(1.0, verdict.retry_after))
 
-    async def commit(self, reservation: Reservation, usage: Usage) -> None:
+    async def commit(self, reservation: Reservation, usage: Usage, cost_nanos: int | None = 0) -> None:
         """Add the request's actual tokens to its token windows and release its concurrency leases.
 
         Call exactly once per successful :meth:`reserve`, whatever happened upstream; pass the usage
-        that was actually consumed (``Usage()`` when the upstream failed before answering). Never
+        that was actually consumed (``Usage()`` when the upstream failed before answering) and, when
+        ``reservation.needs_cost``, its priced cost in nano-USD (None or 0 when unpriced). Never
         raises for a state failure: the lease then expires after ``lease_s``.
         """
+        cost = cost_nanos or 0
         adds = [
             (key, window_s, amount)
             for key, window_s, meter in reservation.token_windows
-            if (amount := _tokens(meter, usage)) > 0
+            if (amount := _tokens(meter, usage, cost)) > 0
         ]
         if not adds and not reservation.concurrency_keys:
             return
@@ -243,11 +297,52 @@ class RateLimiter:
             self._failed_open("commit", exc)
 
     @staticmethod
-    def _message(plan: _Plan, failed_key: str | None, credential_id: str) -> str:
+    def _failed_rule(
+        plan: _Plan, failed_key: str | None, credential_id: str, project_id: str, team_id: str
+    ) -> _Rule:
         for rule in plan.rules:
-            if failed_key == (f"{rule.key}:{credential_id}" if rule.per_credential else rule.key):
-                return rule.message
-        return plan.rules[0].message  # unreachable unless the store reports a key it was not given
+            key = _caller_key(rule, credential_id, project_id, team_id) if rule.per_caller else rule.key
+            if failed_key == key:
+                return rule
+        return plan.rules[0]  # unreachable unless the store reports a key it was not given
+
+    async def spend(self, policy: Policy) -> list[dict[str, Any]]:
+        """What each budget rule's current window has spent (SPEC §5 ``GET /api/policies/{ref}/spend``).
+
+        One entry per counter that holds spend in the current window (for ``per: policy``, always the
+        one entry, keyed by the policy id). Amounts are exact nano-USD inside and rendered as JSON
+        numbers of dollars at this edge. Raises ``StateUnavailable`` when the store does not answer.
+        """
+        out: list[dict[str, Any]] = []
+        for index, rule in enumerate(policy.rules):
+            if rule.meter != "cost_usd":
+                continue
+            window_s = window_seconds(rule.window)
+            key = _state_key(policy.id, "cost_usd", window_s, rule.per)
+            used, window_end = await self._state.window_usage(key, window_s, per_caller=rule.per != "policy")
+            if rule.per == "policy":
+                used.setdefault("", 0)
+            limit = rule.limit_nanos
+            resets_at = datetime.fromtimestamp(window_end, UTC).isoformat().replace("+00:00", "Z")
+            entries = [
+                {
+                    "key": suffix or policy.id,
+                    "spent_usd": _json_usd(spent),
+                    "remaining_usd": _json_usd(max(0, limit - spent)),
+                    "resets_at": resets_at,
+                }
+                for suffix, spent in sorted(used.items())
+            ]
+            out.append(
+                {
+                    "index": index,
+                    "window": rule.window,
+                    "per": rule.per,
+                    "limit_usd": _json_usd(limit),
+                    "entries": entries,
+                }
+            )
+        return out
 
     def _failed_open(self, phase: str, exc: StateUnavailable | None) -> None:
         now = time.monotonic()

@@ -25,17 +25,15 @@ import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
-from decimal import ROUND_HALF_UP, Decimal
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from relay.adapters.base import Usage
 from relay.payloadlog import PayloadRecord
+from relay.pricing import cost_nanos
 from relay.store import usage as store
 
 if TYPE_CHECKING:  # types only: the pipeline never imports this module
@@ -55,6 +53,7 @@ _DROP_LABELS: Final = {
 _CLIPS: Final = (
     ("request_id", 100),
     ("model", 200),
+    ("requested_model", 200),
     ("upstream_model", 200),
     ("host", 63),
     ("error_kind", 64),
@@ -90,6 +89,7 @@ class UsageEvent:
     error_kind: str | None = None
     error_message: str | None = None
     model: str = ""
+    requested_model: str | None = None  # the model asked for; != model only after a fallback (SPEC §4)
     upstream_model: str = ""
     host: str = ""
     adapter: str = ""
@@ -116,16 +116,6 @@ class UsageEvent:
 
 
 _EVENT_FIELDS: Final = tuple(f.name for f in fields(UsageEvent))
-_MILLION = Decimal(1_000_000)
-_NANOS_PER_USD = Decimal(1_000_000_000)
-
-
-def _price(pricing: Mapping[str, float | None], key: str) -> Decimal | None:
-    value = pricing.get(key)
-    if value is None or isinstance(value, bool):
-        return None
-    # str() first: Decimal(0.15) is 0.1499999999999999944488848768…, Decimal("0.15") is 0.15.
-    return Decimal(str(value))
 
 
 def outcome_fields(plan: Plan | None, outcome: Outcome | None, requested_model: str) -> dict[str, Any]:
@@ -138,6 +128,12 @@ def outcome_fields(plan: Plan | None, outcome: Outcome | None, requested_model: 
     priced = outcome is not None and outcome.error_kind is None
     return {
         "model": plan.model.name if plan is not None else requested_model,
+        # SPEC §4/§8: differs from model only when a fallback answered
+        "requested_model": (
+            outcome.fallback_from
+            if outcome is not None and outcome.fallback_from
+            else (plan.model.name if plan is not None else requested_model)
+        ),
         "upstream_model": plan.upstream_model if plan is not None else "",
         "host": plan.host.name if plan is not None else "",
         "adapter": plan.binding.adapter if plan is not None else "",
@@ -184,31 +180,6 @@ def attribution_fields(who: Attributed) -> dict[str, Any]:
         "credential_id": who.credential_id,
         "relay_key_hash": who.key_hash,
     }
-
-
-def cost_nanos(pricing: Mapping[str, float | None] | None, usage: Usage) -> int | None:
-    """The price of ``usage`` in integer nano-USD, rounded half up; None when unpriced.
-
-    Pricing is USD per million tokens, i.e. ``price × 1000`` nano-USD per token. Uncached input
-    (``input_tokens - cached_input_tokens``) is charged at ``input``, cached input at ``cached_input``
-    (or ``input`` when that is unset), output at ``output``. Decimal arithmetic: exact for any price
-    written in decimal, so sums over millions of events do not drift. A pricing object without
-    ``input`` or ``output`` is treated as unpriced rather than guessed.
-    """
-    if pricing is None:
-        return None
-    input_price = _price(pricing, "input")
-    output_price = _price(pricing, "output")
-    if input_price is None or output_price is None:
-        return None
-    cached_price = _price(pricing, "cached_input")
-    if cached_price is None:
-        cached_price = input_price
-    cached = usage.cached_input_tokens
-    uncached = max(0, usage.input_tokens - cached)
-    usd_per_million = uncached * input_price + cached * cached_price + usage.output_tokens * output_price
-    nanos = usd_per_million * _NANOS_PER_USD / _MILLION
-    return int(nanos.quantize(Decimal(1), rounding=ROUND_HALF_UP))
 
 
 class _DropReport:

@@ -81,3 +81,25 @@ def test_round_robin_counter_is_shared_by_the_replicas(
     called = keys_called(fake)
     assert sorted(called[:2]) == sorted([s.value(0), s.value(1)])  # one counter: alternates
     assert called[2:] == called[:2]
+
+
+async def test_budget_is_shared_by_the_replicas_and_overshoots_by_at_most_the_calls_in_flight(
+    replicas: tuple[Gateway, Gateway], fake: FakeUpstream
+) -> None:
+    # SPEC §5: each call costs 8 000 nano-USD (2 + 3 tokens at $1 / $2 per million); $0.00008 = 10 calls.
+    s = scenario_on_both(replicas, rules=[{"meter": "cost_usd", "limit": "0.00008", "window": "30d"}])
+    wave = 6  # calls in flight at once, three per replica
+    statuses: list[int] = []
+    while 429 not in statuses:
+        statuses += await post_all(replicas, s, wave)
+    admitted = statuses.count(200)
+    # Admitted while the committed spend is below the limit: at least the 10 it pays for, and at most
+    # the calls that were in flight (one wave, less the one that crossed) when it ran out.
+    assert 10 <= admitted <= 10 + wave - 1, statuses
+    assert fake.stats()["requests"] == admitted
+    spent = {}
+    for gateway in replicas:  # both replicas read the one shared counter
+        [rule] = gateway.relay.api("GET", f"/api/policies/{s.policy}/spend").json()["rules"]
+        spent[gateway.url] = rule["entries"][0]["spent_usd"]
+        assert gateway.chat(s.model, key=s.key).json()["error"]["code"] == "budget_exceeded"
+    assert set(spent.values()) == {admitted * 8000 / 1e9}

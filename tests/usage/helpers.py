@@ -44,6 +44,7 @@ def make_event(**overrides: Any) -> UsageEvent:
         "relay_key_hash": "ab" * 32,
     }
     fields.update(overrides)
+    fields.setdefault("requested_model", fields["model"])  # no fallback: the model asked for answered
     return UsageEvent(**fields)
 
 

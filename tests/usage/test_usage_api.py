@@ -202,6 +202,38 @@ def test_summary_for_every_group(relay: RelayProcess) -> None:
     }
 
 
+def test_summary_by_credential_names_relay_keys(relay: RelayProcess) -> None:
+    """SPEC §8 extension (issue 20): ``group_by=credential`` — which key spent this."""
+    team = relay.create("teams", {"name": uniq("team")})
+    project = relay.create("projects", {"name": uniq("prj"), "team": team["name"]})
+    account = relay.create("service-accounts", {"name": uniq("sa"), "project": project["name"]})
+    response = relay.api(
+        "POST",
+        "/api/keys",
+        {"principal_kind": "serviceaccount", "principal": account["name"], "name": uniq("k")},
+    )
+    assert response.status_code == 201, response.text
+    key = response.json()["key"]
+    scope = {"project_id": project["id"], "team_id": team["id"]}
+    seed(
+        relay,
+        [make_event(credential_id=key["id"], cost_nanos=700, **scope) for _ in range(3)]
+        + [make_event(credential_kind="token", credential_id="jti-abc", cost_nanos=50, **scope)],
+    )
+    response = relay.control.get(
+        "/api/usage/summary", params={"group_by": "credential", "project": project["id"]}
+    )
+    assert response.status_code == 200, response.text
+    rows = {r["group"]: r for r in response.json()["rows"]}
+    assert set(rows) == {key["id"], "jti-abc"}
+    assert (rows[key["id"]]["requests"], rows[key["id"]]["cost_nanos"], rows[key["id"]]["name"]) == (
+        3,
+        2100,
+        key["name"],
+    )
+    assert rows["jti-abc"]["cost_nanos"] == 50 and rows["jti-abc"]["name"] is None
+
+
 @pytest.mark.parametrize(
     ("params", "named"),
     [({}, "group_by"), ({"group_by": "user"}, "group_by"), ({"group_by": "day", "limit": "5"}, "limit")],

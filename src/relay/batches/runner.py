@@ -37,7 +37,8 @@ from relay.batches.views import BatchRecord
 from relay.catalog import Snapshot
 from relay.domain.batches import ResponseRef
 from relay.domain.ids import mint_id
-from relay.errors import RateLimited, RelayError
+from relay.errors import InvalidRequest, RateLimited, RelayError
+from relay.fallbacks import Route, fallbacks_for, reroute
 from relay.pipeline import Call, Outcome, Pipeline, UpstreamUnavailable
 from relay.routing import Plan, resolve
 from relay.tokens import TokenClaims
@@ -137,13 +138,24 @@ class ItemRunner:
             body = _parse(raw)
             requested = body.get("model")
             model = requested if isinstance(requested, str) else ""
-            plan = _route(principal, body, snap)
-            shape = _wire_shape(batch.inbound_shape, plan)
+            chosen = _route(principal, body, snap, batch.inbound_shape)
+            plan = chosen.plan if chosen.primary_error is None else None
             budget = asyncio.timeout(self._timeout_s)
-            call = Call(principal, plan, shape, body, {}, stream=False)
+            call = Call(
+                principal,
+                chosen.plan,
+                chosen.shape,
+                body,
+                {},
+                stream=False,
+                fallbacks=chosen.fallbacks,
+                primary_error=chosen.primary_error,
+                fallback_from=chosen.fallback_from,
+            )
             try:
                 async with budget:
                     outcome = await self._pipeline.run(call)
+                plan = call.plan  # the plan that answered: a fallback's, after one
             except TimeoutError:
                 if not budget.expired():
                     raise  # not the item's budget: a bug somewhere below, reported as such
@@ -265,16 +277,31 @@ def _parse(raw: bytes) -> dict:
     return body
 
 
-def _route(principal: Principal, body: dict, snap: Snapshot) -> Plan:
+def _route(principal: Principal, body: dict, snap: Snapshot, inbound: str) -> Route:
+    """The item's plan and fallbacks (SPEC §4 step 5: a batch item only falls back to models of its
+    own shape), or the §10.4 failure."""
     model = body.get("model")
     if model is None:
         raise _Discard("missing_model", "routing: request body has no 'model'")
     if not isinstance(model, str) or not model.strip():
         raise _Discard("missing_model", "routing: 'model' must be a non-empty string")
+
+    def admit_plan(plan: Plan) -> tuple[str, dict]:
+        return _wire_shape(inbound, plan), body
+
+    policy = principal.policy
     try:
-        return resolve(principal.policy, model, snap)
+        plan = resolve(policy, model, snap)
     except RelayError as exc:
-        raise _Discard(exc.code, f"routing: {exc.message}") from None
+        try:
+            return reroute(policy, model, snap, admit_plan, exc)
+        except RelayError as final:
+            raise _Discard(final.code, f"routing: {final.message}") from None
+    try:
+        shape = _wire_shape(inbound, plan)
+    except RelayError as exc:
+        raise _Discard(exc.code, exc.message) from None
+    return Route(plan, shape, body, fallbacks_for(policy, model, snap, admit_plan))
 
 
 def _wire_shape(inbound: str, plan: Plan) -> str:
@@ -284,7 +311,9 @@ def _wire_shape(inbound: str, plan: Plan) -> str:
     admission = admit(inbound, adapter, host=plan.host.name, batch=True)
     if admission.dispatch is Dispatch.PASS_THROUGH:
         return admission.wire_shape
-    raise _Discard("cross_shape", f"cross-shape dispatch: item shape {inbound}, binding adapter {adapter}")
+    raise InvalidRequest(
+        f"cross-shape dispatch: item shape {inbound}, binding adapter {adapter}", code="cross_shape"
+    )
 
 
 def response_lost(result: ItemResult, exc: OSError) -> ItemResult:

@@ -167,7 +167,7 @@ class ApplyService:
                 ]
             elif child.target is not None:
                 out[child.field] = [await self._name(conn, child.target, item) for item in data[child.field]]
-        if "pricing" in out and out["pricing"] is not None:
+        if isinstance(out.get("pricing"), dict):
             out["pricing"] = dict(out["pricing"])
         return out
 

@@ -19,12 +19,15 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from relay.control.kinds import ChildList, Kind, RefField
+from relay.domain.catalog import FROM_CATALOG
 from relay.domain.ids import mint_id
 from relay.errors import Conflict, InvalidRequest, NotFound, Unprocessable
 from relay.passwords import hash_password
+from relay.pricing.catalog import PriceCatalog, load_catalog
 from relay.secrets import SecretBox
 from relay.store import catalog as store
 from relay.store.catalog import Row, utcnow
+from relay.store.tables import models as models_table
 
 _HIDDEN_COLUMNS = {"password_hash", "value_encrypted"}
 
@@ -55,6 +58,7 @@ class CatalogService:
         self._engine = engine
         self._box = box
         self._announce = announce
+        self._prices: PriceCatalog | None = None
 
     async def announce(self) -> None:
         """Make this replica serve the committed change before answering (other replicas learn of it
@@ -167,6 +171,8 @@ class CatalogService:
         rendered = await self.render_one(conn, kind, object_id)
         fields = set(kind.spec.model_fields) - set(kind.write_only)
         out = {name: rendered[name] for name in fields if name in rendered}
+        if kind.name == "Binding" and isinstance(out.get("pricing"), dict) and "written_as" in out["pricing"]:
+            out["pricing"] = out["pricing"]["written_as"]  # a catalog reference, as it was written
         for child in kind.children:
             if child.ref_fields:
                 out[child.field] = [
@@ -198,6 +204,10 @@ class CatalogService:
         if kind.name == "User" and "password" in given:
             password = data.get("password")
             values["password_hash"] = await hash_password(password) if password else None
+        if kind.name == "Binding":
+            values["pricing"] = await self._pricing(conn, data)
+        if kind.name == "Policy":
+            await self._check_fallbacks(conn, data["fallbacks"])
         if kind.name == "HostKey":
             if data.get("value") is not None and "value" in given:
                 values["value_encrypted"] = self._box.seal(data["value"], bound_to=object_id)
@@ -207,6 +217,59 @@ class CatalogService:
             else:
                 values.pop("value_from_env")  # neither source given: keep the stored one
         return values
+
+    async def _check_fallbacks(self, conn: AsyncConnection, fallbacks: Mapping[str, list[str]]) -> None:
+        """Every model a policy's ``fallbacks`` names exists (by name or alias), and none falls back to
+        itself under another name (SPEC §4: the map is refused whole, nothing is written)."""
+        if not fallbacks:
+            return
+        names = {name for model, chain in fallbacks.items() for name in (model, *chain)}
+        found = await store.model_ids_by_name(conn, names)
+        for model, chain in fallbacks.items():
+            for name in (model, *chain):
+                if name not in found:
+                    raise InvalidRequest(f"fallbacks.{model}: model {name!r} not found")
+            if any(found[name] == found[model] for name in chain):
+                raise InvalidRequest(f"fallbacks.{model}: a model cannot fall back to itself")
+
+    def price_catalog(self) -> PriceCatalog:
+        """The shipped price catalog, read on first use (only bindings that reference it need it)."""
+        if self._prices is None:
+            self._prices = load_catalog()
+        return self._prices
+
+    async def _pricing(self, conn: AsyncConnection, data: Mapping[str, Any]) -> Any:
+        """A binding's stored ``pricing``: typed prices as they are; a catalog reference resolved to
+        the entry's prices now (the hot path then reads plain numbers), keeping what was written
+        (``written_as``, what export and PATCH show), the entry's name and the catalog's date."""
+        pricing = data.get("pricing")
+        if pricing != FROM_CATALOG and not (isinstance(pricing, dict) and "from_catalog" in pricing):
+            return pricing
+        prices = self.price_catalog()
+        if isinstance(pricing, dict):
+            entry = prices.find(pricing["from_catalog"])
+            if entry is None:
+                raise InvalidRequest(
+                    f"pricing.from_catalog: {pricing['from_catalog']!r} is not in the price catalog "
+                    f"(dated {prices.date}); see docs/policies.md for its models, or type the prices"
+                )
+        else:
+            model_id = await store.resolve_ref(conn, models_table, data["model"])
+            names = await store.names(conn, models_table, [model_id]) if model_id is not None else {}
+            model_name = names.get(model_id or "", "")
+            candidates = [str(n) for n in (data.get("upstream_name"), model_name or data["model"]) if n]
+            entry = next((e for n in candidates if (e := prices.find(n)) is not None), None)
+            if entry is None:
+                raise InvalidRequest(
+                    f"pricing: none of {candidates} is in the price catalog (dated {prices.date}); "
+                    "name the entry with pricing: {from_catalog: <name>} or type the prices"
+                )
+        return {
+            **entry.pricing(),
+            "from_catalog": entry.name,
+            "catalog_date": prices.date,
+            "written_as": pricing,
+        }
 
     async def _resolve(self, conn: AsyncConnection, ref: RefField, value: str | None) -> str | None:
         if value is None:
@@ -267,6 +330,8 @@ class CatalogService:
                 item[child.field] = await self._render_children(conn, child, mine)
             if kind.name == "HostKey":
                 item["has_value"] = row["value_encrypted"] is not None
+            if kind.name == "Policy" and item.get("fallbacks") is None:
+                item["fallbacks"] = {}  # written before fallbacks existed (migration 0007)
             out.append(item)
         return out
 

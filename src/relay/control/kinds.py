@@ -155,7 +155,7 @@ POLICY = Kind(
     t.policies,
     spec.PolicySpec,
     plain=("models", "key_selection", "payload_logging", "enabled"),
-    json=("rate_limit",),
+    json=("rate_limit", "fallbacks"),
     children=(
         ChildList(
             "host_keys",

@@ -115,8 +115,10 @@ def mount_usage_routes(
         async with engine.connect() as conn:
             filters = await _filters(conn, params)
             rows = await store.summary(conn, group_by, filters)
-            if group_by in REFS:
-                names = await catalog_store.names(conn, REFS[group_by], [r["group"] for r in rows])
+            if group_by in REFS or group_by == "credential":
+                # A credential group is named by its relay key's name; a token (jti) has no name.
+                table = t.relay_keys if group_by == "credential" else REFS[group_by]
+                names = await catalog_store.names(conn, table, [r["group"] for r in rows])
                 for row in rows:
                     row["name"] = names.get(row["group"])  # None once the object is deleted
         return {"rows": rows}
@@ -231,7 +233,8 @@ async def _filters(conn: AsyncConnection, params: Mapping[str, str]) -> store.Ev
 
 
 def _event(row: Row) -> Row:
-    return {**row, "ts": rfc3339(row["ts"])}
+    # Events written before requested_model existed (migration 0007) cannot have fallen back.
+    return {**row, "ts": rfc3339(row["ts"]), "requested_model": row.get("requested_model") or row["model"]}
 
 
 def _body(raw: bytes) -> Any:

@@ -134,12 +134,23 @@ class Pricing(_Strict):
     cached_input: float | None = Field(None, ge=0)
 
 
+class CatalogPricing(_Strict):
+    """Prices taken from Relay's price catalog entry ``from_catalog`` (``relay.pricing.catalog``)."""
+
+    from_catalog: str = Field(min_length=1, max_length=200)
+
+
+#: ``pricing: from_catalog`` — the catalog entry named like the binding's upstream name, else its model.
+FROM_CATALOG = "from_catalog"
+
+
 class BindingSpec(_Named):
     model: Ref
     host: Ref
     adapter: Adapter
     upstream_name: str | None = Field(None, min_length=1, max_length=200)
-    pricing: Pricing | None = None
+    # Typed prices, or a reference into the price catalog resolved (copied) when the binding is written.
+    pricing: Pricing | CatalogPricing | Literal["from_catalog"] | None = None
     enabled: bool = True
 
 
@@ -148,8 +159,27 @@ class PolicySpec(_Named):
     host_keys: list[Ref] = Field(default_factory=list)
     key_selection: KeySelection = "prioritized"
     rate_limit: RateLimit = Field(default_factory=RateLimit)
+    # SPEC §4 step 5: model (name or alias) → the models to try, in order, when it cannot answer.
+    fallbacks: dict[str, list[str]] = Field(default_factory=dict)
     payload_logging: bool = False
     enabled: bool = True
+
+    @field_validator("fallbacks")
+    @classmethod
+    def _fallbacks(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        # Model names and aliases are checked against the catalog by the control service (it needs
+        # the database); the shape of the map is checked here.
+        for model, chain in value.items():
+            for name in (model, *chain):
+                if not name or len(name) > 200 or "@" in name or any(c.isspace() for c in name):
+                    raise ValueError(f"{model!r}: {name!r} must name a model (name or alias, no '@host')")
+            if model in chain:
+                raise ValueError(f"{model!r}: a model cannot fall back to itself")
+            if len(set(chain)) != len(chain):
+                raise ValueError(f"{model!r}: a fallback may appear only once in the list")
+            if len(chain) > 10:
+                raise ValueError(f"{model!r}: at most 10 fallbacks per model")
+        return value
 
     @field_validator("models")
     @classmethod

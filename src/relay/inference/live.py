@@ -9,7 +9,9 @@ Same-shape requests pass through untouched (no parse beyond ``model`` and ``stre
 routed to another adapter is translated (SPEC §7.3): request, whole response, stream event by event,
 and upstream errors (status kept, message in the caller's error shape); ``/v1/generate`` (Relay's
 canonical shape) is always translated. Embeddings for a non-``openai`` binding answer 400
-``unsupported_binding``.
+``unsupported_binding``. All of it is decided per plan in ``LiveHandler._admission``, which also
+decides whether a fallback model can serve the request (SPEC §4 step 5): a cross-shape fallback is
+translated exactly as a cross-shape primary would be.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from relay.auth import Principal, authenticate
 from relay.catalog import Snapshot
 from relay.domain.credentials import read_credential
 from relay.errors import InvalidRequest, RateLimited, RelayError
+from relay.fallbacks import Admit, Route, fallbacks_for, reroute
 from relay.inference.recording import LiveRecorder
 from relay.inference.wire import head, send_bytes
 from relay.pipeline import Call, Outcome, Pipeline
@@ -68,6 +71,20 @@ class RequestContext:
     include_usage: bool = False  # an OpenAI chat caller asked for the stream's usage chunk
     error_shape: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _answered(ctx: RequestContext, outcome: Outcome) -> str:
+    """The ``model`` a translated answer names: the caller's, or after a fallback the model that
+    answered (SPEC §4 step 5)."""
+    if outcome.fallback_from is not None and ctx.plan is not None:
+        return ctx.plan.model.name
+    return ctx.model
+
+
+def _fallback_header(outcome: Outcome) -> list[tuple[bytes, bytes]]:
+    if outcome.fallback_from is None:
+        return []
+    return [(b"x-relay-fallback-from", outcome.fallback_from.encode())]
 
 
 class LiveHandler:
@@ -102,34 +119,33 @@ class LiveHandler:
             ctx.principal = authenticate(
                 read_credential(headers.get("authorization"), headers.get("x-api-key")), snap
             )
-            ctx.plan = resolve(ctx.principal.policy, ctx.model, snap)
-            adapter = ctx.plan.binding.adapter
-            admission = admit(inbound, adapter, host=ctx.plan.host.name)
-            if admission.dispatch is Dispatch.REFUSE_BINDING:
-                raise InvalidRequest(
-                    f"model {ctx.model!r} is bound with adapter {adapter}; {inbound} requests are only "
-                    "served by openai bindings (embeddings are never translated)",
-                    code="unsupported_binding",
-                )
-            if admission.dispatch is Dispatch.REFUSE_CROSS_SHAPE:  # an adapter admit does not know
-                raise InvalidRequest(
-                    f"model {ctx.model!r} is bound with adapter {adapter}; "
-                    f"{inbound} requests cannot be sent to it",
-                    code="cross_shape_unsupported",
-                )
-            shape = admission.wire_shape
-            if admission.dispatch is Dispatch.PASS_THROUGH:
-                upstream_body = request
-            elif inbound == CANONICAL:
-                upstream_body = canonical_to(adapter, request)
-            else:
-                upstream_body, translated = translate_request(
-                    inbound, adapter, request, default_max_tokens=self._max_tokens
-                )
-                ctx.translated, ctx.include_usage = True, translated.include_usage
             ctx.streamed = inbound != EMBEDDINGS and wants_stream(request)
-            outcome = await self._pipeline.run(
-                Call(ctx.principal, ctx.plan, shape, upstream_body, headers, ctx.streamed)
+            policy, admit_plan = ctx.principal.policy, self._admission(ctx, inbound, request)
+            try:
+                ctx.plan = resolve(policy, ctx.model, snap)
+            except RelayError as exc:  # no_binding / no_keys move to a fallback, if the policy names one
+                chosen = reroute(policy, ctx.model, snap, admit_plan, exc)
+            else:
+                shape, upstream_body = admit_plan(ctx.plan)
+                chosen = Route(
+                    ctx.plan, shape, upstream_body, fallbacks_for(policy, ctx.model, snap, admit_plan)
+                )
+            call = Call(
+                ctx.principal,
+                chosen.plan,
+                chosen.shape,
+                chosen.body,
+                headers,
+                ctx.streamed,
+                fallbacks=chosen.fallbacks,
+                primary_error=chosen.primary_error,
+                fallback_from=chosen.fallback_from,
+            )
+            outcome = await self._pipeline.run(call)
+            ctx.plan = call.plan  # the plan that answered: a fallback's, after one
+            ctx.translated = inbound != CANONICAL and (
+                admit(inbound, ctx.plan.binding.adapter, host=ctx.plan.host.name).dispatch
+                is Dispatch.TRANSLATE
             )
         except RelayError as exc:
             await self._refuse(ctx, error_shape, exc, send, snap)
@@ -138,6 +154,40 @@ class LiveHandler:
             await self._answer_whole(ctx, outcome, send, snap)
         else:
             await self._answer_stream(ctx, outcome, send, snap)
+
+    def _admission(self, ctx: RequestContext, inbound: str, request: dict) -> Admit:
+        """The one place a live request's wire shape meets a plan's adapter, for the primary plan and
+        every fallback alike (SPEC §7.3, §4 step 5): same shape → as it is; canonical or another
+        provider shape → translated; embeddings to another adapter → ``unsupported_binding``. A refusal
+        (or a parameter the candidate's adapter cannot take) raises, which skips a fallback."""
+        requested = ctx.model
+
+        def admit_plan(plan: Plan) -> tuple[str, dict]:
+            adapter = plan.binding.adapter
+            admission = admit(inbound, adapter, host=plan.host.name)
+            if admission.dispatch is Dispatch.REFUSE_BINDING:
+                raise InvalidRequest(
+                    f"model {requested!r} is bound with adapter {adapter}; {inbound} requests are only "
+                    "served by openai bindings (embeddings are never translated)",
+                    code="unsupported_binding",
+                )
+            if admission.dispatch is Dispatch.REFUSE_CROSS_SHAPE:  # an adapter admit does not know
+                raise InvalidRequest(
+                    f"model {requested!r} is bound with adapter {adapter}; "
+                    f"{inbound} requests cannot be sent to it",
+                    code="cross_shape_unsupported",
+                )
+            if admission.dispatch is Dispatch.PASS_THROUGH:
+                return admission.wire_shape, request
+            if inbound == CANONICAL:
+                return admission.wire_shape, canonical_to(adapter, request)
+            body, translated = translate_request(
+                inbound, adapter, request, default_max_tokens=self._max_tokens
+            )
+            ctx.include_usage = translated.include_usage
+            return admission.wire_shape, body
+
+        return admit_plan
 
     async def _answer_whole(self, ctx: RequestContext, outcome: Outcome, send: Send, snap: Snapshot) -> None:
         body = outcome.body or b""
@@ -154,14 +204,17 @@ class LiveHandler:
             outcome.content_type = "application/json"
         elif ctx.inbound_shape == CANONICAL and ctx.plan is not None:
             try:
-                body = orjson.dumps(canonical_from_response(ctx.plan.binding.adapter, body, model=ctx.model))
+                answered = _answered(ctx, outcome)
+                body = orjson.dumps(canonical_from_response(ctx.plan.binding.adapter, body, model=answered))
             except ValueError:  # a 2xx the adapter cannot read: the upstream broke its own contract
                 outcome.status, outcome.error_kind = 502, "upstream_unreadable"
                 body = error_body(
                     "openai", status=502, code="upstream_unreadable", message="upstream answer unreadable"
                 )
                 outcome.content_type = "application/json"
-        await send_bytes(send, outcome.status, body, outcome.content_type, ctx.request_id)
+        await send_bytes(
+            send, outcome.status, body, outcome.content_type, ctx.request_id, _fallback_header(outcome)
+        )
         self._recorder.finished(ctx, outcome, snap, response_body=body)
 
     @staticmethod
@@ -172,7 +225,9 @@ class LiveHandler:
         if outcome.error_kind is not None:
             return translate_error(ctx.error_shape, outcome.status, body)
         try:
-            return translate_response(ctx.plan.binding.adapter, ctx.inbound_shape, body, model=ctx.model)
+            return translate_response(
+                ctx.plan.binding.adapter, ctx.inbound_shape, body, model=_answered(ctx, outcome)
+            )
         except ValueError:  # a 2xx the adapter cannot read: the upstream broke its own contract
             outcome.status, outcome.error_kind = 502, "upstream_unreadable"
             return error_body(
@@ -186,12 +241,20 @@ class LiveHandler:
             translate = CanonicalStream(ctx.plan.binding.adapter)
         elif ctx.translated:
             translate = TranslatingStream(
-                ctx.plan.binding.adapter, ctx.inbound_shape, model=ctx.model, include_usage=ctx.include_usage
+                ctx.plan.binding.adapter,
+                ctx.inbound_shape,
+                model=_answered(ctx, outcome),
+                include_usage=ctx.include_usage,
             )
         capture = self._recorder.capture(ctx, snap)
         broken: str | None = None
         await send(
-            head(outcome.status, "text/event-stream", ctx.request_id, [(b"cache-control", b"no-cache")])
+            head(
+                outcome.status,
+                "text/event-stream",
+                ctx.request_id,
+                [(b"cache-control", b"no-cache"), *_fallback_header(outcome)],
+            )
         )
         try:
             async for chunk in outcome.chunks:

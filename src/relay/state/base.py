@@ -125,6 +125,13 @@ class SharedState(Protocol):
         concurrency key in ``release``."""
         ...
 
+    async def window_usage(self, key: str, window_s: int, *, per_caller: bool) -> tuple[dict[str, int], int]:
+        """What the current ``window_s`` window holds: ``({"": used}, window_end)`` for ``key`` itself
+        (absent when nothing was added), or with ``per_caller`` every ``key:<suffix>`` counter as
+        ``{suffix: used}``; ``window_end`` is when the window ends (epoch seconds, the store's clock).
+        A read for the control plane (budget spend), not the hot path: it may cost a scan."""
+        ...
+
     async def breakers(self, key_ids: Sequence[str]) -> dict[str, BreakerRecord]:
         """The breaker records of those ``key_ids`` that have one (closed keys are absent)."""
         ...

@@ -126,6 +126,19 @@ class MemoryState:
                 if not leases:
                     del self._leases[key]
 
+    async def window_usage(self, key: str, window_s: int, *, per_caller: bool) -> tuple[dict[str, int], int]:
+        index = math.floor(time.time()) // window_s
+        prefix = key + ":"
+        found: dict[str, int] = {}
+        for (name, size), (at, used) in self._windows.items():
+            if size != window_s or at != index:
+                continue
+            if per_caller and name.startswith(prefix):
+                found[name[len(prefix) :]] = used
+            elif not per_caller and name == key:
+                found[""] = used
+        return found, (index + 1) * window_s
+
     # -- breakers ------------------------------------------------------------------------------------
 
     def _record(self, key_id: str, now: float) -> BreakerRecord | None:

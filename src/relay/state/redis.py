@@ -65,6 +65,11 @@ def _unavailable(exc: RedisError) -> StateUnavailable:
     return StateUnavailable(f"shared state (Redis) failed: {type(exc).__name__}: {exc}")
 
 
+def _glob_escape(text: str) -> str:
+    """``text`` as a literal inside a SCAN MATCH pattern."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
 def _decode_breaker(raw: str | bytes) -> BreakerRecord:
     data = orjson.loads(raw)
     open_ms = data.get("o")
@@ -153,6 +158,28 @@ class RedisState:
             await self._commit(keys=keys, args=args)
         except RedisError as exc:
             raise _unavailable(exc) from exc
+
+    async def window_usage(self, key: str, window_s: int, *, per_caller: bool) -> tuple[dict[str, int], int]:
+        # Several round trips (TIME, SCAN pages, MGET): a control-plane read, never on the hot path.
+        try:
+            seconds, _micros = await self._redis.time()
+            index = int(seconds) // window_s
+            tail = f":{window_s}:{index}"
+            base = self._rl + key
+            if per_caller:
+                pattern = _glob_escape(base + ":") + "*" + tail
+                names = [name async for name in self._redis.scan_iter(match=pattern, count=1000)]
+            else:
+                names = [base + tail]
+            values = await self._redis.mget(names) if names else []
+        except RedisError as exc:
+            raise _unavailable(exc) from exc
+        found: dict[str, int] = {}
+        for name, value in zip(names, values, strict=True):
+            if value is None:
+                continue
+            found[name[len(base) + 1 : -len(tail)] if per_caller else ""] = int(value)
+        return found, (index + 1) * window_s
 
     # -- breakers ------------------------------------------------------------------------------------
 

@@ -160,6 +160,21 @@ async def model_name_clash(
     return clash
 
 
+async def model_ids_by_name(conn: AsyncConnection, names: Iterable[str]) -> dict[str, str]:
+    """``{name or alias: model id}`` for those of ``names`` that name a model."""
+    wanted = list(set(names))
+    if not wanted:
+        return {}
+    by_name = await conn.execute(select(t.models.c.name, t.models.c.id).where(t.models.c.name.in_(wanted)))
+    found = {r.name: r.id for r in by_name}
+    by_alias = await conn.execute(
+        select(t.model_aliases.c.alias, t.model_aliases.c.model_id).where(t.model_aliases.c.alias.in_(wanted))
+    )
+    for r in by_alias:
+        found.setdefault(r.alias, r.model_id)
+    return found
+
+
 async def bump_revision(conn: AsyncConnection) -> int:
     """Advance the catalog revision inside the caller's write transaction; returns the new value."""
     await conn.execute(

@@ -102,6 +102,7 @@ policies = Table(
     Column("models", JSONType, nullable=False),
     Column("key_selection", String(32), nullable=False, server_default="prioritized"),
     Column("rate_limit", JSONType, nullable=False),
+    Column("fallbacks", JSONType, nullable=True),  # {"<model>": ["<model>", …]}; NULL: none (SPEC §4)
     Column("payload_logging", Boolean, nullable=False, server_default="0"),
     Column("enabled", Boolean, nullable=False, server_default="1"),
     CheckConstraint(
@@ -289,6 +290,8 @@ usage_events = Table(
     Column("error_kind", String(64), nullable=True),
     Column("error_message", Text, nullable=True),
     Column("model", String(200), nullable=False),
+    # the model asked for; differs from model only after a fallback (SPEC §4, §8); NULL before 0007
+    Column("requested_model", String(200), nullable=True),
     Column("upstream_model", String(200), nullable=False),
     Column("host", String(63), nullable=False),
     Column("adapter", String(32), nullable=False),

@@ -57,6 +57,7 @@ GROUPS: Final[Mapping[str, str]] = {
     "team": "team_id",
     "policy": "policy_id",
     "host": "host",
+    "credential": "credential_id",  # a relay key id or an inference token's jti
     "day": "",  # computed per dialect: the UTC date, YYYY-MM-DD
 }
 STATUS_CLASSES: Final = ("2xx", "4xx", "5xx")

@@ -1,0 +1,110 @@
+"""Model fallbacks (SPEC §4 step 5): which model to try next when the requested one cannot answer.
+
+What it does: :class:`Fallbacks` walks the governing policy's ``fallbacks`` list of the *requested*
+model (never a fallback's own list), routes each candidate under the same policy (grants apply), and
+hands the pipeline the next usable plan with the wire shape and body to send. Each model is tried at
+most once per request, so fallbacks never loop. A candidate that is unknown, disabled, not granted,
+has no binding or keys in the pool, or is refused by ``admit`` (a shape the caller cannot be served
+in) is skipped. :func:`is_trigger` says which errors send a request to its fallbacks.
+
+What it does not know: upstreams, limits, HTTP. It is pure over one snapshot; the loop that tries
+the plans, before the first byte only, is ``Pipeline.run``.
+
+Admission (the shape question) is the caller's ``admit`` function: live requests pass the one
+function that decides same-shape / translate / refuse for their primary plan too, so a cross-shape
+fallback is served exactly when (and as) a cross-shape primary would be; batch items pass their
+same-shape rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from relay.catalog import Policy, Snapshot
+from relay.errors import RelayError
+from relay.routing import Plan, resolve
+
+#: Error codes after which the next model of the list is tried (SPEC §4 step 5). ``upstream_unavailable``
+#: covers "a 429 after failover": every key answered 429 (or failed otherwise).
+TRIGGERS = frozenset(("upstream_unavailable", "no_healthy_keys", "no_keys", "no_binding"))
+
+#: ``admit(plan)`` → (wire shape to send, body to send), or raises ``RelayError`` to skip the plan.
+Admit = Callable[[Plan], tuple[str, dict]]
+
+
+def is_trigger(exc: BaseException) -> bool:
+    return isinstance(exc, RelayError) and exc.code in TRIGGERS
+
+
+@dataclass(slots=True)
+class Candidate:
+    plan: Plan
+    shape: str
+    body: dict
+
+
+class Fallbacks:
+    """The fallback candidates of one request, produced lazily (a request that succeeds routes none)."""
+
+    def __init__(
+        self, policy: Policy, requested_model_id: str, requested_name: str, snapshot: Snapshot, admit: Admit
+    ) -> None:
+        self.requested_name = requested_name
+        self._policy = policy
+        self._snapshot = snapshot
+        self._admit = admit
+        self._names = iter(policy.fallbacks.get(requested_model_id, ()))
+        self._tried = {requested_model_id}
+
+    def next(self) -> Candidate | None:
+        """The next usable fallback, or None when the list is exhausted."""
+        for name in self._names:
+            model = self._snapshot.model_by_name.get(name)
+            if model is None or model.id in self._tried:
+                continue
+            self._tried.add(model.id)
+            try:
+                plan = resolve(self._policy, model.name, self._snapshot)
+                shape, body = self._admit(plan)
+            except RelayError:
+                continue  # not granted, disabled, no binding or keys, another shape: skipped
+            return Candidate(plan, shape, body)
+        return None
+
+
+def fallbacks_for(policy: Policy, requested: str, snapshot: Snapshot, admit: Admit) -> Fallbacks | None:
+    """The request's fallbacks, or None when the policy names none for the requested model (the common
+    case: one dict lookup)."""
+    if not policy.fallbacks:
+        return None
+    model = snapshot.model_by_name.get(requested.strip().partition("@")[0])
+    if model is None or model.id not in policy.fallbacks:
+        return None
+    return Fallbacks(policy, model.id, model.name, snapshot, admit)
+
+
+@dataclass(slots=True)
+class Route:
+    """Where a request goes first. ``primary_error`` is set when the requested model itself could not
+    be routed (``no_binding`` / ``no_keys``) and ``plan`` is already its first usable fallback."""
+
+    plan: Plan
+    shape: str
+    body: dict
+    fallbacks: Fallbacks | None
+    primary_error: RelayError | None = None
+
+    @property
+    def fallback_from(self) -> str | None:
+        return self.fallbacks.requested_name if self.primary_error is not None and self.fallbacks else None
+
+
+def reroute(policy: Policy, requested: str, snapshot: Snapshot, admit: Admit, error: RelayError) -> Route:
+    """The requested model could not be routed (``error``): its first usable fallback when ``error`` is
+    a trigger (``no_binding`` / ``no_keys``) and there is one; otherwise ``error`` is raised as it is."""
+    fallbacks = fallbacks_for(policy, requested, snapshot, admit) if is_trigger(error) else None
+    candidate = fallbacks.next() if fallbacks is not None else None
+    if fallbacks is None or candidate is None:
+        raise error
+    return Route(candidate.plan, candidate.shape, candidate.body, fallbacks, error)
