@@ -65,6 +65,15 @@ class Settings(BaseModel):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["json", "console"] = "console"
     max_request_bytes: int = Field(32 * 1024 * 1024, ge=1024)
+    control_max_request_bytes: int = Field(8 * 1024 * 1024, ge=1024)
+    max_header_bytes: int = Field(64 * 1024, ge=1024, le=16 * 1024 * 1024)
+    max_headers: int = Field(100, ge=8, le=10_000)
+    header_timeout_s: float = Field(10.0, gt=0)
+    body_read_timeout_s: float = Field(30.0, gt=0)
+    keepalive_timeout_s: float = Field(5.0, gt=0)
+    # Capped at 250: whatever is admitted must still be writable by orjson (254 levels).
+    max_json_depth: int = Field(128, ge=2, le=250)
+    public_url: str | None = None
     upstream_timeout_s: float = Field(300.0, gt=0)
     batch_workers: int = Field(16, ge=0, le=4096)
     batch_max_items: int = Field(50_000, ge=1)
@@ -81,10 +90,17 @@ class Settings(BaseModel):
     def _lower(cls, value: object) -> object:
         return value.lower() if isinstance(value, str) else value
 
-    @field_validator("redis_url", mode="before")
+    @field_validator("redis_url", "public_url", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         return None if value == "" else value
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value.rstrip("/") if value is not None else None
 
     @field_validator("database_url")
     @classmethod

@@ -130,6 +130,12 @@ def refused(exc: BaseException) -> bool:
     table missing mid-migration) is an outage worth retrying."""
     if isinstance(exc, IntegrityError | DataError | OverflowError):  # sqlite3 raises OverflowError raw
         return True
+    # A value no encoder can write (a lone surrogate: the drivers raise UnicodeEncodeError, raw or
+    # wrapped) or bind (a NUL in Postgres text, a wrong type) is this row's fault, not an outage: retrying
+    # it forever would stop every later event from being written (SPEC §8).
+    orig = getattr(exc, "orig", None)
+    if isinstance(exc, UnicodeError | ValueError | TypeError) or isinstance(orig, UnicodeError | ValueError):
+        return True
     # asyncpg's data errors (value too long, out of range) arrive as plain DBAPIError: go by SQLSTATE
     # class 22 (data exception) or 23 (integrity constraint violation).
     sqlstate = str(getattr(getattr(exc, "orig", None), "sqlstate", None) or "")
