@@ -31,6 +31,7 @@ from relay.control.app import build_control_app
 from relay.control.apply import ApplyService
 from relay.control.catalog import CatalogService
 from relay.control.credential_routes import mount_credential_routes
+from relay.control.guard import ControlGuard
 from relay.control.keys import KeyService
 from relay.control.tokens import TokenService, load_signer
 from relay.control.usage_routes import mount_usage_routes
@@ -180,11 +181,17 @@ def build_runtime(settings: Settings) -> Runtime:
         engine,
         payloads,
         max_items=settings.batch_max_items,
+        max_json_depth=settings.max_json_depth,
         stop_running=runtime.batch_workers.cancel_batch if runtime.batch_workers is not None else None,
     )
 
     runtime.inference_app = InferenceApp(
-        live=LiveHandler(snapshot=snapshot, pipeline=pipeline, recorder=LiveRecorder(writer, metrics)),
+        live=LiveHandler(
+            snapshot=snapshot,
+            pipeline=pipeline,
+            recorder=LiveRecorder(writer, metrics),
+            max_json_depth=settings.max_json_depth,
+        ),
         snapshot=snapshot,
         database_ok=runtime.database_ok,
         max_request_bytes=settings.max_request_bytes,
@@ -196,12 +203,18 @@ def build_runtime(settings: Settings) -> Runtime:
         mount_credential_routes(app, runtime.keys, runtime.tokens, admin)
         mount_usage_routes(app, engine=engine, require_admin=admin, on_settings_change=reloader.reload)
 
-    runtime.control_app = build_control_app(
+    control = build_control_app(
         admin_token=secrets.admin_token,
         catalog=catalog,
         applier=runtime.applier,
         reloader=reloader,
         registry=registry,
         extra_routes=control_routes,
+    )
+    runtime.control_app = ControlGuard(
+        control,
+        admin_token=secrets.admin_token,
+        max_bytes=settings.control_max_request_bytes,
+        max_json_depth=settings.max_json_depth,
     )
     return runtime

@@ -23,7 +23,7 @@ from relay.catalog import CatalogReloader
 from relay.control.apply import ApplyService
 from relay.control.catalog import CatalogService
 from relay.control.kinds import KINDS, Kind
-from relay.errors import RelayError, Unauthenticated
+from relay.errors import RateLimited, RelayError, Unauthenticated
 from relay.secrets import constant_time_equal
 
 
@@ -92,7 +92,15 @@ def build_control_app(
 
     @app.exception_handler(RelayError)
     async def _relay_error(_request: Request, exc: RelayError) -> JSONResponse:
-        return JSONResponse(error_body(exc.code, exc.message), status_code=exc.status)
+        headers = None
+        if isinstance(exc, RateLimited):
+            headers = {"retry-after": str(max(1, int(exc.retry_after + 0.999)))}
+        return JSONResponse(error_body(exc.code, exc.message), status_code=exc.status, headers=headers)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_request: Request, _exc: Exception) -> JSONResponse:
+        # Starlette's last handler: JSON, never its text/plain page; the guard logs the traceback.
+        return JSONResponse(error_body("internal_error", "internal error"), status_code=500)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
