@@ -200,7 +200,13 @@ def build_runtime(settings: Settings) -> Runtime:
     )
 
     def control_routes(app: FastAPI, admin: Any) -> None:
-        mount_credential_routes(app, runtime.keys, runtime.tokens, admin)
+        mount_credential_routes(
+            app,
+            runtime.keys,
+            runtime.tokens,
+            admin,
+            secure_cookies=(settings.public_url or "").startswith("https://"),
+        )
         mount_usage_routes(app, engine=engine, require_admin=admin, on_settings_change=reloader.reload)
 
     control = build_control_app(
