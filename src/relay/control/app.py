@@ -8,12 +8,16 @@ bearer is compared in constant time and never logged.
 
 import inspect
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Annotated, Any
 
+import fastapi_offline
 from fastapi import Body, Depends, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -74,10 +78,11 @@ def build_control_app(
         title="Relay control API",
         version="1",
         openapi_url="/api/openapi.json",
-        docs_url="/api/docs",
+        docs_url=None,  # served below from Relay's own copy of Swagger UI: no CDN, works offline
         redoc_url=None,
     )
     app.add_middleware(JsonBodies)
+    _mount_docs(app)
 
     bearer = HTTPBearer(auto_error=False, description="RELAY_ADMIN_TOKEN")
 
@@ -157,6 +162,27 @@ def build_control_app(
     if extra_routes is not None:
         extra_routes(app, require_admin)
     return app
+
+
+DOCS_ASSETS = "/api/docs/assets"
+
+
+def _mount_docs(app: FastAPI) -> None:
+    """``/api/docs``: Swagger UI with its JavaScript and CSS served by Relay. The files come from the
+    ``fastapi-offline`` wheel (a maintained Swagger UI 5 build, which renders OpenAPI 3.1)."""
+    app.mount(
+        DOCS_ASSETS, StaticFiles(directory=Path(fastapi_offline.__file__).parent / "static"), name="docs"
+    )
+
+    @app.get("/api/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url="/api/openapi.json",
+            title="Relay control API",
+            swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js",
+            swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
+            swagger_favicon_url=f"{DOCS_ASSETS}/favicon.png",
+        )
 
 
 def _mount_kind(app: FastAPI, kind: Kind, catalog: CatalogService, admin: list[Any]) -> None:
