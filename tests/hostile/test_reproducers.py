@@ -8,6 +8,7 @@ import base64
 import json
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -198,21 +199,26 @@ def test_live_plane_413_from_content_length_and_while_streaming(hostile: Gateway
 
 def test_slow_headers_and_slow_bodies_time_out(hostile: Gateway) -> None:
     live, control = port_of(hostile.url), port_of(hostile.relay.control_url)
-    # Headers never finished: 408 JSON after RELAY_HEADER_TIMEOUT_S (2 s here).
-    for port in (live, control):
-        answer = exchange(port, b"GET /livez HTTP/1.1\r\nHost: x\r\n")
-        assert answer.status == 408 and answer.closed
-        assert "RELAY_HEADER_TIMEOUT_S" in answer.json()["error"]["message"]
-    # 10 of 200 promised body bytes, then silence: 408 after RELAY_BODY_READ_TIMEOUT_S.
-    for port, path in ((live, "/v1/chat/completions"), (control, "/api/auth/login")):
-        head = request_head("POST", path, {"Content-Length": "200", "Authorization": f"Bearer {hostile.key}"})
-        answer = exchange(port, head + b'{"model":"')
-        assert answer.status == 408 and answer.closed, answer
-        assert "RELAY_BODY_READ_TIMEOUT_S" in answer.json()["error"]["message"]
-    # A connection that never says anything is closed.
-    sock = connect(live)
-    idle = read_answer(sock)
-    assert idle.closed and idle.status == 0 and idle.elapsed < 20
+    auth = {"Content-Length": "200", "Authorization": f"Bearer {hostile.key}"}
+    cases = {
+        # Headers never finished: 408 after RELAY_HEADER_TIMEOUT_S (2 s here).
+        "head-live": (live, b"GET /livez HTTP/1.1\r\nHost: x\r\n"),
+        "head-control": (control, b"GET /api/teams HTTP/1.1\r\nHost: x\r\n"),
+        # 10 of 200 promised body bytes, then silence: 408 after RELAY_BODY_READ_TIMEOUT_S.
+        "body-live": (live, request_head("POST", "/v1/chat/completions", auth) + b'{"model":"'),
+        "body-control": (control, request_head("POST", "/api/auth/login", auth) + b'{"email":"'),
+    }
+    with ThreadPoolExecutor(len(cases) + 1) as pool:
+        idle = pool.submit(lambda: read_answer(connect(live)))  # never says anything: closed
+        answers = {name: pool.submit(exchange, port, data) for name, (port, data) in cases.items()}
+        for name, future in answers.items():
+            answer = future.result()
+            assert answer.status == 408 and answer.closed, (name, answer)
+            setting = "RELAY_HEADER_TIMEOUT_S" if name.startswith("head") else "RELAY_BODY_READ_TIMEOUT_S"
+            assert setting in answer.json()["error"]["message"]
+            assert answer.headers["x-relay-request-id"]
+        silent = idle.result()
+        assert silent.closed and silent.status == 0 and silent.elapsed < 20
     still_recording(hostile)
 
 
