@@ -68,6 +68,10 @@ def banner(settings: Settings, runtime: Runtime, upstream: str, objects: int, wr
     host = "127.0.0.1" if settings.bind in ("0.0.0.0", "::") else settings.bind
     control = f"http://{host}:{settings.control_port}"
     token = runtime.secrets.admin_token_path or "$RELAY_ADMIN_TOKEN"
+    where = f"in {token}"
+    # The log never holds the admin token (SPEC §1); this terminal may show it, once, when it is new.
+    if any("admin token" in note for note in runtime.secrets.generated):
+        where = f"{runtime.secrets.admin_token} (in {token}; shown this first time only)"
     return f"""
 Relay demo is running (Ctrl-C stops it).
   inference plane  http://{host}:{settings.port}   (try: curl http://{host}:{settings.port}/healthz)
@@ -75,7 +79,7 @@ Relay demo is running (Ctrl-C stops it).
   fake upstream    {upstream}
   database         {settings.database_url}
   demo catalog     {objects} objects ({written} written this start)
-  admin token      in {token}
+  admin token      {where}
 
 Try the control API:
   curl -H "Authorization: Bearer $(cat {token})" {control}/api/models
