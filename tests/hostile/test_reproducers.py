@@ -303,3 +303,33 @@ def test_the_relay_is_healthy_after_all_of_it(hostile: Gateway) -> None:
     assert "Traceback" not in logs and "Exception in ASGI application" not in logs
     metrics = hostile.metrics()
     assert "relay_usage_write_errors_total 0.0" in metrics
+
+
+# -- 5. the OpenAPI document tells the truth ----------------------------------------------------------
+
+
+def test_openapi_declares_every_error_status_and_real_schemas(hostile: Gateway) -> None:
+    doc = httpx.get(f"{hostile.relay.control_url}/api/openapi.json", timeout=30).json()
+    assert "HTTPValidationError" not in doc["components"]["schemas"]
+    operations = [
+        (path, method, op)
+        for path, item in doc["paths"].items()
+        for method, op in item.items()
+        if method in ("get", "post", "patch", "put", "delete")
+    ]
+    assert len(operations) > 40
+    for path, method, op in operations:
+        responses = op["responses"]
+        for code in ("400", "401", "408", "431", "500"):
+            schema = responses[code]["content"]["application/json"]["schema"]
+            assert schema == {"$ref": "#/components/schemas/Error"}, (path, method, code)
+        if method in ("post", "patch", "put"):
+            assert "413" in responses, (path, method)
+        for code, answer in responses.items():
+            if code.startswith("2") and code != "204":
+                assert answer["content"]["application/json"]["schema"], (path, method, code)
+    team = doc["paths"]["/api/teams/{ref}"]["get"]["responses"]["200"]["content"]["application/json"]
+    assert team["schema"] == {"$ref": "#/components/schemas/TeamObject"}
+    user = doc["components"]["schemas"]["UserObject"]["properties"]
+    assert "password" not in user and {"id", "email", "created_at"} <= set(user)
+    assert "429" in doc["paths"]["/api/auth/login"]["post"]["responses"]

@@ -24,6 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from relay.catalog import CatalogReloader
+from relay.control import openapi
 from relay.control.apply import ApplyService
 from relay.control.catalog import CatalogService
 from relay.control.kinds import KINDS, Kind
@@ -161,6 +162,7 @@ def build_control_app(
 
     if extra_routes is not None:
         extra_routes(app, require_admin)
+    openapi.install(app)  # every status with the error schema, real catalog response schemas
     return app
 
 
