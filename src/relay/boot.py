@@ -31,6 +31,7 @@ from relay.control.app import build_control_app
 from relay.control.apply import ApplyService
 from relay.control.catalog import CatalogService
 from relay.control.credential_routes import mount_credential_routes
+from relay.control.guard import ControlGuard
 from relay.control.keys import KeyService
 from relay.control.spend_routes import mount_spend_routes
 from relay.control.tokens import TokenService, load_signer
@@ -182,6 +183,7 @@ def build_runtime(settings: Settings) -> Runtime:
         engine,
         payloads,
         max_items=settings.batch_max_items,
+        max_json_depth=settings.max_json_depth,
         stop_running=runtime.batch_workers.cancel_batch if runtime.batch_workers is not None else None,
         on_cancelled=batch_metrics.finished.labels("cancelled").inc if batch_metrics is not None else None,
     )
@@ -192,6 +194,7 @@ def build_runtime(settings: Settings) -> Runtime:
             pipeline=pipeline,
             recorder=LiveRecorder(writer, metrics),
             translate_max_tokens=settings.translate_default_max_tokens,
+            max_json_depth=settings.max_json_depth,
         ),
         snapshot=snapshot,
         database_ok=runtime.database_ok,
@@ -201,16 +204,28 @@ def build_runtime(settings: Settings) -> Runtime:
     )
 
     def control_routes(app: FastAPI, admin: Any) -> None:
-        mount_credential_routes(app, runtime.keys, runtime.tokens, admin)
+        mount_credential_routes(
+            app,
+            runtime.keys,
+            runtime.tokens,
+            admin,
+            secure_cookies=(settings.public_url or "").startswith("https://"),
+        )
         mount_usage_routes(app, engine=engine, require_admin=admin, on_settings_change=reloader.reload)
         mount_spend_routes(app, limiter=limiter, snapshot=snapshot, require_admin=admin)
 
-    runtime.control_app = build_control_app(
+    control = build_control_app(
         admin_token=secrets.admin_token,
         catalog=catalog,
         applier=runtime.applier,
         reloader=reloader,
         registry=registry,
         extra_routes=control_routes,
+    )
+    runtime.control_app = ControlGuard(
+        control,
+        admin_token=secrets.admin_token,
+        max_bytes=settings.control_max_request_bytes,
+        max_json_depth=settings.max_json_depth,
     )
     return runtime

@@ -23,6 +23,7 @@ import yaml
 from relay.batch_cli import batch_app
 from relay.cli_support import err, fail, out, print_table
 from relay.config import ConfigError, Settings, load_client_settings, load_settings, settings_help
+from relay.yaml_documents import DocumentsRefused, load_documents
 
 app = typer.Typer(
     add_completion=False,
@@ -176,13 +177,11 @@ def _read_documents(path: Path) -> list[Any]:
     if not path.exists():
         fail(f"{path}: no such file")
     try:
-        docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+        return load_documents(path)  # bounded: sizes, aliases (SPEC §11; billion laughs → one line)
+    except DocumentsRefused as exc:
+        fail(f"{path}: refused: {exc}")
     except yaml.YAMLError as exc:
-        fail(f"{path}: not valid YAML ({exc})")
-    flat: list[Any] = []
-    for doc in docs:
-        flat.extend(doc if isinstance(doc, list) else [doc])
-    return flat
+        fail(f"{path}: not valid YAML ({str(exc).splitlines()[0] if str(exc) else exc})")
 
 
 @app.command()

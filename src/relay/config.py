@@ -65,6 +65,15 @@ class Settings(BaseModel):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["json", "console"] = "console"
     max_request_bytes: int = Field(32 * 1024 * 1024, ge=1024)
+    control_max_request_bytes: int = Field(8 * 1024 * 1024, ge=1024)
+    max_header_bytes: int = Field(64 * 1024, ge=1024, le=16 * 1024 * 1024)
+    max_headers: int = Field(100, ge=8, le=10_000)
+    header_timeout_s: float = Field(10.0, gt=0)
+    body_read_timeout_s: float = Field(30.0, gt=0)
+    keepalive_timeout_s: float = Field(5.0, gt=0)
+    # Capped at 250: whatever is admitted must still be writable by orjson (254 levels).
+    max_json_depth: int = Field(128, ge=2, le=250)
+    public_url: str | None = None
     upstream_timeout_s: float = Field(300.0, gt=0)
     translate_default_max_tokens: int = Field(4096, ge=1)
     batch_workers: int = Field(16, ge=0, le=4096)
@@ -82,10 +91,17 @@ class Settings(BaseModel):
     def _lower(cls, value: object) -> object:
         return value.lower() if isinstance(value, str) else value
 
-    @field_validator("redis_url", mode="before")
+    @field_validator("redis_url", "public_url", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         return None if value == "" else value
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value.rstrip("/") if value is not None else None
 
     @field_validator("database_url")
     @classmethod
@@ -248,6 +264,14 @@ SETTING_HELP: dict[str, str] = {
     "log_level": "debug | info | warning | error",
     "log_format": "json | console",
     "max_request_bytes": "largest live request body",
+    "control_max_request_bytes": "largest control-plane request body (login: 4 KiB)",
+    "max_header_bytes": "longest request line plus headers (431 past it)",
+    "max_headers": "most request headers (431 past it)",
+    "header_timeout_s": "longest wait for a request's headers (408)",
+    "body_read_timeout_s": "longest gap between request body bytes (408)",
+    "keepalive_timeout_s": "how long an idle keep-alive connection stays open",
+    "max_json_depth": "deepest JSON nesting accepted in any input (400 invalid_json)",
+    "public_url": "external base URL; https makes the session cookie Secure",
     "upstream_timeout_s": "longest wait for an upstream answer",
     "batch_workers": "batch items this process runs at once (0: none)",
     "batch_max_items": "most items in one batch",

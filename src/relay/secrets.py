@@ -76,7 +76,8 @@ def provision(settings: Settings) -> ProvisionedSecrets:
         if not token_path.exists():
             token = "relay-admin-" + secrets.token_urlsafe(32)
             _write_secret(token_path, token)
-            notes.append(f"generated an admin token into {token_path}: {token}")
+            # The note names the file, never the token: it goes to the log (SPEC §1, §12).
+            notes.append(f"generated an admin token into {token_path} (mode 0600; read it from there)")
         token = token_path.read_text().strip()
     return ProvisionedSecrets(master, token, tuple(notes), token_path)
 

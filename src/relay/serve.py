@@ -15,12 +15,15 @@ import signal
 import socket
 from collections.abc import Awaitable, Callable, Iterator
 
+import orjson
 import uvicorn
 from sqlalchemy.exc import DBAPIError
 from starlette.types import ASGIApp
 
+from relay.adapters import ANTHROPIC, OPENAI, error_body
 from relay.boot import Runtime, build_runtime
 from relay.config import Settings, unknown_variables
+from relay.http_protocol import Bounds, Render, protocol_class, sweep
 
 log = logging.getLogger("relay.serve")
 
@@ -33,19 +36,37 @@ class _Server(uvicorn.Server):
         yield
 
 
-def _listener(app: ASGIApp, settings: Settings, port: int) -> _Server:
+def _listener(app: ASGIApp, settings: Settings, port: int, render: Render) -> _Server:
+    bounds = Bounds(
+        max_header_bytes=settings.max_header_bytes,
+        max_headers=settings.max_headers,
+        header_timeout_s=settings.header_timeout_s,
+        body_read_timeout_s=settings.body_read_timeout_s,
+    )
     config = uvicorn.Config(
         app,
         host=settings.bind,
         port=port,
         loop="none",
-        http="httptools",
+        http=protocol_class(bounds, render),
         lifespan="off",
         access_log=False,
         log_config=None,
+        timeout_keep_alive=settings.keepalive_timeout_s,  # type: ignore[arg-type]
         timeout_graceful_shutdown=max(1, int(settings.shutdown_grace_s)),
     )
     return _Server(config)
+
+
+def inference_error(path: str, status: int, code: str, message: str) -> bytes:
+    """A protocol-level rejection on the inference plane, in the caller's shape (SPEC §7)."""
+    shape = ANTHROPIC if path.startswith("/anthropic/") else OPENAI
+    return error_body(shape, status=status, code=code, message=message)
+
+
+def control_error(path: str, status: int, code: str, message: str) -> bytes:
+    """A protocol-level rejection on the control plane (SPEC §11's error shape)."""
+    return orjson.dumps({"error": {"code": code, "message": message}})
 
 
 async def serve(settings: Settings, *, on_ready: Callable[[Runtime], Awaitable[None]] | None = None) -> None:
@@ -83,9 +104,9 @@ async def serve(settings: Settings, *, on_ready: Callable[[Runtime], Awaitable[N
             sock.close()
         raise StartupError(_startup_problem(settings, exc)) from None
     _freeze_boot_objects()
-    servers = [_listener(runtime.inference_app, settings, settings.port)]
+    servers = [_listener(runtime.inference_app, settings, settings.port, inference_error)]
     if settings.control_port is not None:
-        servers.append(_listener(runtime.control_app, settings, settings.control_port))
+        servers.append(_listener(runtime.control_app, settings, settings.control_port, control_error))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -95,6 +116,7 @@ async def serve(settings: Settings, *, on_ready: Callable[[Runtime], Awaitable[N
         # uvicorn exposes readiness only as a flag; poll it briefly (startup takes milliseconds).
         while not server.started and not any(t.done() for t in tasks):  # noqa: ASYNC110
             await asyncio.sleep(0.02)
+    sweepers = [asyncio.create_task(sweep(s.server_state), name="relay-http-deadlines") for s in servers]
     if on_ready is not None and all(s.started for s in servers):
         await on_ready(runtime)
     log.info(
@@ -113,6 +135,8 @@ async def serve(settings: Settings, *, on_ready: Callable[[Runtime], Awaitable[N
         server.should_exit = True
     await asyncio.gather(*tasks, draining, return_exceptions=True)
     stopper.cancel()
+    for sweeper in sweepers:
+        sweeper.cancel()
     await runtime.stop()
     failed = [t.exception() for t in tasks if t.done() and not t.cancelled() and t.exception()]
     if failed:

@@ -79,6 +79,10 @@ class TokenSigner:
         return token, claims
 
 
+def _is_int(value: Any) -> bool:
+    return type(value) is int  # bool is an int subclass; JSON true is no timestamp
+
+
 class TokenVerifier:
     def __init__(self, public_keys: Mapping[str, bytes], *, cache_size: int = 10_000) -> None:
         self._keys = {kid: Ed25519PublicKey.from_public_bytes(raw) for kid, raw in public_keys.items()}
@@ -118,9 +122,14 @@ class TokenVerifier:
         except jwt.PyJWTError:
             raise TokenInvalid from None
         sub = str(payload["sub"])
-        if not sub.startswith("user:") or not isinstance(payload["ver"], int):
+        if not sub.startswith("user:") or not _is_int(payload["ver"]):
             raise TokenInvalid
-        if int(payload["exp"]) <= now:
+        issued, expires = payload["iat"], payload["exp"]
+        # SPEC §3.2: integer claims, and no lifetime over 24 h, whatever the signer put in (a token
+        # signed by a leaked or older key must not live for ten years).
+        if not _is_int(issued) or not _is_int(expires) or expires - issued > MAX_TTL_S or expires < issued:
+            raise TokenInvalid
+        if expires <= now:
             raise TokenExpired
         return TokenClaims(
             sub.removeprefix("user:"),

@@ -45,10 +45,42 @@ def test_adapter_error_is_part_of_the_relay_error_tree() -> None:
     assert (error.status, error.code, str(error)) == (400, "invalid_json", "request body is not valid JSON")
 
 
-def test_accepts_valid_json_orjson_refuses() -> None:
-    # A lone surrogate escape is valid JSON; orjson refuses it, the stdlib fallback reads it.
-    body = parse_request(b'{"model": "m", "text": "\\ud800"}')
-    assert body["text"] == "\ud800"
+def test_accepts_an_integer_beyond_64_bits() -> None:
+    body = parse_request(b'{"model": "m", "n": 123456789012345678901234567890}')
+    assert body["n"] == pytest.approx(1.2345678901234568e29)
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        (b'{"model": "\\ud800"}', "'model'"),
+        (b'{"model": "m", "messages": [{"role": "user", "content": "a\\udfffb"}]}', "'messages[0].content'"),
+        (b'{"model": "m", "x": {"\\ud800": 1}}', "a key of 'x'"),
+    ],
+)
+def test_refuses_a_lone_surrogate_naming_the_field(raw: bytes, field: str) -> None:
+    # SPEC §1: no encoder downstream (database driver, log, orjson) can write a lone surrogate.
+    with pytest.raises(AdapterError) as info:
+        parse_request(raw)
+    assert info.value.code == "invalid_json"
+    assert field in info.value.message and "surrogate" in info.value.message
+
+
+@pytest.mark.parametrize("depth", [129, 300, 1025, 100_000])
+def test_refuses_json_deeper_than_the_limit_naming_it(depth: int) -> None:
+    raw = b'{"model": "m", "x": ' + b"[" * depth + b"]" * depth + b"}"
+    with pytest.raises(AdapterError) as info:
+        parse_request(raw)
+    assert info.value.code == "invalid_json"
+    assert "deeper than" in info.value.message
+
+
+def test_accepts_json_at_the_limit() -> None:
+    raw = b'{"model": "m", "x": ' + b"[" * 127 + b"]" * 127 + b"}"
+    assert parse_request(raw)["model"] == "m"
+    assert parse_request(raw, max_depth=200)["model"] == "m"
+    with pytest.raises(AdapterError):
+        parse_request(raw, max_depth=100)
 
 
 def test_accepts_memoryview_and_bytearray() -> None:

@@ -3,6 +3,7 @@ the one-event-per-batch-item invariant, settings and payloads."""
 
 from __future__ import annotations
 
+import base64
 from datetime import timedelta, timezone
 from typing import Any
 
@@ -272,7 +273,16 @@ def test_cursor_round_trip_and_junk() -> None:
     cursor = store.encode_cursor(BASE_TS, "ue_1")
     assert store.decode_cursor(cursor) == (BASE_TS, "ue_1")
     assert "=" not in cursor and "+" not in cursor and "/" not in cursor
-    for junk in ("", "!!!", "bm90IGEgY3Vyc29y", store.encode_cursor(BASE_TS, "")):
+    crafted = [
+        base64.urlsafe_b64encode(raw).decode()
+        for raw in (
+            b"0001-01-01T00:00:00+14:00|ue_1",  # no UTC instant: failed in the query (500)
+            b"2026-01-01T00:00:00+00:00|ue_\x00",  # a NUL: Postgres refuses it (500)
+            b"2026-01-01T00:00:00+02:00|ue_1",  # parseable, but never issued in this form
+            b"2026-01-01|ue_1",
+        )
+    ]
+    for junk in ("", "!!!", "bm90IGEgY3Vyc29y", store.encode_cursor(BASE_TS, ""), *crafted):
         with pytest.raises(ValueError):
             store.decode_cursor(junk)
 

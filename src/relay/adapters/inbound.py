@@ -1,6 +1,7 @@
 """First look at a caller's request body: parse it once, check the two fields Relay needs, nothing more.
 
 What it knows: SPEC §7's rules for every inference route — the body is one JSON object
+no deeper than ``RELAY_MAX_JSON_DEPTH`` and with no lone UTF-16 surrogate in any string
 (else 400 ``invalid_json``) with a non-empty string ``model`` (else 400 ``missing_model``) — and how a
 body asks for a stream (``"stream": true``).
 
@@ -18,13 +19,16 @@ from __future__ import annotations
 from typing import Any
 
 from .base import AdapterError
-from .json_codec import loads
+from .json_codec import DEFAULT_MAX_DEPTH, JsonRefused, loads_input
 
 
-def parse_request(body: bytes | bytearray | memoryview) -> dict[str, Any]:
-    """The request as a dict; raises ``AdapterError`` (400): ``invalid_json`` or ``missing_model``."""
+def parse_request(body: bytes | bytearray | memoryview, max_depth: int = DEFAULT_MAX_DEPTH) -> dict[str, Any]:
+    """The request as a dict; raises ``AdapterError`` (400): ``invalid_json`` (also for JSON deeper than
+    ``max_depth`` or holding a lone surrogate, naming the depth or field) or ``missing_model``."""
     try:
-        parsed = loads(body)
+        parsed = loads_input(body, max_depth, what="request body")
+    except JsonRefused as exc:
+        raise AdapterError("invalid_json", str(exc)) from None
     except ValueError:
         raise AdapterError("invalid_json", "request body is not valid JSON") from None
     if not isinstance(parsed, dict):

@@ -79,7 +79,7 @@ class PayloadStore:
         Returns the number of bodies written."""
         directory = self._dir(batch_id)
         created = not directory.exists()
-        directory.mkdir(parents=True, exist_ok=True)
+        _make_dir(directory)
         offsets = array("Q", [0])
         position = 0
         try:
@@ -222,10 +222,10 @@ class _Appender:
     @classmethod
     def open(cls, directory: Path, name: str) -> tuple[_Appender, bool]:
         """The file opened for appending, and whether this created it."""
-        directory.mkdir(parents=True, exist_ok=True)
+        _make_dir(directory)
         flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
         try:
-            fd, created = os.open(directory / name, flags | os.O_CREAT | os.O_EXCL, 0o644), True
+            fd, created = os.open(directory / name, flags | os.O_CREAT | os.O_EXCL, FILE_MODE), True
         except FileExistsError:
             fd, created = os.open(directory / name, flags), False
         return cls(directory, fd, os.lseek(fd, 0, os.SEEK_END)), created
@@ -260,12 +260,27 @@ def _read_file(path: Path) -> bytes | None:
         return None
 
 
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+"""Prompts and completions are as private as the database and ``master.key`` (SPEC §10.7)."""
+
+
+def _make_dir(directory: Path) -> None:
+    """The batch's directory and any missing parent (the payload root included), mode 0700."""
+    missing = [p for p in (directory, *directory.parents) if not p.exists()]
+    for path in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            path.mkdir(mode=DIR_MODE)
+            os.chmod(path, DIR_MODE)  # mkdir's mode is filtered by the umask; 0700 must hold as said
+
+
 @contextlib.contextmanager
 def _atomic(path: Path) -> Iterator[BinaryIO]:
     """A file written under a temporary name, flushed to disk, then renamed to ``path``."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "wb", buffering=_WRITE_BUFFER) as handle:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
+        with open(fd, "wb", buffering=_WRITE_BUFFER) as handle:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())

@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from relay.adapters.json_codec import DEFAULT_MAX_DEPTH, JsonRefused, dumps, loads_input
 from relay.auth import Principal
 from relay.batches import queue, views
 from relay.batches.payloads import PayloadStore
@@ -58,8 +59,10 @@ class BatchService:
         *,
         max_items: int,
         stop_running: Callable[[str], Awaitable[object]] | None = None,
+        max_json_depth: int = DEFAULT_MAX_DEPTH,
         on_cancelled: Callable[[int], object] | None = None,
     ) -> None:
+        self._max_depth = max_json_depth
         self._engine = engine
         self._payloads = payloads
         self._max_items = max_items
@@ -96,11 +99,14 @@ class BatchService:
         """Parse and validate a submission (:class:`BatchRejected`, nothing written), then write its
         items' request files; ``(shape, number of items)``. Runs in a worker thread."""
         try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError:
+            # Each item may nest as deep as a live body; the envelope adds two levels.
+            body = loads_input(raw, self._max_depth + 2, what="batch body")
+        except JsonRefused as exc:
+            raise BatchRejected(str(exc)) from None
+        except ValueError:
             raise BatchRejected("the body must be a JSON object with shape and requests") from None
         shape, requests = validate_submission(body, self._max_items)
-        written = self._payloads.write_requests(batch_id, map(orjson.dumps, requests))
+        written = self._payloads.write_requests(batch_id, map(dumps, requests))
         return shape, written
 
     async def owned(self, owner: str, batch_id: str) -> BatchRecord:
@@ -111,7 +117,7 @@ class BatchService:
 
     async def status(self, owner: str, batch_id: str, *, items: bool = True) -> dict[str, Any]:
         """SPEC §10.2, exactly these keys; ``items=False`` leaves out ``items`` (the rest is the same)."""
-        view = await views.batch_view(self._engine, batch_id, items=items)
+        view = await views.batch_view(self._engine, batch_id, owner, items=items)  # owner first (§10.8)
         if view is None or view.record.owner != owner:
             raise BatchNotFound()
         r = view.record

@@ -123,8 +123,12 @@ async def batch_record(engine: AsyncEngine, batch_id: str) -> BatchRecord | None
         return await read_record(conn, batch_id)
 
 
-async def batch_view(engine: AsyncEngine, batch_id: str, *, items: bool = True) -> BatchView | None:
-    """The status view of SPEC §10.2, or None when there is no such batch. Three queries, one snapshot.
+async def batch_view(
+    engine: AsyncEngine, batch_id: str, owner: str | None = None, *, items: bool = True
+) -> BatchView | None:
+    """The status view of SPEC §10.2, or None when there is no such batch (or, given ``owner``, when
+    someone else owns it: decided after the first query, so a foreign batch costs what an unknown id
+    does, SPEC §10.8). Three queries, one snapshot.
     ``items=False`` skips the item list (``items_json`` is ``"[]"``): a poller that wants only the
     counts reads a few hundred bytes, not ~35 bytes per item."""
     async with engine.connect() as conn:
@@ -132,7 +136,7 @@ async def batch_view(engine: AsyncEngine, batch_id: str, *, items: bool = True) 
             conn = await conn.execution_options(isolation_level="REPEATABLE READ", postgresql_readonly=True)
         async with conn.begin():
             record = await read_record(conn, batch_id)
-            if record is None:
+            if record is None or (owner is not None and record.owner != owner):
                 return None
             counted = await conn.execute(
                 select(I.c.state, func.count()).where(I.c.batch_id == batch_id).group_by(I.c.state)

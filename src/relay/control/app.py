@@ -8,22 +8,27 @@ bearer is compared in constant time and never logged.
 
 import inspect
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Annotated, Any
 
+import fastapi_offline
 from fastapi import Body, Depends, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from relay.catalog import CatalogReloader
+from relay.control import openapi
 from relay.control.apply import ApplyService
 from relay.control.catalog import CatalogService
 from relay.control.kinds import KINDS, Kind
-from relay.errors import RelayError, Unauthenticated
+from relay.errors import RateLimited, RelayError, Unauthenticated
 from relay.secrets import constant_time_equal
 
 
@@ -77,10 +82,11 @@ def build_control_app(
         title="Relay control API",
         version="1",
         openapi_url="/api/openapi.json",
-        docs_url="/api/docs",
+        docs_url=None,  # served below from Relay's own copy of Swagger UI: no CDN, works offline
         redoc_url=None,
     )
     app.add_middleware(JsonBodies)
+    _mount_docs(app)
 
     bearer = HTTPBearer(auto_error=False, description="RELAY_ADMIN_TOKEN")
 
@@ -95,7 +101,15 @@ def build_control_app(
 
     @app.exception_handler(RelayError)
     async def _relay_error(_request: Request, exc: RelayError) -> JSONResponse:
-        return JSONResponse(error_body(exc.code, exc.message), status_code=exc.status)
+        headers = None
+        if isinstance(exc, RateLimited):
+            headers = {"retry-after": str(max(1, int(exc.retry_after + 0.999)))}
+        return JSONResponse(error_body(exc.code, exc.message), status_code=exc.status, headers=headers)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_request: Request, _exc: Exception) -> JSONResponse:
+        # Starlette's last handler: JSON, never its text/plain page; the guard logs the traceback.
+        return JSONResponse(error_body("internal_error", "internal error"), status_code=500)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -157,7 +171,29 @@ def build_control_app(
 
     if extra_routes is not None:
         extra_routes(app, require_admin)
+    openapi.install(app)  # every status with the error schema, real catalog response schemas
     return app
+
+
+DOCS_ASSETS = "/api/docs/assets"
+
+
+def _mount_docs(app: FastAPI) -> None:
+    """``/api/docs``: Swagger UI with its JavaScript and CSS served by Relay. The files come from the
+    ``fastapi-offline`` wheel (a maintained Swagger UI 5 build, which renders OpenAPI 3.1)."""
+    app.mount(
+        DOCS_ASSETS, StaticFiles(directory=Path(fastapi_offline.__file__).parent / "static"), name="docs"
+    )
+
+    @app.get("/api/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url="/api/openapi.json",
+            title="Relay control API",
+            swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js",
+            swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
+            swagger_favicon_url=f"{DOCS_ASSETS}/favicon.png",
+        )
 
 
 def _mount_kind(app: FastAPI, kind: Kind, catalog: CatalogService, admin: list[Any]) -> None:

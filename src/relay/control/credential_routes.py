@@ -10,15 +10,27 @@ from fastapi import Body, Depends, FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 
 from relay.control.keys import KeyService
+from relay.control.throttle import LoginThrottle
 from relay.control.tokens import SESSION_TTL, TokenService
+from relay.errors import Unauthenticated
 
 SESSION_COOKIE = "relay_session"
 JsonBody = Annotated[dict[str, Any], Body()]
 OptionalJsonBody = Annotated[dict[str, Any] | None, Body()]
 
 
-def mount_credential_routes(app: FastAPI, keys: KeyService, tokens: TokenService, require_admin: Any) -> None:
+def mount_credential_routes(
+    app: FastAPI,
+    keys: KeyService,
+    tokens: TokenService,
+    require_admin: Any,
+    *,
+    secure_cookies: bool = False,
+    throttle: LoginThrottle | None = None,
+) -> None:
+    """``secure_cookies``: the session cookie is ``Secure`` (``RELAY_PUBLIC_URL`` is https)."""
     admin = [Depends(require_admin)]
+    login_throttle = throttle or LoginThrottle()
 
     @app.get("/api/keys", dependencies=admin, tags=["Key"])
     async def list_keys() -> dict[str, Any]:
@@ -68,9 +80,18 @@ def mount_credential_routes(app: FastAPI, keys: KeyService, tokens: TokenService
         return await tokens.revoke(jti)
 
     @app.post("/api/auth/login", tags=["Auth"])
-    async def login(payload: JsonBody) -> JSONResponse:
-        """A user's session from email and password; also set as the ``relay_session`` cookie."""
-        session = await tokens.login(payload)
+    async def login(request: Request, payload: JsonBody) -> JSONResponse:
+        """A user's session from email and password; also set as the ``relay_session`` cookie.
+        Failed logins are throttled per email and per client address (429 with ``Retry-After``)."""
+        email = str(payload.get("email", ""))[:320]
+        address = request.client.host if request.client else "unknown"
+        login_throttle.check(email, address)  # before any password is hashed
+        try:
+            session = await tokens.login(payload)
+        except Unauthenticated:
+            login_throttle.failed(email, address)
+            raise
+        login_throttle.succeeded(email)
         response = JSONResponse({"session": session})
         response.set_cookie(
             SESSION_COOKIE,
@@ -78,6 +99,7 @@ def mount_credential_routes(app: FastAPI, keys: KeyService, tokens: TokenService
             max_age=int(SESSION_TTL.total_seconds()),
             httponly=True,
             samesite="strict",
+            secure=secure_cookies,
         )
         return response
 

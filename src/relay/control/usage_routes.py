@@ -13,7 +13,7 @@ ids of objects deleted since (SPEC §2). ``model`` and ``host`` match the names 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Final
 
 import orjson
@@ -190,8 +190,14 @@ def _timestamp(name: str, raw: str) -> datetime:
             continue
         if value.tzinfo is None:
             raise InvalidRequest(f"{name}: needs a UTC offset (RFC 3339, e.g. 2026-01-31T00:00:00Z)")
+        try:
+            value.astimezone(UTC)  # 0001-01-01T00:00:00+14:00 is before year 1 in UTC: no such instant
+        except OverflowError:
+            raise InvalidRequest(
+                f"{name}: outside 0001-01-01T00:00:00Z–9999-12-31T23:59:59Z: {raw[:64]!r}"
+            ) from None
         return value
-    raise InvalidRequest(f"{name}: not an RFC 3339 timestamp: {raw!r}")
+    raise InvalidRequest(f"{name}: not an RFC 3339 timestamp: {raw[:64]!r}")
 
 
 async def _filters(conn: AsyncConnection, params: Mapping[str, str]) -> store.EventFilter:

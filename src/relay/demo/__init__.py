@@ -107,6 +107,10 @@ def banner(settings: Settings, runtime: Runtime, upstream: str, catalog: str) ->
     host = local_host(settings.bind)
     control = f"http://{host}:{settings.control_port}"
     token = runtime.secrets.admin_token_path or "$RELAY_ADMIN_TOKEN"
+    where = f"in {token}"
+    # The log never holds the admin token (SPEC §1); this terminal may show it, once, when it is new.
+    if any("admin token" in note for note in getattr(runtime.secrets, "generated", ())):
+        where = f"{runtime.secrets.admin_token} (in {token}; shown this first time only)"
     if settings.bind in ("127.0.0.1", "::1", "localhost"):
         reach = f"{settings.bind} only: this machine (relay demo --bind 0.0.0.0 opens it to the network)"
     elif settings.bind in ("0.0.0.0", "::", ""):
@@ -124,7 +128,7 @@ Relay demo is running (Ctrl-C stops it).
   fake upstream    {upstream}
   database         {settings.database_url}
   demo catalog     {catalog}
-  admin token      in {token}
+  admin token      {where}
 
 Point the relay CLI here (from another terminal in this directory):
   export RELAY_URL=http://{host}:{settings.port} RELAY_CONTROL_URL={control}

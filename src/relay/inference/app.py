@@ -68,6 +68,22 @@ class InferenceApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return  # lifespan is handled by boot, websockets are not served
+        try:
+            await self._serve(scope, receive, send)
+        except Exception:
+            # The last line of defence (SPEC §7: never text/plain, never a traceback to the caller): a
+            # JSON 500 in the caller's shape if nothing was sent yet, else the stream just ends.
+            log.exception("unhandled error on %s", scope.get("path", "?")[:256])
+            request_id = os.urandom(16).hex()
+            path = scope.get("path", "")
+            shape = ANTHROPIC if path.startswith("/anthropic/") else OPENAI
+            body = error_body(shape, status=500, code="internal_error", message="internal error")
+            try:
+                await send_bytes(send, 500, body, "application/json", request_id, [(b"connection", b"close")])
+            except Exception:
+                pass  # the response had started: uvicorn closes the connection
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope["path"]
         method: str = scope["method"]
         request_id = os.urandom(16).hex()  # 128 random bits, as uuid4().hex spells them, 5× cheaper
@@ -151,6 +167,8 @@ class InferenceApp:
     ) -> None:
         body = error_body(shape, status=exc.status, code=exc.code, message=exc.message)
         extra = [(b"allow", b"POST")] if exc.status == 405 else []
+        if exc.status == 413:
+            extra.append((b"connection", b"close"))  # the rest of the body is not worth receiving
         await send_bytes(send, exc.status, body, "application/json", request_id, extra)
         self._count(route, shape, exc.status, request_id, started, {"error": exc.code})
 

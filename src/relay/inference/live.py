@@ -41,6 +41,7 @@ from relay.adapters import (
     translate_response,
     wants_stream,
 )
+from relay.adapters.json_codec import DEFAULT_MAX_DEPTH
 from relay.auth import Principal, authenticate
 from relay.catalog import Snapshot
 from relay.domain.credentials import read_credential
@@ -73,6 +74,10 @@ class RequestContext:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+MODEL_RECORD_CHARS = 256
+"""Longest requested model name a usage event or log line keeps (a catalog name is at most 63)."""
+
+
 def _answered(ctx: RequestContext, outcome: Outcome) -> str:
     """The ``model`` a translated answer names: the caller's, or after a fallback the model that
     answered (SPEC §4 step 5)."""
@@ -95,11 +100,13 @@ class LiveHandler:
         pipeline: Pipeline,
         recorder: LiveRecorder,
         translate_max_tokens: int = 4096,
+        max_json_depth: int = DEFAULT_MAX_DEPTH,
     ) -> None:
         self._snapshot = snapshot
         self._pipeline = pipeline
         self._recorder = recorder
         self._max_tokens = translate_max_tokens  # RELAY_TRANSLATE_DEFAULT_MAX_TOKENS
+        self._max_depth = max_json_depth
 
     async def handle(
         self,
@@ -114,8 +121,10 @@ class LiveHandler:
         ctx = RequestContext(request_id, path, inbound, time.perf_counter(), body, error_shape=error_shape)
         snap = self._snapshot()
         try:
-            request = parse_request(body)
-            ctx.model = request["model"]
+            request = parse_request(body, self._max_depth)
+            model: str = request["model"]
+            # What is recorded stays bounded (a 1 MB name would become a 1 MB row and log line).
+            ctx.model = model if len(model) <= MODEL_RECORD_CHARS else model[:MODEL_RECORD_CHARS] + "…"
             ctx.principal = authenticate(
                 read_credential(headers.get("authorization"), headers.get("x-api-key")), snap
             )

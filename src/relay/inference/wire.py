@@ -11,7 +11,17 @@ from typing import Any
 import orjson
 from starlette.types import Receive, Scope, Send
 
-from relay.errors import PayloadTooLarge
+from relay.errors import PayloadTooLarge, RelayError
+
+
+class ClientDisconnected(RelayError):
+    """The body never arrived whole: the client went away (or the server closed a stalled upload,
+    ``RELAY_BODY_READ_TIMEOUT_S``). Nobody reads the answer; handlers stop without acting on a part."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "client disconnected before the body was complete", code="client_disconnected", status=499
+        )
 
 
 def request_headers(scope: Scope) -> dict[str, str]:
@@ -32,7 +42,8 @@ async def read_body(
     what: str = "request body",
     setting: str = "RELAY_MAX_REQUEST_BYTES",
 ) -> bytes:
-    """The whole request body, refusing (413) anything over ``limit`` before reading it all."""
+    """The whole request body, refusing (413) anything over ``limit`` before reading it all; a
+    disconnect before the end raises :class:`ClientDisconnected` (a partial body is never acted on)."""
     too_large = PayloadTooLarge(f"{what} is larger than {limit} bytes ({setting})")
     for name, value in scope["headers"]:
         if name == b"content-length" and value.isdigit() and int(value) > limit:
@@ -42,7 +53,7 @@ async def read_body(
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            break
+            raise ClientDisconnected
         chunk = message.get("body", b"")
         if chunk:
             size += len(chunk)

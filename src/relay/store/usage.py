@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import binascii
 import operator
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -131,6 +132,12 @@ def refused(exc: BaseException) -> bool:
     table missing mid-migration) is an outage worth retrying."""
     if isinstance(exc, IntegrityError | DataError | OverflowError):  # sqlite3 raises OverflowError raw
         return True
+    # A value no encoder can write (a lone surrogate: the drivers raise UnicodeEncodeError, raw or
+    # wrapped) or bind (a NUL in Postgres text, a wrong type) is this row's fault, not an outage: retrying
+    # it forever would stop every later event from being written (SPEC §8).
+    orig = getattr(exc, "orig", None)
+    if isinstance(exc, UnicodeError | ValueError | TypeError) or isinstance(orig, UnicodeError | ValueError):
+        return True
     # asyncpg's data errors (value too long, out of range) arrive as plain DBAPIError: go by SQLSTATE
     # class 22 (data exception) or 23 (integrity constraint violation).
     sqlstate = str(getattr(getattr(exc, "orig", None), "sqlstate", None) or "")
@@ -235,6 +242,9 @@ async def put_setting(conn: AsyncConnection, key: str, value: Any, at: datetime)
 # -- events, newest first --------------------------------------------------------------------------------
 
 
+_EVENT_ID = re.compile(r"^[0-9A-Za-z_-]{1,64}$")
+
+
 def encode_cursor(ts: datetime, event_id: str) -> str:
     """An opaque page cursor: urlsafe base64 of the last event's (ts, id)."""
     raw = f"{ts.astimezone(UTC).isoformat()}|{event_id}".encode()
@@ -249,7 +259,15 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
         ts = datetime.fromisoformat(stamp)
     except (binascii.Error, UnicodeDecodeError, ValueError):
         raise ValueError("not a cursor this API returned") from None
-    if ts.tzinfo is None or not event_id:
+    if ts.tzinfo is None or not _EVENT_ID.match(event_id):
+        raise ValueError("not a cursor this API returned")
+    try:
+        # Only the exact text encode_cursor writes is one (an edge offset like 0001-01-01T00:00+14:00
+        # has no UTC form and would fail in the query; other forms were never issued).
+        canonical = encode_cursor(ts, event_id)
+    except (OverflowError, ValueError):
+        raise ValueError("not a cursor this API returned") from None
+    if canonical != cursor.rstrip("="):
         raise ValueError("not a cursor this API returned")
     return ts, event_id
 

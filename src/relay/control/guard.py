@@ -1,0 +1,161 @@
+"""The control plane's front door (SPEC §11, §7): what is checked before FastAPI sees a request.
+
+In order, before any body byte is read:
+1. the admin bearer, on every ``/api`` route except the open ones (``/api/openapi.json``,
+   ``/api/docs…``) and the session routes (``/api/auth/*``, which authenticate a user's session
+   themselves) → 401; so an unauthenticated caller cannot make the server read, buffer or parse a body;
+2. ``Content-Length`` over the route's limit → 413 (``RELAY_CONTROL_MAX_REQUEST_BYTES``; the login
+   route takes at most ``LOGIN_MAX_BYTES``);
+then, reading the body: 413 as soon as it grows past the limit (chunked uploads included), and the JSON
+bounds of SPEC §1 (``RELAY_MAX_JSON_DEPTH``, no lone surrogate) → 400 ``invalid_json`` naming the depth
+or field. The body is then handed to FastAPI as read (its own parse stays the one that validates).
+
+Every answer gets ``X-Relay-Request-ID``; an exception that escapes the app answers a JSON 500 (or, if
+the response had started, ends it) instead of uvicorn's text/plain. Early refusals close the connection,
+so a client that keeps uploading is not read to the end.
+
+What it deliberately does not know: routes beyond their paths, sessions, the catalog.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import orjson
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from relay.adapters.json_codec import JsonRefused, loads_input
+from relay.errors import PayloadTooLarge, RelayError, Unauthenticated
+from relay.secrets import constant_time_equal
+
+log = logging.getLogger("relay.control")
+
+LOGIN_PATH = "/api/auth/login"
+LOGIN_MAX_BYTES = 4096
+"""An email and a password fit in far less; argon2 is never asked to hash megabytes."""
+
+OPEN_PATHS = frozenset(("/api/openapi.json",))
+OPEN_PREFIXES = ("/api/docs", "/api/auth/")
+BODY_METHODS = frozenset(("POST", "PUT", "PATCH", "DELETE"))
+
+
+def error_json(code: str, message: str) -> bytes:
+    return orjson.dumps({"error": {"code": code, "message": message}})
+
+
+class ControlGuard:
+    def __init__(self, app: ASGIApp, *, admin_token: str, max_bytes: int, max_json_depth: int) -> None:
+        self.app = app
+        self._token = admin_token
+        self._max_bytes = max_bytes
+        self._max_depth = max_json_depth
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = os.urandom(16).hex()
+        rid = request_id.encode()
+        started = False
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                message = {**message, "headers": [*message.get("headers", []), (b"x-relay-request-id", rid)]}
+            await send(message)
+
+        try:
+            replay = await self._admit(scope, receive)
+        except ClientDisconnected:
+            return
+        except RelayError as exc:
+            await _answer(send_with_id, exc.status, error_json(exc.code, exc.message), close=True)
+            return
+        try:
+            await self.app(scope, replay or receive, send_with_id)
+        except Exception:
+            log.exception("unhandled error on %s %s", scope["method"], scope["path"][:256])
+            if not started:
+                await _answer(send_with_id, 500, error_json("internal_error", "internal error"), close=True)
+
+    async def _admit(self, scope: Scope, receive: Receive) -> Receive | None:
+        """Checks 1–3; a ``receive`` that replays the body read, or None when none was read."""
+        path: str = scope["path"]
+        if path.startswith("/api/") and path not in OPEN_PATHS and not path.startswith(OPEN_PREFIXES):
+            self._check_admin(scope)
+        if scope["method"] not in BODY_METHODS:
+            return None
+        limit, setting = (
+            (LOGIN_MAX_BYTES, "login bodies")
+            if path == LOGIN_PATH
+            else (self._max_bytes, "RELAY_CONTROL_MAX_REQUEST_BYTES")
+        )
+        body = await read_body(receive, scope, limit, setting=setting)
+        if body.strip():
+            try:
+                loads_input(body, self._max_depth, what="body")
+            except JsonRefused as exc:
+                raise RelayError(str(exc), code="invalid_json", status=400) from None
+            except ValueError:
+                pass  # not JSON at all: FastAPI answers its own 400 invalid_json
+        sent = False
+
+        async def replay() -> Message:
+            nonlocal sent
+            if sent:
+                return await receive()  # after the body: the disconnect, when it comes
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        return replay
+
+    def _check_admin(self, scope: Scope) -> None:
+        value = ""
+        for name, raw in scope["headers"]:
+            if name == b"authorization":
+                value = raw.decode("latin-1")
+                break
+        scheme, _, credential = value.partition(" ")
+        if scheme.lower() != "bearer" or not credential.strip():
+            raise Unauthenticated("missing admin bearer token")
+        if not constant_time_equal(credential.strip(), self._token):
+            raise Unauthenticated("invalid admin token")
+
+
+async def _answer(send: Send, status: int, body: bytes, *, close: bool = False) -> None:
+    headers: list[Any] = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class ClientDisconnected(Exception):
+    pass
+
+
+async def read_body(receive: Receive, scope: Scope, limit: int, *, setting: str) -> bytes:
+    """The whole body, 413 from ``Content-Length`` before reading or as soon as it grows past ``limit``."""
+    too_large = PayloadTooLarge(f"request body is larger than {limit} bytes ({setting})")
+    for name, value in scope["headers"]:
+        if name == b"content-length" and value.isdigit() and int(value) > limit:
+            raise too_large
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnected
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        parts.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(parts)

@@ -1,0 +1,55 @@
+"""A hostile-input gateway: one real ``relay serve`` per backend for a whole module, with the module
+catalog of ``tests.fixtures.live`` and short protocol timeouts (so the 408 tests take seconds), a small
+control-plane body limit (so the 413 tests send little) and an https ``RELAY_PUBLIC_URL`` (Secure
+cookies)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.fake_upstream import FakeUpstream
+from tests.fixtures.live import Gateway, Reaper, backend_setup, live_reaper  # noqa: F401
+from tests.fixtures.relay_server import RelayProcess
+
+HOSTILE_ENV = {
+    "RELAY_HEADER_TIMEOUT_S": "2",
+    "RELAY_BODY_READ_TIMEOUT_S": "2",
+    "RELAY_CONTROL_MAX_REQUEST_BYTES": str(256 * 1024),
+    "RELAY_PUBLIC_URL": "https://relay.example.test",
+}
+
+
+def start_gateway(backend: str, workdir: Path, fake: FakeUpstream, reaper: Reaper) -> Iterator[Gateway]:
+    database_url, redis_url, env = backend_setup(backend, workdir)
+    process = RelayProcess(workdir, database_url, {**env, **HOSTILE_ENV})
+    try:
+        process.start()
+        gw = Gateway(process, fake, backend, redis_url)
+        gw.apply_catalog()
+        yield gw
+    finally:
+        reaper.stop([process], database_url if backend == "postgres" else None)
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def hostile(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    fake_upstream: FakeUpstream,
+    live_reaper: Reaper,  # noqa: F811
+) -> Iterator[Gateway]:
+    workdir: Path = tmp_path_factory.mktemp(f"hostile-{request.param}")
+    yield from start_gateway(request.param, workdir, fake_upstream, live_reaper)
+
+
+@pytest.fixture(scope="module")
+def hostile_sqlite(
+    tmp_path_factory: pytest.TempPathFactory,
+    fake_upstream: FakeUpstream,
+    live_reaper: Reaper,  # noqa: F811
+) -> Iterator[Gateway]:
+    """One gateway on SQLite, for the fuzz run (its findings do not depend on the backend)."""
+    yield from start_gateway("sqlite", tmp_path_factory.mktemp("hostile-fuzz"), fake_upstream, live_reaper)
