@@ -113,7 +113,7 @@ class Metrics:
         self.fallbacks = Children(
             Counter(
                 "relay_fallbacks_total",
-                "Requests routed to a fallback model (SPEC §4 step 5), by requested model, fallback "
+                "Requests answered by a fallback model of the policy, by requested model, fallback "
                 "and the error that sent them there",
                 ["from_model", "to_model", "reason"],
                 registry=registry,

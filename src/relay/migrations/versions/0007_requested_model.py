@@ -1,4 +1,4 @@
-"""Model fallbacks (SPEC §4 step 5, §8): policies hold a ``fallbacks`` map, usage events record the
+"""Model fallbacks: policies hold a ``fallbacks`` map, usage events record the
 model that was asked for next to the one that answered.
 
 Revision ID: 0007
