@@ -59,6 +59,8 @@ class Settings(BaseModel):
     instance_id: str = Field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}", min_length=1)
     database_url: str = DEFAULT_SQLITE_URL
     redis_url: str | None = None
+    redis_max_connections: int = Field(100, ge=1, le=100_000)
+    redis_timeout_s: float = Field(2.0, gt=0, le=60)
     migrate_on_boot: bool = True
     master_key: SecretStr | None = None
     admin_token: SecretStr | None = None

@@ -7,9 +7,15 @@ command (MGET, INCR, ZADD, ZMSCORE). Empty requests return without touching the 
 
 It deliberately does not decide what happens when Redis is down: driver errors become
 :class:`relay.state.base.StateUnavailable` and the caller (rate limiter, key pool) chooses to fail open
-or closed. Requires Redis ≥ 6.2 (ZMSCORE). Connections come from redis-py's pool; a stale pooled
+or closed. Requires Redis ≥ 6.2 (ZMSCORE). Connections come from a bounded pool whose checkouts wait
+when it is full (:mod:`relay.state.pool`: busy connections are not an outage); a stale pooled
 connection (Redis restarted) is retried once on a fresh one, but timeouts are not retried, because a
 script that timed out may already have run and must not be applied twice.
+
+A Redis that does not answer (timeout, refused connection) closes an :class:`relay.state.gate.OutageGate`:
+every later operation raises ``StateUnavailable`` at once, without I/O, until a background probe (at most
+one per second) is answered. Lease releases that failed meanwhile are kept and re-sent then, so a
+fail-open episode cannot leave a policy's concurrency slots taken until their TTL.
 
 Breaker reads can cost no round trip at all: once :meth:`RedisState.start` has run (``relay serve``
 does it at boot), a background task subscribes to the channel every trip and reset publishes on, and
@@ -33,6 +39,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from relay.state import scripts
 from relay.state.base import (
@@ -46,7 +53,9 @@ from relay.state.base import (
     StateUnavailable,
     Verdict,
 )
+from relay.state.gate import OutageGate
 from relay.state.mirror import BreakerMirror
+from relay.state.pool import WaitingConnectionPool
 
 _SLACK_MS = EXPIRY_SLACK_S * 1000
 _TTL_AFTER_OPEN_MS = BREAKER_TTL_AFTER_OPEN_S * 1000
@@ -56,6 +65,12 @@ _MAX_BACKOFF_MS = MAX_BACKOFF_S * 1000
 #: (mirror off, reconnect) when it heard nothing, not even the pong, for ``_WATCH_DEAD_S``.
 _WATCH_PING_S = 1.0
 _WATCH_DEAD_S = 3.0
+#: Default size of the connection pool (``RELAY_REDIS_MAX_CONNECTIONS``); callers beyond it wait.
+DEFAULT_MAX_CONNECTIONS = 100
+#: Lease releases that failed are kept (and re-sent once Redis answers) up to this many; past it the
+#: oldest are dropped and expire with their lease TTL instead.
+MAX_UNRELEASED = 100_000
+_FLUSH_BATCH = 500
 
 log = logging.getLogger("relay.state")
 
@@ -63,6 +78,12 @@ log = logging.getLogger("relay.state")
 def _unavailable(exc: RedisError) -> StateUnavailable:
     # The message names the failure, never the URL (it may carry a password).
     return StateUnavailable(f"shared state (Redis) failed: {type(exc).__name__}: {exc}")
+
+
+def _no_answer(exc: RedisError) -> bool:
+    """Did Redis fail to answer (down, frozen, unreachable, pool full for the whole timeout), as opposed
+    to answering with an error?"""
+    return isinstance(exc, (RedisConnectionError, RedisTimeoutError))
 
 
 def _decode_breaker(raw: str | bytes) -> BreakerRecord:
@@ -73,6 +94,7 @@ def _decode_breaker(raw: str | bytes) -> BreakerRecord:
         int(data.get("f", 0)),
         str(data.get("r", "")),
         str(data.get("v", "")),
+        int(data.get("t", 0)),
     )
 
 
@@ -80,18 +102,36 @@ class RedisState:
     """Shared state in Redis under ``prefix``. Implements :class:`relay.state.base.SharedState`.
 
     ``url`` is a redis-py URL (``redis://``, ``rediss://``, ``unix://``); its query options, such as
-    ``socket_timeout``, override ``timeout_s``. Replicas share state iff they use the same Redis,
+    ``socket_timeout`` or ``max_connections``, override ``timeout_s`` and ``max_connections``. At most
+    ``max_connections`` connections are open; further operations wait for one (up to the timeout)
+    instead of failing (:mod:`relay.state.pool`). Replicas share state iff they use the same Redis,
     database and prefix. Construction does no I/O; the first operation connects.
     """
 
-    def __init__(self, url: str, prefix: str = "relay:", *, timeout_s: float = 2.0) -> None:
-        self._redis: Redis = Redis.from_url(
+    def __init__(
+        self,
+        url: str,
+        prefix: str = "relay:",
+        *,
+        timeout_s: float = 2.0,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    ) -> None:
+        pool = WaitingConnectionPool.from_url(
             url,
+            wait_timeout=timeout_s,
+            max_connections=max_connections,
             decode_responses=True,
             socket_timeout=timeout_s,
             socket_connect_timeout=timeout_s,
             retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
         )
+        pool.wait_timeout = float(pool.connection_kwargs.get("socket_timeout") or timeout_s)
+        self._pool = pool
+        self._redis: Redis = Redis.from_pool(pool)
+        # After an operation got no answer, the next ones fail at once until a probe is answered.
+        self._gate = OutageGate(self._redis.ping, self._flush_releases)
+        # lease id -> concurrency keys whose release failed; re-sent when Redis answers again.
+        self._unreleased: dict[str, tuple[str, ...]] = {}
         # The watch has its own connection and never reconnects behind our back: a broken subscription
         # must surface here, because notifications sent while it was down are lost.
         self._watch_redis: Redis = Redis.from_url(
@@ -117,6 +157,50 @@ class RedisState:
         self._trip = self._redis.register_script(scripts.TRIP)
         self._reset = self._redis.register_script(scripts.RESET)
         self._pick = self._redis.register_script(scripts.PICK)
+        self._probe = self._redis.register_script(scripts.PROBE)
+
+    # -- failures ------------------------------------------------------------------------------------
+
+    def _failed(self, exc: RedisError) -> StateUnavailable:
+        if _no_answer(exc):
+            self._gate.close_gate(f"{type(exc).__name__}: {exc}")
+        return _unavailable(exc)
+
+    def _skipped(self) -> StateUnavailable:
+        return StateUnavailable("shared state (Redis) did not answer; not asking again until a probe does")
+
+    @property
+    def answering(self) -> bool:
+        """False from an unanswered operation until the background probe gets an answer."""
+        return not self._gate.down
+
+    @property
+    def unreleased(self) -> int:
+        """Lease releases waiting to be re-sent (Redis did not answer when they were due)."""
+        return len(self._unreleased)
+
+    def _keep_release(self, keys: list[str], lease_id: str) -> None:
+        if not keys or not lease_id:
+            return
+        if len(self._unreleased) >= MAX_UNRELEASED:
+            self._unreleased.pop(next(iter(self._unreleased)))  # the oldest; its TTL still frees it
+        self._unreleased[lease_id] = tuple(keys)
+
+    async def _flush_releases(self) -> None:
+        """Re-send the releases that failed (ZREM is idempotent, so one that did land is harmless)."""
+        sent = 0
+        while self._unreleased:
+            batch = list(self._unreleased.items())[:_FLUSH_BATCH]
+            pipe = self._redis.pipeline(transaction=False)
+            for lease_id, keys in batch:
+                for key in keys:
+                    pipe.zrem(key, lease_id)
+            await pipe.execute()
+            for lease_id, _keys in batch:
+                self._unreleased.pop(lease_id, None)
+            sent += len(batch)
+        if sent:
+            log.info("released %d concurrency leases whose release had failed while Redis was away", sent)
 
     # -- rate limits ---------------------------------------------------------------------------------
 
@@ -128,10 +212,12 @@ class RedisState:
         for check in checks:
             keys.append((self._cc if check.kind == "concurrency" else self._rl) + check.key)
             args += (check.kind, check.limit, check.window_s, check.amount)
+        if self._gate.down:
+            raise self._skipped()
         try:
             admitted, index, retry_ms = await self._reserve(keys=keys, args=args)
         except RedisError as exc:
-            raise _unavailable(exc) from exc
+            raise self._failed(exc) from exc
         if admitted:
             return ADMITTED
         return Verdict(False, checks[index - 1].key, retry_ms / 1000)
@@ -146,13 +232,20 @@ class RedisState:
                 keys.append(self._rl + key)
                 args += (window_s, amount)
         args[2] = len(keys)
-        keys += [self._cc + key for key in release]
+        releases = [self._cc + key for key in release]
+        keys += releases
         if not keys:
             return
+        if self._gate.down:
+            self._keep_release(releases, lease_id)
+            raise self._skipped()
         try:
             await self._commit(keys=keys, args=args)
         except RedisError as exc:
-            raise _unavailable(exc) from exc
+            # The release is re-sent once Redis answers, so a lease never waits for its TTL while this
+            # process lives. Token adds are not (a timed-out script may have run: no double count).
+            self._keep_release(releases, lease_id)
+            raise self._failed(exc) from exc
 
     # -- breakers ------------------------------------------------------------------------------------
 
@@ -164,10 +257,12 @@ class RedisState:
         if known is not None:
             return known
         generation = mirror.generation
+        if self._gate.down:
+            raise self._skipped()
         try:
             raws = await self._redis.mget([self._br + key_id for key_id in key_ids])
         except RedisError as exc:
-            raise _unavailable(exc) from exc
+            raise self._failed(exc) from exc
         found = {key_id: _decode_breaker(raw) for key_id, raw in zip(key_ids, raws, strict=True) if raw}
         mirror.store(key_ids, found, generation)
         return found
@@ -180,7 +275,8 @@ class RedisState:
         version: str,
         retry_after: float | None = None,
         permanent: bool = False,
-    ) -> BreakerRecord:
+        seen: int | None = None,
+    ) -> BreakerRecord | None:
         if permanent:
             mode, retry_ms = "permanent", 0
         elif retry_after is not None:
@@ -197,44 +293,66 @@ class RedisState:
             _MAX_BACKOFF_MS,
             self._channel,
             key_id,
+            -1 if seen is None else seen,
         )
+        if self._gate.down:
+            raise self._skipped()
         try:
             raw = await self._trip(keys=[self._br + key_id], args=args)
         except RedisError as exc:
-            raise _unavailable(exc) from exc
+            raise self._failed(exc) from exc
         finally:
             self._mirror.changed(key_id)  # also when the outcome is unknown (a timeout)
-        return _decode_breaker(raw)
+        return _decode_breaker(raw) if raw else None
 
-    async def reset(self, key_id: str) -> None:
+    async def reset(self, key_id: str, seen: int | None = None) -> None:
+        if self._gate.down:
+            raise self._skipped()
         try:
-            await self._reset(keys=[self._br + key_id], args=[self._channel, key_id])
+            await self._reset(
+                keys=[self._br + key_id], args=[self._channel, key_id, -1 if seen is None else seen]
+            )
         except RedisError as exc:
-            raise _unavailable(exc) from exc
+            raise self._failed(exc) from exc
         finally:
             self._mirror.changed(key_id)
+
+    async def claim_probe(self, key_id: str, trip_id: int, hold_s: float) -> bool:
+        if self._gate.down:
+            raise self._skipped()
+        try:
+            won = await self._probe(keys=[self._br + key_id], args=[trip_id, max(1, round(hold_s * 1000))])
+        except RedisError as exc:
+            raise self._failed(exc) from exc
+        return bool(won)
 
     # -- key selection -------------------------------------------------------------------------------
 
     async def next_counter(self, name: str) -> int:
+        if self._gate.down:
+            raise self._skipped()
         try:
             return int(await self._redis.incr(self._rr + name))
         except RedisError as exc:
-            raise _unavailable(exc) from exc
+            raise self._failed(exc) from exc
 
     async def touch(self, name: str, member: str, at: float) -> None:
+        if self._gate.down:
+            raise self._skipped()
         try:
             await self._redis.zadd(self._lru + name, {member: at})
         except RedisError as exc:
-            raise _unavailable(exc) from exc
+            raise self._failed(exc) from exc
 
     async def least_recent(self, name: str, members: Sequence[str]) -> list[str]:
         if not members:
             return []
+        if self._gate.down:
+            raise self._skipped()
         try:
             scores = await self._redis.zmscore(self._lru + name, list(members))
         except RedisError as exc:
-            raise _unavailable(exc) from exc
+            raise self._failed(exc) from exc
         last_use = {m: -math.inf if s is None else s for m, s in zip(members, scores, strict=True)}
         # Never used sorts first; sorted() is stable, so ties keep the given order.
         return sorted(members, key=last_use.__getitem__)
@@ -250,10 +368,12 @@ class RedisState:
         generation = self._mirror.generation
         keys = [self._br + key_id for key_id in key_ids]
         keys.append(self._rr + counter_name)
+        if self._gate.down:
+            raise self._skipped()
         try:
             values = await self._pick(keys=keys)
         except RedisError as exc:
-            raise _unavailable(exc) from exc
+            raise self._failed(exc) from exc
         found = {key_id: _decode_breaker(raw) for key_id, raw in zip(key_ids, values, strict=False) if raw}
         self._mirror.store(key_ids, found, generation)
         return found, int(values[-1])
@@ -331,5 +451,6 @@ class RedisState:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watch_task
             self._watch_task = None
+        await self._gate.close()
         await self._watch_redis.aclose()
         await self._redis.aclose()
