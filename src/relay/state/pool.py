@@ -9,9 +9,14 @@ the request waits for one (up to the Redis timeout)").
 redis-py's own ``BlockingConnectionPool`` waits too, but it takes an ``asyncio.Condition`` and arms a
 timeout on every checkout, also when a connection is free. This subclass keeps the plain pool's path
 untouched while a connection is free (no lock, no timer, nothing extra per request) and only queues
-callers when the pool is exhausted: they wait in FIFO order, each woken by a release, for at most
-``wait_timeout`` seconds, after which the checkout fails with ``ConnectionError`` — as a Redis that does
-not answer within its timeout would.
+callers when the pool is exhausted: they wait in FIFO order, each woken by a release.
+
+Waiting is not an outage: a replica so busy that its connections stay taken (its event loop is behind,
+the Redis round trips themselves are fast) must queue, not bypass Redis. So the wait has no short
+timeout of its own; it ends when a connection frees up, when :meth:`fail_waiters` is called (the owner
+saw Redis not answer on some connection: the queued callers then fail at once instead of each
+waiting a timeout), or after ``wait_timeout`` (a safety net, many Redis timeouts long), with
+:class:`PoolWaitTimeout`.
 """
 
 from __future__ import annotations
@@ -22,6 +27,10 @@ from typing import Any
 
 from redis.asyncio.connection import AbstractConnection, ConnectionPool
 from redis.exceptions import ConnectionError as RedisConnectionError
+
+
+class PoolWaitTimeout(RedisConnectionError):
+    """No connection became free within the pool's safety-net wait (not evidence that Redis is down)."""
 
 
 class WaitingConnectionPool(ConnectionPool):
@@ -52,7 +61,7 @@ class WaitingConnectionPool(ConnectionPool):
             while not (self.can_get_connection() and self._waiters[0] is waiter):
                 remaining = deadline - loop.time()
                 if remaining <= 0:
-                    raise RedisConnectionError(
+                    raise PoolWaitTimeout(
                         f"no Redis connection became free within {self.wait_timeout:g} s "
                         f"({self.max_connections} in use)"
                     )
@@ -64,6 +73,8 @@ class WaitingConnectionPool(ConnectionPool):
                     await asyncio.wait_for(waiter, remaining)
                 except TimeoutError:
                     pass
+                except _WaitersFailed as failed:
+                    raise RedisConnectionError(str(failed)) from None
         finally:
             self._waiters.remove(waiter)
             self._wake_one()  # the next in line may fit too (or this one gave up its turn)
@@ -76,9 +87,19 @@ class WaitingConnectionPool(ConnectionPool):
         await super().disconnect(inuse_connections)
         self._wake_one()
 
+    def fail_waiters(self, reason: str) -> None:
+        """Make every queued checkout fail now with ``ConnectionError(reason)`` (Redis stopped answering)."""
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_exception(_WaitersFailed(reason))
+
     def _wake_one(self) -> None:
         """Wake the head of the queue if there is room for it (FIFO: only the head may take it)."""
         if self._waiters and self.can_get_connection():
             head = self._waiters[0]
             if not head.done():
                 head.set_result(None)
+
+
+class _WaitersFailed(Exception):
+    """Set on queued waiters by :meth:`WaitingConnectionPool.fail_waiters` (re-raised as ConnectionError)."""

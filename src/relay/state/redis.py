@@ -55,7 +55,7 @@ from relay.state.base import (
 )
 from relay.state.gate import OutageGate
 from relay.state.mirror import BreakerMirror
-from relay.state.pool import WaitingConnectionPool
+from relay.state.pool import PoolWaitTimeout, WaitingConnectionPool
 
 _SLACK_MS = EXPIRY_SLACK_S * 1000
 _TTL_AFTER_OPEN_MS = BREAKER_TTL_AFTER_OPEN_S * 1000
@@ -71,6 +71,9 @@ DEFAULT_MAX_CONNECTIONS = 100
 #: oldest are dropped and expire with their lease TTL instead.
 MAX_UNRELEASED = 100_000
 _FLUSH_BATCH = 500
+#: A checkout waits for a free connection up to this many Redis timeouts (a safety net: the wait
+#: normally ends when a connection frees up, or at once when Redis is seen not to answer).
+POOL_WAIT_TIMEOUTS = 10
 
 log = logging.getLogger("relay.state")
 
@@ -81,9 +84,9 @@ def _unavailable(exc: RedisError) -> StateUnavailable:
 
 
 def _no_answer(exc: RedisError) -> bool:
-    """Did Redis fail to answer (down, frozen, unreachable, pool full for the whole timeout), as opposed
-    to answering with an error?"""
-    return isinstance(exc, (RedisConnectionError, RedisTimeoutError))
+    """Did Redis fail to answer (down, frozen, unreachable), as opposed to answering with an error? A
+    checkout that waited past the pool's safety net is not counted: busy is not down."""
+    return isinstance(exc, (RedisConnectionError, RedisTimeoutError)) and not isinstance(exc, PoolWaitTimeout)
 
 
 def _decode_breaker(raw: str | bytes) -> BreakerRecord:
@@ -118,14 +121,16 @@ class RedisState:
     ) -> None:
         pool = WaitingConnectionPool.from_url(
             url,
-            wait_timeout=timeout_s,
+            wait_timeout=POOL_WAIT_TIMEOUTS * timeout_s,
             max_connections=max_connections,
             decode_responses=True,
             socket_timeout=timeout_s,
             socket_connect_timeout=timeout_s,
             retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
         )
-        pool.wait_timeout = float(pool.connection_kwargs.get("socket_timeout") or timeout_s)
+        pool.wait_timeout = POOL_WAIT_TIMEOUTS * float(
+            pool.connection_kwargs.get("socket_timeout") or timeout_s
+        )
         self._pool = pool
         self._redis: Redis = Redis.from_pool(pool)
         # After an operation got no answer, the next ones fail at once until a probe is answered.
@@ -163,7 +168,10 @@ class RedisState:
 
     def _failed(self, exc: RedisError) -> StateUnavailable:
         if _no_answer(exc):
-            self._gate.close_gate(f"{type(exc).__name__}: {exc}")
+            reason = f"{type(exc).__name__}: {exc}"
+            if not self._gate.down:
+                self._gate.close_gate(reason)
+                self._pool.fail_waiters(f"Redis did not answer ({reason})")  # queued callers: at once
         return _unavailable(exc)
 
     def _skipped(self) -> StateUnavailable:
