@@ -113,12 +113,15 @@ class Pipeline:
         last_status = 0
         attempts = 0
         started = time.perf_counter()
+        half_open = selection.half_open  # usually empty: then no probe claim, nothing to remember
         for key in selection.keys:
             if attempts >= MAX_FAILOVER:
                 break
-            if not await self._pool.begin(key, selection):
-                continue  # half-open, and another request is its probe
-            seen = selection.seen(key)
+            seen = 0
+            if half_open and key.id in half_open:
+                if not await self._pool.begin(key, selection):
+                    continue  # another request is this opening's probe
+                seen = half_open[key.id]
             attempts += 1
             call.attempts = attempts
             request = build_upstream_request(

@@ -39,11 +39,14 @@ async def storm(pools: list[KeyPool], keys: list[HostKey], *, outcome: str) -> t
     """N concurrent requests over ``pools`` (replicas); each probes/sends to the first key it may use,
     which ``outcome``s ("fail" or "ok"). Returns (requests that sent to key 1, that skipped it)."""
     gate = asyncio.Event()
-    sent = skipped = 0
+    sent = skipped = chosen = 0
 
     async def one(pool: KeyPool) -> None:
-        nonlocal sent, skipped
+        nonlocal sent, skipped, chosen
         selection = await pool.select(PRIORITIZED, keys, "h")
+        chosen += 1
+        if chosen == N:
+            gate.set()
         await gate.wait()  # every request has chosen before any of them reports back
         key = selection.keys[0]
         if key.id != keys[0].id or not await pool.begin(key, selection):
@@ -56,10 +59,7 @@ async def storm(pools: list[KeyPool], keys: list[HostKey], *, outcome: str) -> t
         else:
             await pool.succeeded(key, PRIORITIZED, selection.seen(key))
 
-    tasks = [asyncio.create_task(one(pools[i % len(pools)])) for i in range(N)]
-    await asyncio.sleep(0.05)
-    gate.set()
-    await asyncio.gather(*tasks)
+    await asyncio.gather(*(one(pools[i % len(pools)]) for i in range(N)))
     return sent, skipped
 
 

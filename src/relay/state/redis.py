@@ -18,16 +18,14 @@ one per second) is answered. Lease releases that failed meanwhile are kept and r
 fail-open episode cannot leave a policy's concurrency slots taken until their TTL.
 
 Breaker reads can cost no round trip at all: once :meth:`RedisState.start` has run (``relay serve``
-does it at boot), a background task subscribes to the channel every trip and reset publishes on, and
-``breakers`` answers from a :class:`relay.state.mirror.BreakerMirror` of what it read while that
-subscription holds (see that module for the rules). Without ``start`` (tests, tools) every read is a
-round trip, as before.
+does it at boot), a :class:`relay.state.watch.BreakerWatch` subscribes to the channel every trip and
+reset publishes on, and ``breakers`` answers from a :class:`relay.state.mirror.BreakerMirror` of what
+it read while that subscription holds (see that module for the rules). Without ``start`` (tests,
+tools) every read is a round trip, as before.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import math
 from collections.abc import Sequence
@@ -56,15 +54,12 @@ from relay.state.base import (
 from relay.state.gate import OutageGate
 from relay.state.mirror import BreakerMirror
 from relay.state.pool import PoolWaitTimeout, WaitingConnectionPool
+from relay.state.watch import BreakerWatch
 
 _SLACK_MS = EXPIRY_SLACK_S * 1000
 _TTL_AFTER_OPEN_MS = BREAKER_TTL_AFTER_OPEN_S * 1000
 _PERMANENT_TTL_MS = PERMANENT_BREAKER_TTL_S * 1000
 _MAX_BACKOFF_MS = MAX_BACKOFF_S * 1000
-#: The breaker watch pings Redis when it heard nothing for this long, and gives up on the connection
-#: (mirror off, reconnect) when it heard nothing, not even the pong, for ``_WATCH_DEAD_S``.
-_WATCH_PING_S = 1.0
-_WATCH_DEAD_S = 3.0
 #: Default size of the connection pool (``RELAY_REDIS_MAX_CONNECTIONS``); callers beyond it wait.
 DEFAULT_MAX_CONNECTIONS = 100
 #: Lease releases that failed are kept (and re-sent once Redis answers) up to this many; past it the
@@ -137,20 +132,9 @@ class RedisState:
         self._gate = OutageGate(self._redis.ping, self._flush_releases)
         # lease id -> concurrency keys whose release failed; re-sent when Redis answers again.
         self._unreleased: dict[str, tuple[str, ...]] = {}
-        # The watch has its own connection and never reconnects behind our back: a broken subscription
-        # must surface here, because notifications sent while it was down are lost.
-        self._watch_redis: Redis = Redis.from_url(
-            url,
-            decode_responses=True,
-            socket_connect_timeout=timeout_s,
-            retry=Retry(NoBackoff(), 0),
-            client_name=prefix + "breaker-watch",  # what CLIENT LIST shows for it
-        )
         self._channel = prefix + "breakers"
         self._mirror = BreakerMirror()
-        self._watch_task: asyncio.Task[None] | None = None
-        self._watch_backoff = 0.1  # seconds before resubscribing; doubles up to 5 s while it fails
-        self._watch_warned = False
+        self._watch = BreakerWatch(url, self._channel, self._mirror, prefix=prefix, timeout_s=timeout_s)
         self.prefix = prefix
         self._rl = prefix + "rl:"
         self._cc = prefix + "cc:"
@@ -389,61 +373,12 @@ class RedisState:
     # -- the breaker watch ---------------------------------------------------------------------------
 
     async def start(self) -> None:
-        if self._watch_task is None:
-            self._watch_task = asyncio.create_task(self._watch(), name="relay-breaker-watch")
+        self._watch.start()
 
     @property
     def mirroring(self) -> bool:
         """True while breaker reads may be answered from this replica's mirror."""
         return self._mirror.live
-
-    async def _watch(self) -> None:
-        """Keep the subscription; whenever it is not confirmed and healthy, the mirror is off."""
-        while True:
-            try:
-                await self._watch_once()
-            except (RedisError, OSError, TimeoutError) as exc:
-                if self._mirror.live or not self._watch_warned:
-                    log.warning(
-                        "breaker changes are not being received (%s: %s); reading breakers from Redis "
-                        "on every request until the subscription is back",
-                        type(exc).__name__,
-                        exc,
-                    )
-                    self._watch_warned = True
-            except Exception:  # a driver bug must not end the watch for good: log it and resubscribe
-                log.exception("the breaker watch failed; resubscribing")
-            finally:
-                self._mirror.reset_all(live=False)
-            await asyncio.sleep(self._watch_backoff)
-            self._watch_backoff = min(self._watch_backoff * 2, 5.0)
-
-    async def _watch_once(self) -> None:
-        loop = asyncio.get_running_loop()
-        pubsub = self._watch_redis.pubsub()
-        try:
-            await pubsub.subscribe(self._channel)
-            heard = loop.time()
-            while True:
-                message = await pubsub.get_message(timeout=_WATCH_PING_S)
-                now = loop.time()
-                if message is None:
-                    if now - heard > _WATCH_DEAD_S:
-                        raise TimeoutError(f"no answer from Redis for {_WATCH_DEAD_S:g} s")
-                    await pubsub.ping()
-                    continue
-                heard = now
-                kind = message["type"]
-                if kind == "message":
-                    self._mirror.changed(message["data"])
-                elif kind == "subscribe":  # confirmed: from now on no change can pass unseen
-                    self._mirror.reset_all(live=True)
-                    self._watch_backoff = 0.1
-                    self._watch_warned = False
-                    log.info("breaker changes are being received; breaker reads are served from memory")
-        finally:
-            with contextlib.suppress(RedisError, OSError):
-                await pubsub.aclose()
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
@@ -454,11 +389,6 @@ class RedisState:
             return False
 
     async def close(self) -> None:
-        if self._watch_task is not None:
-            self._watch_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watch_task
-            self._watch_task = None
+        await self._watch.close()
         await self._gate.close()
-        await self._watch_redis.aclose()
         await self._redis.aclose()
