@@ -108,3 +108,32 @@ async def test_a_frozen_redis_costs_one_timeout_then_fails_at_once_until_it_answ
         assert (await state.reserve(lease, "again", 60)).admitted
     finally:
         await state.close()
+
+
+async def test_callers_queued_for_a_connection_fail_with_the_first_timeout(
+    private_redis: PrivateRedis,  # noqa: F811
+) -> None:
+    """2 connections, 20 callers, Redis frozen: the 18 queued do not each wait their turn and a timeout
+    (that would be 10 timeouts in a row); they fail when the first timeout shows Redis is not answering."""
+    state = RedisState(private_redis.url, prefix="t:", timeout_s=TIMEOUT_S, max_connections=2)
+    lease = [LimitCheck("pol:c", "concurrency", 5)]
+    loop = asyncio.get_running_loop()
+    try:
+        assert (await state.reserve(lease, "warm", 60)).admitted
+        await state.commit([], ["pol:c"], "warm")
+        private_redis.freeze()
+        started = loop.time()
+        outcomes = await asyncio.gather(
+            *(state.reserve(lease, f"q{i}", 60) for i in range(20)), return_exceptions=True
+        )
+        elapsed = loop.time() - started
+        print(
+            f"\n20 callers on 2 connections, Redis frozen: all failed after {elapsed:.2f} s "
+            f"(timeout {TIMEOUT_S} s)"
+        )
+        assert all(isinstance(outcome, StateUnavailable) for outcome in outcomes), outcomes
+        assert elapsed < 3 * TIMEOUT_S
+        assert state._pool.waiting == 0
+    finally:
+        private_redis.thaw()
+        await state.close()
