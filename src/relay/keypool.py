@@ -17,11 +17,15 @@ Invariants and costs (state calls per request, before the upstream call):
   success. With Redis, a started ``RedisState`` answers ``breakers`` from its mirror without a round
   trip while its change notifications hold (``relay.state.mirror``), so ``prioritized`` usually costs
   none, ``round_robin`` one ``INCR`` and ``least_recently_used`` one read plus the ``touch``;
-- ``succeeded`` costs nothing unless the key had a breaker record when last seen (then one ``reset``);
-  ``failed`` costs one ``trip`` for a tripping failure and nothing for a short 429;
+- ``succeeded`` costs nothing unless the request was a half-open probe (then one ``reset``);
+  ``failed`` costs one ``trip`` for a tripping failure and nothing for a short 429; ``begin`` costs
+  nothing for a closed key and one ``claim_probe`` for a half-open one;
 - a record is open iff its ``version`` is the key's and (``open_until`` is ``None`` — auth failure,
-  open until the key is edited — or in the future); a record whose time is up is half-open and the
-  key is eligible again; a record of an older version is ignored;
+  open until the key is edited — or in the future); a record whose time is up is half-open: the key
+  is eligible again, but only the one request that claims its probe may try it (SPEC §6);
+- the backoff step counts trips: ``failed``/``succeeded`` carry the opening the request saw when it
+  chose the key (:class:`Selection`), and the store ignores outcomes of requests sent before the
+  key's current state (the failures of requests in flight when it opened, a late success);
 - shared state down fails *open*: no breakers, pool order; a warning at most once a minute.
 """
 
