@@ -42,7 +42,10 @@ from tests.fixtures.private_postgres import PrivateCluster
 from tests.fixtures.private_redis import PrivateRedis
 from tests.fixtures.relay_server import RelayProcess
 
-REDIS_TIMEOUT_S = 2.0
+#: Generous on purpose: on a loaded 2-core machine a replica's event loop can fall seconds behind under
+#: a 1 000-request burst, and a Redis round trip that the loop reads too late is a timeout like any
+#: other (it fails open). The frozen-Redis test is structural, so a long timeout costs it little.
+REDIS_TIMEOUT_S = 4.0
 N_REPLICAS = 3
 
 
@@ -336,7 +339,7 @@ async def test_a_frozen_redis_costs_at_most_one_timeout(fleet: Fleet) -> None:
     frozen_at = time.monotonic()
     outcomes: list[tuple[int, float, float]] = []
     try:
-        while time.monotonic() - frozen_at < 3 * REDIS_TIMEOUT_S + 1:
+        while time.monotonic() - frozen_at < 1.5 * REDIS_TIMEOUT_S + 3:
             outcomes += await burst(fleet, scenario, 30, latency_ms=100)
     finally:
         fleet.redis.thaw()
@@ -351,7 +354,7 @@ async def test_a_frozen_redis_costs_at_most_one_timeout(fleet: Fleet) -> None:
         f"after the first timeout: {len(later)} requests, max {max(later):.2f} s"
     )
     assert waits[-1] < 2 * REDIS_TIMEOUT_S, "no request waits for Redis more than about one timeout"
-    assert later and max(later) < REDIS_TIMEOUT_S, "after a timeout, requests fail open without waiting"
+    assert later and max(later) < REDIS_TIMEOUT_S / 2, "after a timeout, requests fail open without waiting"
     deadline = time.monotonic() + 20
     while fleet.leases():
         assert time.monotonic() < deadline, f"{fleet.leases()} leases left after Redis came back"
