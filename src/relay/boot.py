@@ -42,7 +42,7 @@ from relay.inference.recording import LiveRecorder
 from relay.keypool import KeyPool
 from relay.metrics import BatchMetrics, Metrics
 from relay.pipeline import Pipeline
-from relay.ratelimit import RateLimiter
+from relay.ratelimit import LEASE_MARGIN_S, RateLimiter
 from relay.secrets import ProvisionedSecrets, SecretBox, provision
 from relay.state import RedisState, SharedState, open_state
 from relay.store.engine import create_engine
@@ -123,7 +123,11 @@ def build_runtime(settings: Settings) -> Runtime:
     revision = Gauge("relay_catalog_revision", "Catalog revision this replica serves", registry=registry)
     revision.set_function(lambda: reloader.snapshot.revision)
     metrics = Metrics(registry)
-    state = open_state(settings.redis_url)
+    state = open_state(
+        settings.redis_url,
+        timeout_s=settings.redis_timeout_s,
+        max_connections=settings.redis_max_connections,
+    )
     if isinstance(state, RedisState):
         mirrored = Gauge(
             "relay_breaker_mirror",
@@ -134,12 +138,15 @@ def build_runtime(settings: Settings) -> Runtime:
         mirrored.set_function(lambda: 1.0 if state.mirroring else 0.0)
     upstream = Upstream(timeout_s=settings.upstream_timeout_s)
     writer = UsageWriter(engine, registry)
+    # A request's own deadline: one upstream timeout (a batch item: its item timeout). A concurrency
+    # lease of a request that died, and a half-open probe, are held that long plus a few seconds.
+    deadline_s = max(settings.upstream_timeout_s, settings.batch_item_timeout_s) + LEASE_MARGIN_S
     limiter = RateLimiter(
         state,
-        lease_s=settings.upstream_timeout_s + 30,
+        lease_s=deadline_s,
         on_fail_open=lambda step: metrics.state_fail_open.labels(step).inc(),
     )
-    pipeline = Pipeline(upstream, limiter, KeyPool(state), metrics)
+    pipeline = Pipeline(upstream, limiter, KeyPool(state, probe_hold_s=deadline_s), metrics)
     runtime = Runtime(
         settings=settings,
         secrets=secrets,

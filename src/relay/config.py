@@ -59,6 +59,8 @@ class Settings(BaseModel):
     instance_id: str = Field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}", min_length=1)
     database_url: str = DEFAULT_SQLITE_URL
     redis_url: str | None = None
+    redis_max_connections: int = Field(100, ge=1, le=100_000)
+    redis_timeout_s: float = Field(2.0, gt=0, le=60)
     migrate_on_boot: bool = True
     master_key: SecretStr | None = None
     admin_token: SecretStr | None = None
@@ -258,6 +260,8 @@ SETTING_HELP: dict[str, str] = {
     "instance_id": "this replica's name in logs, usage events and batch leases",
     "database_url": "sqlite:///path.db (one process) or postgresql://user@host:5432/db",
     "redis_url": "shared rate limits, breakers and key selection (unset: in process memory)",
+    "redis_max_connections": "connections to Redis per replica; when all are busy, requests wait for one",
+    "redis_timeout_s": "a Redis call slower than this counts as Redis not answering (then: fail open)",
     "migrate_on_boot": "run the schema migrations at start",
     "master_key": "base64 of 32 bytes; encrypts stored host keys (embedded: generated into the data dir)",
     "admin_token": "control plane bearer (embedded: generated into the data dir)",

@@ -17,11 +17,15 @@ Invariants and costs (state calls per request, before the upstream call):
   success. With Redis, a started ``RedisState`` answers ``breakers`` from its mirror without a round
   trip while its change notifications hold (``relay.state.mirror``), so ``prioritized`` usually costs
   none, ``round_robin`` one ``INCR`` and ``least_recently_used`` one read plus the ``touch``;
-- ``succeeded`` costs nothing unless the key had a breaker record when last seen (then one ``reset``);
-  ``failed`` costs one ``trip`` for a tripping failure and nothing for a short 429;
+- ``succeeded`` costs nothing unless the request was a half-open probe (then one ``reset``);
+  ``failed`` costs one ``trip`` for a tripping failure and nothing for a short 429; ``begin`` costs
+  nothing for a closed key and one ``claim_probe`` for a half-open one;
 - a record is open iff its ``version`` is the key's and (``open_until`` is ``None`` — auth failure,
-  open until the key is edited — or in the future); a record whose time is up is half-open and the
-  key is eligible again; a record of an older version is ignored;
+  open until the key is edited — or in the future); a record whose time is up is half-open: the key
+  is eligible again, but only the one request that claims its probe may try it (SPEC §6);
+- the backoff step counts trips: ``failed``/``succeeded`` carry the opening the request saw when it
+  chose the key (:class:`Selection`), and the store ignores outcomes of requests sent before the
+  key's current state (the failures of requests in flight when it opened, a late success);
 - shared state down fails *open*: no breakers, pool order; a warning at most once a minute.
 """
 
@@ -47,6 +51,9 @@ SHORT_RETRY_AFTER_S = 5.0
 #: After the state store failed, selection skips it for this long (pool order, no breakers).
 STATE_COOLDOWN_S = 1.0
 WARN_EVERY_S = 60.0
+#: After losing a probe claim, this replica asks the store again for that opening after this long at
+#: the soonest (the probe usually ends first: its trip or reset changes the record and the claim).
+PROBE_RECHECK_S = 1.0
 
 FailureKind = Literal["auth", "rate_limited_short", "rate_limited", "server", "connection"]
 
@@ -124,20 +131,46 @@ def _is_open(record: BreakerRecord | None, key: HostKey, now: float) -> bool:
     return record.open_until is None or record.open_until > now
 
 
-class KeyPool:
-    """Selection and breakers over :class:`relay.state.SharedState` (one per process, built in boot)."""
+@dataclass(slots=True)
+class Selection:
+    """The keys one request may try, in order (all eligible ones: the caller stops after three tries),
+    and the opening each half-open one is in (``half_open``: key id → ``trip_id``). A key absent from
+    ``half_open`` was closed when chosen. Pass it back to :meth:`KeyPool.begin`, ``failed`` and
+    ``succeeded`` so the breaker can tell this request's outcome from those of requests sent earlier."""
 
-    def __init__(self, state: SharedState) -> None:
+    keys: list[HostKey]
+    half_open: dict[str, int]
+
+    def seen(self, key: HostKey) -> int:
+        return self.half_open.get(key.id, 0)
+
+
+class KeyPool:
+    """Selection and breakers over :class:`relay.state.SharedState` (one per process, built in boot).
+
+    ``probe_hold_s`` is how long a half-open probe is held at most (keep it at the request's deadline:
+    a probe that is still running must not let a second one through; one whose process died must not
+    block the key much longer).
+    """
+
+    def __init__(self, state: SharedState, *, probe_hold_s: float = 305.0) -> None:
         self._state = state
-        # Ids of keys whose breaker had a record when last read (or that we tripped since): only those
-        # need a ``reset`` on success, so the common case (nothing open) costs no round trip.
-        self._with_records: set[str] = set()
+        self._probe_hold_s = probe_hold_s
+        # key id -> (trip_id, monotonic until): another request holds that opening's probe; asking the
+        # store again before ``until`` would only cost a round trip per request while the probe runs.
+        self._probe_busy: dict[str, tuple[int, float]] = {}
         self._skip_state_until = 0.0
         self._next_warning = 0.0
         self._suppressed = 0
 
     async def candidates(self, policy: Policy, keys: Sequence[HostKey], host_name: str) -> list[HostKey]:
-        """The keys to try, in order: at most ``min(3, len(keys))``, none with an open breaker.
+        """The keys to try, in order: at most ``min(3, len(keys))``, none with an open breaker (see
+        :meth:`select`, which the pipeline uses)."""
+        return (await self.select(policy, keys, host_name)).keys[:MAX_ATTEMPTS]
+
+    async def select(self, policy: Policy, keys: Sequence[HostKey], host_name: str) -> Selection:
+        """Every key whose breaker is not open, in the order to try them; half-open keys are included
+        (whether this request may probe one is decided by :meth:`begin`, just before it is sent).
 
         Raises ``Unavailable`` (``no_healthy_keys``) when every key's breaker is open, and
         (``no_keys``) when ``keys`` is empty (the router normally refuses that case first).
@@ -161,11 +194,17 @@ class KeyPool:
         else:
             self._failed_open("candidates", None)
             answered = False
-        if answered:
-            self._remember(ids, records)
+        half_open: dict[str, int] = {}
         if records:
             now = time.time()
-            eligible = [key for key in keys if not _is_open(records.get(key.id), key, now)]
+            eligible = []
+            for key in keys:
+                record = records.get(key.id)
+                if record is None or record.version != key.version:
+                    eligible.append(key)
+                elif not _is_open(record, key, now):
+                    eligible.append(key)
+                    half_open[key.id] = record.trip_id
             if not eligible:
                 raise Unavailable(f'no healthy keys for host "{host_name}"', code="no_healthy_keys")
         else:
@@ -175,24 +214,53 @@ class KeyPool:
             eligible = eligible[start:] + eligible[:start]
         elif strategy == "least_recently_used" and answered and len(eligible) > 1:
             eligible = await self._least_recent(eligible)
-        return eligible[:MAX_ATTEMPTS]
+        return Selection(eligible, half_open)
 
-    async def succeeded(self, key: HostKey, policy: Policy) -> None:
-        """Close the key's breaker if it had a record (a half-open key recovered); LRU: note the use."""
+    async def begin(self, key: HostKey, selection: Selection) -> bool:
+        """May this request send to ``key`` now? Always for a closed key (no cost). For a half-open
+        key only if it takes the probe: at most one request per opening is in flight (SPEC §6); the
+        others skip the key (fail over, or ``no_healthy_keys``). A store that does not answer: yes."""
+        trip_id = selection.half_open.get(key.id)
+        if trip_id is None:
+            return True
+        now = time.monotonic()
+        busy = self._probe_busy.get(key.id)
+        if busy is not None and busy[0] == trip_id and now < busy[1]:
+            return False
         try:
-            if key.id in self._with_records:
-                self._with_records.discard(key.id)
-                await self._state.reset(key.id)
+            won = await self._state.claim_probe(key.id, trip_id, self._probe_hold_s)
+        except StateUnavailable as exc:
+            self._failed_open("probe", exc)
+            return True
+        if won:
+            self._probe_busy.pop(key.id, None)
+        else:
+            if len(self._probe_busy) > 10_000:
+                self._probe_busy.clear()
+            self._probe_busy[key.id] = (trip_id, now + PROBE_RECHECK_S)
+        return won
+
+    async def succeeded(self, key: HostKey, policy: Policy, seen: int = 0) -> None:
+        """Close the key's breaker if this request was its half-open probe (``seen``: the opening it
+        saw, from :meth:`Selection.seen`); a success of a request that chose the key while it was
+        closed costs nothing. LRU: note the use."""
+        try:
+            if seen:
+                await self._state.reset(key.id, seen)
             if policy.key_selection == "least_recently_used":
                 await self._state.touch(_lru_name(key), key.id, time.time())
         except StateUnavailable as exc:
             self._failed_open("succeeded", exc)
 
-    async def failed(self, key: HostKey, failure: Failure) -> None:
-        """Open the key's breaker as ``failure`` demands (a short 429 does not trip: nothing is sent)."""
+    async def failed(self, key: HostKey, failure: Failure, seen: int | None = 0) -> None:
+        """Open the key's breaker as ``failure`` demands (a short 429 does not trip: nothing is sent).
+
+        ``seen`` is the opening the request saw when it chose the key (0: closed): a 5xx or connection
+        failure only opens the key (or raises its step) if nobody changed the breaker since, so the
+        failures of requests that were in flight when it opened count for nothing. ``None``: always.
+        """
         if not failure.trips:
             return
-        self._with_records.add(key.id)
         reason = _REASONS[failure.kind]
         try:
             if failure.kind == "auth":
@@ -202,7 +270,7 @@ class KeyPool:
                     key.id, reason=reason, version=key.version, retry_after=failure.retry_after
                 )
             else:
-                await self._state.trip(key.id, reason=reason, version=key.version)
+                await self._state.trip(key.id, reason=reason, version=key.version, seen=seen)
         except StateUnavailable as exc:
             self._failed_open("failed", exc)
 
@@ -214,12 +282,6 @@ class KeyPool:
             return eligible
         by_id = {key.id: key for key in eligible}
         return [by_id[key_id] for key_id in order]
-
-    def _remember(self, ids: list[str], records: dict[str, BreakerRecord]) -> None:
-        if records:
-            self._with_records.update(records)
-        if self._with_records:
-            self._with_records.difference_update([key_id for key_id in ids if key_id not in records])
 
     def _failed_open(self, phase: str, exc: StateUnavailable | None) -> None:
         now = time.monotonic()

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from relay.adapters import StreamTap, Usage, build_upstream_request, usage_from_response
 from relay.auth import Principal
 from relay.catalog import HostKey
-from relay.errors import RelayError
+from relay.errors import RelayError, Unavailable
 from relay.fallbacks import Fallbacks, is_trigger
 from relay.keypool import Failure, KeyPool, classify
 from relay.metrics import Metrics
@@ -108,8 +108,8 @@ class Pipeline:
         self._pool = pool
         self._metrics = metrics
 
-    async def _failed(self, key: HostKey, failure: Failure) -> None:
-        await self._pool.failed(key, failure)
+    async def _failed(self, key: HostKey, failure: Failure, seen: int) -> None:
+        await self._pool.failed(key, failure, seen)
         if self._metrics is not None:
             self._metrics.breaker_trips.labels(key.id, failure.kind).inc()
             if failure.trips:
@@ -160,11 +160,19 @@ class Pipeline:
 
     async def _attempts(self, call: Call, reservation: Reservation) -> Outcome:
         plan = call.plan
-        candidates = await self._pool.candidates(call.principal.policy, plan.keys, plan.host.name)
+        selection = await self._pool.select(call.principal.policy, plan.keys, plan.host.name)
         last_status = 0
         attempts = call.attempts  # cumulative over the plans of a request that fell back
         started = time.perf_counter()
-        for key in candidates[:MAX_FAILOVER]:
+        half_open = selection.half_open  # usually empty: then no probe claim, nothing to remember
+        for key in selection.keys:
+            if attempts >= MAX_FAILOVER:
+                break
+            seen = 0
+            if half_open and key.id in half_open:
+                if not await self._pool.begin(key, selection):
+                    continue  # another request is this opening's probe
+                seen = half_open[key.id]
             attempts += 1
             call.attempts = attempts
             request = build_upstream_request(
@@ -180,21 +188,23 @@ class Pipeline:
                     plan.host.base_url + request.path, request.headers, request.body
                 )
             except (UpstreamConnectionError, UpstreamTimeout):
-                await self._failed(key, Failure("connection", 0, None))
+                await self._failed(key, Failure("connection", 0, None), seen)
                 last_status = 0
                 continue
             failure = classify(response.status, response.headers.get("retry-after"))
             if failure is not None:
                 response.discard()
-                await self._failed(key, failure)
+                await self._failed(key, failure, seen)
                 last_status = response.status
                 continue
-            await self._pool.succeeded(key, call.principal.policy)
+            await self._pool.succeeded(key, call.principal.policy, seen)
             if self._metrics is not None:
                 self._metrics.breaker_open.labels(key.id).set(0)
             return await self._answer(
                 call, response, attempts, key.id, reservation, started, request.strip_usage_chunk
             )
+        if attempts == 0:  # every eligible key was half-open with its probe already in flight
+            raise Unavailable(f'no healthy keys for host "{plan.host.name}"', code="no_healthy_keys")
         raise UpstreamUnavailable(
             f'all keys of host "{plan.host.name}" failed; last status {last_status}',
             last_status=last_status,

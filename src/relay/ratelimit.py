@@ -54,6 +54,9 @@ log = logging.getLogger("relay.ratelimit")
 #: After the state store failed, reserve skips it for this long (fails open at once) so a black-holed
 #: Redis costs one timeout per second, not one per request.
 STATE_COOLDOWN_S = 1.0
+#: A concurrency lease outlives its request's deadline by this much at most (SPEC §5: a lease of a
+#: request that died is released within the request's own deadline plus a few seconds).
+LEASE_MARGIN_S = 5.0
 #: At most one "failing open" warning per this many seconds (the hook still sees every occurrence).
 WARN_EVERY_S = 60.0
 #: Compiled plans are cached per policy object; a snapshot reload makes new objects, so the cache is
@@ -191,8 +194,10 @@ def _json_usd(nanos: int) -> int | float:
 class RateLimiter:
     """Two-phase rate limiting over :class:`relay.state.SharedState` (one per process, built in boot).
 
-    ``lease_s`` bounds how long a crashed request holds a concurrency slot: keep it above the longest
-    request (the upstream timeout plus a margin). ``on_fail_open(phase)`` is called (``"reserve"`` or
+    ``lease_s`` bounds how long a request that died with its process holds a concurrency slot: the
+    request's own deadline (the upstream timeout) plus :data:`LEASE_MARGIN_S`. A live process releases
+    every lease at commit; if the store does not answer then, ``RedisState`` re-sends the release
+    once it answers again. ``on_fail_open(phase)`` is called (``"reserve"`` or
     ``"commit"``) each time the state store failed and the limiter let the request through — wire it
     to a metric.
     """
@@ -201,7 +206,7 @@ class RateLimiter:
         self,
         state: SharedState,
         *,
-        lease_s: float = 330.0,
+        lease_s: float = 305.0,
         on_fail_open: Callable[[str], None] | None = None,
     ) -> None:
         self._state = state
@@ -280,7 +285,8 @@ class RateLimiter:
         Call exactly once per successful :meth:`reserve`, whatever happened upstream; pass the usage
         that was actually consumed (``Usage()`` when the upstream failed before answering) and, when
         ``reservation.needs_cost``, its priced cost in nano-USD (None or 0 when unpriced). Never
-        raises for a state failure: the lease then expires after ``lease_s``.
+        raises for a state failure: the store re-sends the release when it answers again (and the
+        lease expires after ``lease_s`` if this process dies first).
         """
         cost = cost_nanos or 0
         adds = [

@@ -206,9 +206,11 @@ async def test_server_error_backs_off_then_half_opens_and_success_closes(
     await pool.failed(keys[0], failure)
     assert names(await pool.candidates(PRIORITIZED, keys, "openai")) == ["key-2", "key-3"]
     await asyncio.sleep(1.1)  # the first backoff is 1 s: now half-open, tried again
-    assert names(await pool.candidates(PRIORITIZED, keys, "openai")) == ["key-1", "key-2", "key-3"]
+    selection = await pool.select(PRIORITIZED, keys, "openai")
+    assert names(selection.keys) == ["key-1", "key-2", "key-3"]
     assert keys[0].id in await state.breakers([keys[0].id])
-    await pool.succeeded(keys[0], PRIORITIZED)
+    assert await pool.begin(keys[0], selection)  # this request is the probe
+    await pool.succeeded(keys[0], PRIORITIZED, selection.seen(keys[0]))
     assert await state.breakers([keys[0].id]) == {}  # closed, history forgotten
     await pool.failed(keys[0], failure)
     record = (await state.breakers([keys[0].id]))[keys[0].id]
@@ -219,8 +221,10 @@ async def test_success_resets_a_record_seen_by_another_pool(state: SharedState) 
     tripper, other, keys = KeyPool(state), KeyPool(state), host_keys(2)
     await tripper.failed(keys[0], Failure("rate_limited", 429, 0.2))
     await asyncio.sleep(0.3)
-    assert names(await other.candidates(PRIORITIZED, keys, "openai"))[0] == "key-1"  # half-open
-    await other.succeeded(keys[0], PRIORITIZED)
+    selection = await other.select(PRIORITIZED, keys, "openai")
+    assert names(selection.keys)[0] == "key-1"  # half-open
+    assert await other.begin(keys[0], selection)
+    await other.succeeded(keys[0], PRIORITIZED, selection.seen(keys[0]))
     assert await state.breakers([keys[0].id]) == {}
 
 

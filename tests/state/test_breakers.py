@@ -55,7 +55,8 @@ async def test_retry_after_trip_keeps_the_failure_count(state: SharedState) -> N
 
 async def test_permanent_trip_is_open_until_the_version_changes(state: SharedState) -> None:
     record = await state.trip("k", reason="upstream_auth_failed", version="v7", permanent=True)
-    assert record == BreakerRecord(None, 0, "upstream_auth_failed", "v7")
+    assert record is not None and record.trip_id > 0
+    assert record == BreakerRecord(None, 0, "upstream_auth_failed", "v7", record.trip_id)
     assert await state.breakers(["k"]) == {"k": record}
 
 

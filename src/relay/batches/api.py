@@ -30,6 +30,7 @@ from relay.domain.batches import BatchRejected
 from relay.domain.credentials import read_credential
 from relay.errors import InvalidRequest, NotFound, RelayError
 from relay.inference.wire import read_body
+from relay.store.outage import unavailable_or_internal
 
 log = logging.getLogger("relay.batches")
 PREFIX = "/v1/batches"
@@ -79,6 +80,12 @@ class BatchesApp:
         except RelayError as exc:
             body_out = error_body(OPENAI, status=exc.status, code=exc.code, message=exc.message)
             await _send(send, exc.status, body_out, request_id)
+        except Exception as exc:
+            # Degraded, not broken: a database that is away is a JSON 503 the client retries, never a
+            # traceback (nothing was half-written: every write is one transaction).
+            status, code, message, extra = unavailable_or_internal(exc, f"batch request {request_id}")
+            body_out = error_body(OPENAI, status=status, code=code, message=message)
+            await _send(send, status, body_out, request_id, extra)
 
     @staticmethod
     def _credential(scope: Scope) -> str | None:
@@ -137,8 +144,12 @@ def _head(status: int, content_type: str, request_id: str, length: int | None = 
     return {"type": "http.response.start", "status": status, "headers": headers}
 
 
-async def _send(send: Send, status: int, body: bytes, request_id: str) -> None:
-    await send(_head(status, "application/json", request_id, len(body)))
+async def _send(
+    send: Send, status: int, body: bytes, request_id: str, extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    head = _head(status, "application/json", request_id, len(body))
+    head["headers"] += extra or []
+    await send(head)
     await send({"type": "http.response.body", "body": body})
 
 

@@ -62,6 +62,17 @@ async def forget_worker(engine: AsyncEngine, instance_id: str) -> None:
         await conn.execute(delete(W).where(W.c.instance_id == instance_id))
 
 
+async def expire_workers(engine: AsyncEngine, silent_for_s: float) -> int:
+    """Delete the rows of replicas that have not heartbeated for ``silent_for_s`` (the caller passes
+    ``RELAY_BATCH_RESCUE_AFTER_S``): a killed replica's row must not stay forever. Safe: by then every
+    item it ran has been rescued (its heartbeat was stale long before), a rescue of an item whose
+    claimant has no row says the same ``worker lost: `` anyway, and a replica that was only cut off
+    from the database recreates its row with its next heartbeat. Returns how many rows went."""
+    async with _write(engine) as conn:
+        done = await conn.execute(delete(W).where(W.c.heartbeat_at < _ago(conn, silent_for_s)))
+        return int(done.rowcount or 0)
+
+
 async def held_by(engine: AsyncEngine, instance_id: str) -> list[tuple[str, int]]:
     """The items the database says ``instance_id`` is running (the running index serves it). The pool
     compares them with the items it knows, to find orphans of a claim whose answer it never got."""

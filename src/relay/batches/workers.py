@@ -263,6 +263,8 @@ class WorkerPool:
             log.warning("rescued %d batch items of lost replicas", len(rescued))
             if self._metrics is not None:
                 self._metrics.finished.labels("discarded").inc(len(rescued))
+        if await recovery.expire_workers(self._engine, self._rescue_after_s):
+            log.info("forgot batch workers silent for more than %g s", self._rescue_after_s)
 
     async def _put_back_orphans(self) -> None:
         """Items the database says this replica runs but no task of it does: a claim whose COMMIT
@@ -274,7 +276,10 @@ class WorkerPool:
             back = await recovery.put_back(
                 self._engine, self._instance_id, orphans, events_for=_cancelled_events
             )
-            log.warning("put back %d orphaned batch items (of %d)", back, len(orphans))
+            # Usually 0: a claim whose answer was lost is rare, and an item finishing while we looked
+            # is not an orphan. Only putting something back is worth a warning.
+            level = logging.WARNING if back else logging.DEBUG
+            log.log(level, "put back %d orphaned batch items (of %d)", back, len(orphans))
 
     # -------------------------------------------------------------------------------------- stop
 

@@ -20,6 +20,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import BaseModel, Field
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -30,6 +31,7 @@ from relay.control.catalog import CatalogService
 from relay.control.kinds import KINDS, Kind
 from relay.errors import RateLimited, RelayError, Unauthenticated
 from relay.secrets import constant_time_equal
+from relay.store.outage import unavailable_or_internal
 
 
 class ApplyRequest(BaseModel):
@@ -126,6 +128,15 @@ def build_control_app(
     async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code)
+
+    async def _database_error(_request: Request, exc: Exception) -> JSONResponse:
+        # A database that is away: JSON 503 + Retry-After (degraded, not broken), never a traceback.
+        status, code, message, extra = unavailable_or_internal(exc, "control request")
+        headers = {k.decode(): v.decode() for k, v in extra}
+        return JSONResponse(error_body(code, message), status_code=status, headers=headers)
+
+    for failure in (SQLAlchemyError, OSError):
+        app.add_exception_handler(failure, _database_error)
 
     for kind in KINDS:
         _mount_kind(app, kind, catalog, admin)

@@ -5,9 +5,11 @@ direct ``send`` calls cost a fraction of a request/response object stack. Every 
 ``X-Relay-Request-ID``. Errors use the caller's wire shape: Anthropic's on ``/anthropic/…``, OpenAI's on
 ``/openai/…`` and ``/v1/…`` (SPEC §7).
 
-``/livez`` says the process serves HTTP; ``/healthz`` that it reaches its database, through a callable
-the composition root hands in (the hot path never imports the store). Other path prefixes (the batch
-API) are served by ASGI apps mounted by ``boot``.
+``/livez`` says the process serves HTTP (liveness); ``/readyz`` that it can serve live traffic, i.e.
+holds a catalog snapshot (readiness: true through a database outage, which live requests do not
+notice); ``/healthz`` that it reaches its database, through a callable the composition root hands in
+(the hot path never imports the store). Other path prefixes (the batch API) are served by ASGI apps
+mounted by ``boot``.
 """
 
 from __future__ import annotations
@@ -112,6 +114,15 @@ class InferenceApp:
             return
         if path == "/livez":
             await json_response(send, 200, {"status": "ok"}, request_id)
+            return
+        if path == "/readyz":
+            # Ready while live traffic can be served: a catalog snapshot is loaded. The database is not
+            # asked: live requests never read it, so a database outage must not empty the Service.
+            snap = self._snapshot()
+            if snap.loaded_at > 0:
+                await json_response(send, 200, {"status": "ready", "revision": snap.revision}, request_id)
+            else:
+                await json_response(send, 503, {"status": "not_ready", "snapshot": "not loaded"}, request_id)
             return
         if path == "/healthz":
             ok = await self._database_ok()

@@ -101,12 +101,16 @@ ADMITTED = Verdict(True, None, 0.0)
 class BreakerRecord:
     """A host key's breaker. ``open_until`` is epoch seconds on the store's clock; ``None`` means open
     until the key's ``version`` changes (auth failures). A time in the past means half-open: the pool
-    may try the key again. ``failures`` counts consecutive backoff trips for the same version."""
+    may try the key again. ``failures`` counts consecutive backoff trips for the same version (the
+    backoff step). ``trip_id`` names this opening (the store's clock in ms when it was written, rising
+    per key): a caller passes the ``trip_id`` it saw when it chose the key (0: no record) as ``seen``,
+    so a failure or success of a request sent before a later opening can be told apart and ignored."""
 
     open_until: float | None
     failures: int
     reason: str
     version: str
+    trip_id: int = 0
 
 
 @runtime_checkable
@@ -144,15 +148,29 @@ class SharedState(Protocol):
         version: str,
         retry_after: float | None = None,
         permanent: bool = False,
-    ) -> BreakerRecord:
-        """Open a breaker: ``permanent`` → until the version changes; ``retry_after`` → for that long,
-        failures unchanged; otherwise failures += 1 and backoff 1, 2, 4 … 60 s. A record of another
+        seen: int | None = None,
+    ) -> BreakerRecord | None:
+        """Open a breaker: ``permanent`` → until the version changes; ``retry_after`` → for at least that
+        long, failures unchanged; otherwise failures += 1 and backoff 1, 2, 4 … 60 s. A record of another
         version is treated as absent (an edited key starts with a clean history); a permanent record of
-        the same version stays as it is (a late 5xx must not shorten an auth failure)."""
+        the same version stays as it is (a late 5xx must not shorten an auth failure).
+
+        ``seen`` (backoff trips only): the ``trip_id`` the failed request saw when it chose the key (0:
+        closed). If the key's record has changed since (another request already tripped it), this
+        failure counts for nothing and the record is returned unchanged (``None`` if there is none):
+        the step advances once per trip, not once per failed request (SPEC §6). ``None``: unconditional.
+        """
         ...
 
-    async def reset(self, key_id: str) -> None:
-        """Close the breaker (a success): delete its record."""
+    async def reset(self, key_id: str, seen: int | None = None) -> None:
+        """Close the breaker (a success): delete its record — only if its ``trip_id`` is ``seen`` when
+        given (a success of a request sent before a later opening does not close it)."""
+        ...
+
+    async def claim_probe(self, key_id: str, trip_id: int, hold_s: float) -> bool:
+        """Take the half-open probe of opening ``trip_id``: True for exactly one caller while the record
+        is that opening, its time is up and no probe is held (a probe is held for ``hold_s`` at most,
+        so a probe whose process died does not block the key for longer). False otherwise."""
         ...
 
     async def next_counter(self, name: str) -> int:

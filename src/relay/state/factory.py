@@ -8,12 +8,18 @@ from __future__ import annotations
 
 from relay.state.base import SharedState
 from relay.state.memory import MemoryState
-from relay.state.redis import RedisState
+from relay.state.redis import DEFAULT_MAX_CONNECTIONS, RedisState
 
 
-def open_state(redis_url: str | None, prefix: str = "relay:") -> SharedState:
+def open_state(
+    redis_url: str | None,
+    prefix: str = "relay:",
+    *,
+    timeout_s: float = 2.0,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
+) -> SharedState:
     """``RedisState`` when a Redis URL is configured (shared by all replicas), else ``MemoryState``
     (per process: correct for one replica, N × limit across N replicas)."""
     if redis_url:
-        return RedisState(redis_url, prefix=prefix)
+        return RedisState(redis_url, prefix=prefix, timeout_s=timeout_s, max_connections=max_connections)
     return MemoryState()

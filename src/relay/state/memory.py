@@ -41,6 +41,8 @@ class MemoryState:
         self._leases: dict[str, dict[str, float]] = {}
         # key_id -> (record, forget_at)
         self._breakers: dict[str, tuple[BreakerRecord, float]] = {}
+        # key_id -> (trip_id, held until): the half-open probe taken for that opening
+        self._probes: dict[str, tuple[int, float]] = {}
         self._counters: dict[str, int] = {}
         self._last_use: dict[str, dict[str, float]] = {}
         self._next_sweep = time.time() + SWEEP_EVERY_S
@@ -84,6 +86,8 @@ class MemoryState:
         forgotten = [key_id for key_id, (_record, forget_at) in self._breakers.items() if forget_at <= now]
         for key_id in forgotten:
             del self._breakers[key_id]
+        for key_id in [k for k, (_t, until) in self._probes.items() if until <= now]:
+            del self._probes[key_id]
 
     async def reserve(self, checks: Sequence[LimitCheck], lease_id: str, lease_s: float) -> Verdict:
         now = time.time()
@@ -169,29 +173,59 @@ class MemoryState:
         version: str,
         retry_after: float | None = None,
         permanent: bool = False,
-    ) -> BreakerRecord:
+        seen: int | None = None,
+    ) -> BreakerRecord | None:
         now = time.time()
         previous = self._record(key_id, now)
+        if previous is not None and previous.version != version:
+            previous = None  # an edited key starts with a clean history
         failures = 0
-        if previous is not None and previous.version == version:
+        current = 0
+        if previous is not None:
             if previous.open_until is None and not permanent:
                 return previous  # auth failure is sticky: only a new version (or reset) reopens the key
-            failures = previous.failures
+            failures, current = previous.failures, previous.trip_id
+        backoff = not permanent and retry_after is None
+        if backoff and seen is not None and seen != current:
+            return previous  # sent before the key's current state: counts for nothing (SPEC §6)
+        trip_id = max(current + 1, int(now * 1000))
         open_until: float | None
         if permanent:
             open_until, forget_at = None, now + PERMANENT_BREAKER_TTL_S
         else:
-            if retry_after is None:
+            if backoff:
                 failures += 1
-                retry_after = backoff_s(failures)
-            open_until = now + retry_after
+                open_until = now + backoff_s(failures)
+            else:
+                open_until = now + (retry_after or 0.0)
+                if previous is not None and previous.open_until is not None:
+                    open_until = max(open_until, previous.open_until)  # a 429 never shortens an opening
             forget_at = open_until + BREAKER_TTL_AFTER_OPEN_S
-        record = BreakerRecord(open_until, failures, reason, version)
+        record = BreakerRecord(open_until, failures, reason, version, trip_id)
         self._breakers[key_id] = (record, forget_at)
+        self._probes.pop(key_id, None)
         return record
 
-    async def reset(self, key_id: str) -> None:
+    async def reset(self, key_id: str, seen: int | None = None) -> None:
+        if seen is not None:
+            entry = self._breakers.get(key_id)
+            if entry is None or entry[0].trip_id != seen:
+                return  # a success of a request sent before the current opening closes nothing
         self._breakers.pop(key_id, None)
+        self._probes.pop(key_id, None)
+
+    async def claim_probe(self, key_id: str, trip_id: int, hold_s: float) -> bool:
+        now = time.time()
+        record = self._record(key_id, now)
+        if record is None or record.trip_id != trip_id:
+            return False
+        if record.open_until is None or record.open_until > now:
+            return False
+        held = self._probes.get(key_id)
+        if held is not None and held[0] == trip_id and held[1] > now:
+            return False
+        self._probes[key_id] = (trip_id, now + hold_s)
+        return True
 
     # -- key selection -------------------------------------------------------------------------------
 

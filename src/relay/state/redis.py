@@ -7,21 +7,25 @@ command (MGET, INCR, ZADD, ZMSCORE). Empty requests return without touching the 
 
 It deliberately does not decide what happens when Redis is down: driver errors become
 :class:`relay.state.base.StateUnavailable` and the caller (rate limiter, key pool) chooses to fail open
-or closed. Requires Redis ≥ 6.2 (ZMSCORE). Connections come from redis-py's pool; a stale pooled
+or closed. Requires Redis ≥ 6.2 (ZMSCORE). Connections come from a bounded pool whose checkouts wait
+when it is full (:mod:`relay.state.pool`: busy connections are not an outage); a stale pooled
 connection (Redis restarted) is retried once on a fresh one, but timeouts are not retried, because a
 script that timed out may already have run and must not be applied twice.
 
+A Redis that does not answer (timeout, refused connection) closes an :class:`relay.state.gate.OutageGate`:
+every later operation raises ``StateUnavailable`` at once, without I/O, until a background probe (at most
+one per second) is answered. Lease releases that failed meanwhile are kept and re-sent then, so a
+fail-open episode cannot leave a policy's concurrency slots taken until their TTL.
+
 Breaker reads can cost no round trip at all: once :meth:`RedisState.start` has run (``relay serve``
-does it at boot), a background task subscribes to the channel every trip and reset publishes on, and
-``breakers`` answers from a :class:`relay.state.mirror.BreakerMirror` of what it read while that
-subscription holds (see that module for the rules). Without ``start`` (tests, tools) every read is a
-round trip, as before.
+does it at boot), a :class:`relay.state.watch.BreakerWatch` subscribes to the channel every trip and
+reset publishes on, and ``breakers`` answers from a :class:`relay.state.mirror.BreakerMirror` of what
+it read while that subscription holds (see that module for the rules). Without ``start`` (tests,
+tools) every read is a round trip, as before.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import math
 from collections.abc import Sequence
@@ -33,6 +37,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from relay.state import scripts
 from relay.state.base import (
@@ -46,16 +51,24 @@ from relay.state.base import (
     StateUnavailable,
     Verdict,
 )
+from relay.state.gate import OutageGate
 from relay.state.mirror import BreakerMirror
+from relay.state.pool import PoolWaitTimeout, WaitingConnectionPool
+from relay.state.watch import BreakerWatch
 
 _SLACK_MS = EXPIRY_SLACK_S * 1000
 _TTL_AFTER_OPEN_MS = BREAKER_TTL_AFTER_OPEN_S * 1000
 _PERMANENT_TTL_MS = PERMANENT_BREAKER_TTL_S * 1000
 _MAX_BACKOFF_MS = MAX_BACKOFF_S * 1000
-#: The breaker watch pings Redis when it heard nothing for this long, and gives up on the connection
-#: (mirror off, reconnect) when it heard nothing, not even the pong, for ``_WATCH_DEAD_S``.
-_WATCH_PING_S = 1.0
-_WATCH_DEAD_S = 3.0
+#: Default size of the connection pool (``RELAY_REDIS_MAX_CONNECTIONS``); callers beyond it wait.
+DEFAULT_MAX_CONNECTIONS = 100
+#: Lease releases that failed are kept (and re-sent once Redis answers) up to this many; past it the
+#: oldest are dropped and expire with their lease TTL instead.
+MAX_UNRELEASED = 100_000
+_FLUSH_BATCH = 500
+#: A checkout waits for a free connection up to this many Redis timeouts (a safety net: the wait
+#: normally ends when a connection frees up, or at once when Redis is seen not to answer).
+POOL_WAIT_TIMEOUTS = 10
 
 log = logging.getLogger("relay.state")
 
@@ -70,6 +83,12 @@ def _glob_escape(text: str) -> str:
     return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
 
+def _no_answer(exc: RedisError) -> bool:
+    """Did Redis fail to answer (down, frozen, unreachable), as opposed to answering with an error? A
+    checkout that waited past the pool's safety net is not counted: busy is not down."""
+    return isinstance(exc, (RedisConnectionError, RedisTimeoutError)) and not isinstance(exc, PoolWaitTimeout)
+
+
 def _decode_breaker(raw: str | bytes) -> BreakerRecord:
     data = orjson.loads(raw)
     open_ms = data.get("o")
@@ -78,6 +97,7 @@ def _decode_breaker(raw: str | bytes) -> BreakerRecord:
         int(data.get("f", 0)),
         str(data.get("r", "")),
         str(data.get("v", "")),
+        int(data.get("t", 0)),
     )
 
 
@@ -85,32 +105,41 @@ class RedisState:
     """Shared state in Redis under ``prefix``. Implements :class:`relay.state.base.SharedState`.
 
     ``url`` is a redis-py URL (``redis://``, ``rediss://``, ``unix://``); its query options, such as
-    ``socket_timeout``, override ``timeout_s``. Replicas share state iff they use the same Redis,
+    ``socket_timeout`` or ``max_connections``, override ``timeout_s`` and ``max_connections``. At most
+    ``max_connections`` connections are open; further operations wait for one (up to the timeout)
+    instead of failing (:mod:`relay.state.pool`). Replicas share state iff they use the same Redis,
     database and prefix. Construction does no I/O; the first operation connects.
     """
 
-    def __init__(self, url: str, prefix: str = "relay:", *, timeout_s: float = 2.0) -> None:
-        self._redis: Redis = Redis.from_url(
+    def __init__(
+        self,
+        url: str,
+        prefix: str = "relay:",
+        *,
+        timeout_s: float = 2.0,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    ) -> None:
+        pool = WaitingConnectionPool.from_url(
             url,
+            wait_timeout=POOL_WAIT_TIMEOUTS * timeout_s,
+            max_connections=max_connections,
             decode_responses=True,
             socket_timeout=timeout_s,
             socket_connect_timeout=timeout_s,
             retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
         )
-        # The watch has its own connection and never reconnects behind our back: a broken subscription
-        # must surface here, because notifications sent while it was down are lost.
-        self._watch_redis: Redis = Redis.from_url(
-            url,
-            decode_responses=True,
-            socket_connect_timeout=timeout_s,
-            retry=Retry(NoBackoff(), 0),
-            client_name=prefix + "breaker-watch",  # what CLIENT LIST shows for it
+        pool.wait_timeout = POOL_WAIT_TIMEOUTS * float(
+            pool.connection_kwargs.get("socket_timeout") or timeout_s
         )
+        self._pool = pool
+        self._redis: Redis = Redis.from_pool(pool)
+        # After an operation got no answer, the next ones fail at once until a probe is answered.
+        self._gate = OutageGate(self._redis.ping, self._flush_releases)
+        # lease id -> concurrency keys whose release failed; re-sent when Redis answers again.
+        self._unreleased: dict[str, tuple[str, ...]] = {}
         self._channel = prefix + "breakers"
         self._mirror = BreakerMirror()
-        self._watch_task: asyncio.Task[None] | None = None
-        self._watch_backoff = 0.1  # seconds before resubscribing; doubles up to 5 s while it fails
-        self._watch_warned = False
+        self._watch = BreakerWatch(url, self._channel, self._mirror, prefix=prefix, timeout_s=timeout_s)
         self.prefix = prefix
         self._rl = prefix + "rl:"
         self._cc = prefix + "cc:"
@@ -122,6 +151,53 @@ class RedisState:
         self._trip = self._redis.register_script(scripts.TRIP)
         self._reset = self._redis.register_script(scripts.RESET)
         self._pick = self._redis.register_script(scripts.PICK)
+        self._probe = self._redis.register_script(scripts.PROBE)
+
+    # -- failures ------------------------------------------------------------------------------------
+
+    def _failed(self, exc: RedisError) -> StateUnavailable:
+        if _no_answer(exc):
+            reason = f"{type(exc).__name__}: {exc}"
+            if not self._gate.down:
+                self._gate.close_gate(reason)
+                self._pool.fail_waiters(f"Redis did not answer ({reason})")  # queued callers: at once
+        return _unavailable(exc)
+
+    def _skipped(self) -> StateUnavailable:
+        return StateUnavailable("shared state (Redis) did not answer; not asking again until a probe does")
+
+    @property
+    def answering(self) -> bool:
+        """False from an unanswered operation until the background probe gets an answer."""
+        return not self._gate.down
+
+    @property
+    def unreleased(self) -> int:
+        """Lease releases waiting to be re-sent (Redis did not answer when they were due)."""
+        return len(self._unreleased)
+
+    def _keep_release(self, keys: list[str], lease_id: str) -> None:
+        if not keys or not lease_id:
+            return
+        if len(self._unreleased) >= MAX_UNRELEASED:
+            self._unreleased.pop(next(iter(self._unreleased)))  # the oldest; its TTL still frees it
+        self._unreleased[lease_id] = tuple(keys)
+
+    async def _flush_releases(self) -> None:
+        """Re-send the releases that failed (ZREM is idempotent, so one that did land is harmless)."""
+        sent = 0
+        while self._unreleased:
+            batch = list(self._unreleased.items())[:_FLUSH_BATCH]
+            pipe = self._redis.pipeline(transaction=False)
+            for lease_id, keys in batch:
+                for key in keys:
+                    pipe.zrem(key, lease_id)
+            await pipe.execute()
+            for lease_id, _keys in batch:
+                self._unreleased.pop(lease_id, None)
+            sent += len(batch)
+        if sent:
+            log.info("released %d concurrency leases whose release had failed while Redis was away", sent)
 
     # -- rate limits ---------------------------------------------------------------------------------
 
@@ -133,10 +209,12 @@ class RedisState:
         for check in checks:
             keys.append((self._cc if check.kind == "concurrency" else self._rl) + check.key)
             args += (check.kind, check.limit, check.window_s, check.amount)
+        if self._gate.down:
+            raise self._skipped()
         try:
             admitted, index, retry_ms = await self._reserve(keys=keys, args=args)
         except RedisError as exc:
-            raise _unavailable(exc) from exc
+            raise self._failed(exc) from exc
         if admitted:
             return ADMITTED
         return Verdict(False, checks[index - 1].key, retry_ms / 1000)
@@ -151,13 +229,20 @@ class RedisState:
                 keys.append(self._rl + key)
                 args += (window_s, amount)
         args[2] = len(keys)
-        keys += [self._cc + key for key in release]
+        releases = [self._cc + key for key in release]
+        keys += releases
         if not keys:
             return
+        if self._gate.down:
+            self._keep_release(releases, lease_id)
+            raise self._skipped()
         try:
             await self._commit(keys=keys, args=args)
         except RedisError as exc:
-            raise _unavailable(exc) from exc
+            # The release is re-sent once Redis answers, so a lease never waits for its TTL while this
+            # process lives. Token adds are not (a timed-out script may have run: no double count).
+            self._keep_release(releases, lease_id)
+            raise self._failed(exc) from exc
 
     async def window_usage(self, key: str, window_s: int, *, per_caller: bool) -> tuple[dict[str, int], int]:
         # Several round trips (TIME, SCAN pages, MGET): a control-plane read, never on the hot path.
@@ -191,10 +276,12 @@ class RedisState:
         if known is not None:
             return known
         generation = mirror.generation
+        if self._gate.down:
+            raise self._skipped()
         try:
             raws = await self._redis.mget([self._br + key_id for key_id in key_ids])
         except RedisError as exc:
-            raise _unavailable(exc) from exc
+            raise self._failed(exc) from exc
         found = {key_id: _decode_breaker(raw) for key_id, raw in zip(key_ids, raws, strict=True) if raw}
         mirror.store(key_ids, found, generation)
         return found
@@ -207,7 +294,8 @@ class RedisState:
         version: str,
         retry_after: float | None = None,
         permanent: bool = False,
-    ) -> BreakerRecord:
+        seen: int | None = None,
+    ) -> BreakerRecord | None:
         if permanent:
             mode, retry_ms = "permanent", 0
         elif retry_after is not None:
@@ -224,44 +312,66 @@ class RedisState:
             _MAX_BACKOFF_MS,
             self._channel,
             key_id,
+            -1 if seen is None else seen,
         )
+        if self._gate.down:
+            raise self._skipped()
         try:
             raw = await self._trip(keys=[self._br + key_id], args=args)
         except RedisError as exc:
-            raise _unavailable(exc) from exc
+            raise self._failed(exc) from exc
         finally:
             self._mirror.changed(key_id)  # also when the outcome is unknown (a timeout)
-        return _decode_breaker(raw)
+        return _decode_breaker(raw) if raw else None
 
-    async def reset(self, key_id: str) -> None:
+    async def reset(self, key_id: str, seen: int | None = None) -> None:
+        if self._gate.down:
+            raise self._skipped()
         try:
-            await self._reset(keys=[self._br + key_id], args=[self._channel, key_id])
+            await self._reset(
+                keys=[self._br + key_id], args=[self._channel, key_id, -1 if seen is None else seen]
+            )
         except RedisError as exc:
-            raise _unavailable(exc) from exc
+            raise self._failed(exc) from exc
         finally:
             self._mirror.changed(key_id)
+
+    async def claim_probe(self, key_id: str, trip_id: int, hold_s: float) -> bool:
+        if self._gate.down:
+            raise self._skipped()
+        try:
+            won = await self._probe(keys=[self._br + key_id], args=[trip_id, max(1, round(hold_s * 1000))])
+        except RedisError as exc:
+            raise self._failed(exc) from exc
+        return bool(won)
 
     # -- key selection -------------------------------------------------------------------------------
 
     async def next_counter(self, name: str) -> int:
+        if self._gate.down:
+            raise self._skipped()
         try:
             return int(await self._redis.incr(self._rr + name))
         except RedisError as exc:
-            raise _unavailable(exc) from exc
+            raise self._failed(exc) from exc
 
     async def touch(self, name: str, member: str, at: float) -> None:
+        if self._gate.down:
+            raise self._skipped()
         try:
             await self._redis.zadd(self._lru + name, {member: at})
         except RedisError as exc:
-            raise _unavailable(exc) from exc
+            raise self._failed(exc) from exc
 
     async def least_recent(self, name: str, members: Sequence[str]) -> list[str]:
         if not members:
             return []
+        if self._gate.down:
+            raise self._skipped()
         try:
             scores = await self._redis.zmscore(self._lru + name, list(members))
         except RedisError as exc:
-            raise _unavailable(exc) from exc
+            raise self._failed(exc) from exc
         last_use = {m: -math.inf if s is None else s for m, s in zip(members, scores, strict=True)}
         # Never used sorts first; sorted() is stable, so ties keep the given order.
         return sorted(members, key=last_use.__getitem__)
@@ -277,10 +387,12 @@ class RedisState:
         generation = self._mirror.generation
         keys = [self._br + key_id for key_id in key_ids]
         keys.append(self._rr + counter_name)
+        if self._gate.down:
+            raise self._skipped()
         try:
             values = await self._pick(keys=keys)
         except RedisError as exc:
-            raise _unavailable(exc) from exc
+            raise self._failed(exc) from exc
         found = {key_id: _decode_breaker(raw) for key_id, raw in zip(key_ids, values, strict=False) if raw}
         self._mirror.store(key_ids, found, generation)
         return found, int(values[-1])
@@ -288,61 +400,12 @@ class RedisState:
     # -- the breaker watch ---------------------------------------------------------------------------
 
     async def start(self) -> None:
-        if self._watch_task is None:
-            self._watch_task = asyncio.create_task(self._watch(), name="relay-breaker-watch")
+        self._watch.start()
 
     @property
     def mirroring(self) -> bool:
         """True while breaker reads may be answered from this replica's mirror."""
         return self._mirror.live
-
-    async def _watch(self) -> None:
-        """Keep the subscription; whenever it is not confirmed and healthy, the mirror is off."""
-        while True:
-            try:
-                await self._watch_once()
-            except (RedisError, OSError, TimeoutError) as exc:
-                if self._mirror.live or not self._watch_warned:
-                    log.warning(
-                        "breaker changes are not being received (%s: %s); reading breakers from Redis "
-                        "on every request until the subscription is back",
-                        type(exc).__name__,
-                        exc,
-                    )
-                    self._watch_warned = True
-            except Exception:  # a driver bug must not end the watch for good: log it and resubscribe
-                log.exception("the breaker watch failed; resubscribing")
-            finally:
-                self._mirror.reset_all(live=False)
-            await asyncio.sleep(self._watch_backoff)
-            self._watch_backoff = min(self._watch_backoff * 2, 5.0)
-
-    async def _watch_once(self) -> None:
-        loop = asyncio.get_running_loop()
-        pubsub = self._watch_redis.pubsub()
-        try:
-            await pubsub.subscribe(self._channel)
-            heard = loop.time()
-            while True:
-                message = await pubsub.get_message(timeout=_WATCH_PING_S)
-                now = loop.time()
-                if message is None:
-                    if now - heard > _WATCH_DEAD_S:
-                        raise TimeoutError(f"no answer from Redis for {_WATCH_DEAD_S:g} s")
-                    await pubsub.ping()
-                    continue
-                heard = now
-                kind = message["type"]
-                if kind == "message":
-                    self._mirror.changed(message["data"])
-                elif kind == "subscribe":  # confirmed: from now on no change can pass unseen
-                    self._mirror.reset_all(live=True)
-                    self._watch_backoff = 0.1
-                    self._watch_warned = False
-                    log.info("breaker changes are being received; breaker reads are served from memory")
-        finally:
-            with contextlib.suppress(RedisError, OSError):
-                await pubsub.aclose()
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
@@ -353,10 +416,6 @@ class RedisState:
             return False
 
     async def close(self) -> None:
-        if self._watch_task is not None:
-            self._watch_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watch_task
-            self._watch_task = None
-        await self._watch_redis.aclose()
+        await self._watch.close()
+        await self._gate.close()
         await self._redis.aclose()

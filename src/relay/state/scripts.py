@@ -10,8 +10,9 @@ Key layout (``<p>`` is the instance prefix, e.g. ``relay:``; see docs/state.md):
 - ``<p>rl:<key>:<window_s>:<index>`` window counter (string), expires at the window's end + 1 s;
 - ``<p>cc:<key>`` concurrency leases (sorted set: lease id → expiry in ms), expires after its newest lease;
 - ``<p>br:<key_id>`` breaker record (JSON ``{"o": open_until_ms, "f": failures, "r": reason,
-  "v": version}``, no ``o`` when open until the version changes), expires 10 min after ``o`` (7 days
-  when permanent);
+  "v": version, "t": trip_id, "p": probe_held_until_ms}``, no ``o`` when open until the version
+  changes, ``p`` only while a half-open probe is held), expires 10 min after ``o`` (7 days when
+  permanent);
 - ``<p>rr:<name>`` round-robin counter; ``<p>lru:<name>`` last use per member (sorted set);
 - channel ``<p>breakers``: every change of a breaker record (trip, reset) publishes its key id there,
   from the same script, so replicas that mirror breaker records (``relay.state.mirror``) drop theirs.
@@ -106,13 +107,17 @@ return 0
 
 # KEYS[1]: <p>br:<key_id>.
 # ARGV: mode ('permanent' | 'retry' | 'backoff'), retry_after_ms, reason, version,
-#       ttl_after_open_ms, permanent_ttl_ms, max_backoff_ms, channel, key_id.
-# Returns the new record as JSON (the same encoding as stored); publishes key_id on channel if it wrote.
+#       ttl_after_open_ms, permanent_ttl_ms, max_backoff_ms, channel, key_id, seen (-1: unconditional).
+# Returns the record as JSON (the same encoding as stored; false when a stale failure met no record);
+# publishes key_id on channel if it wrote. ``t`` is the opening's trip id (ms, rising per key), ``p``
+# the half-open probe's hold (ms; written by PROBE, dropped by any new opening).
 TRIP = """
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local mode = ARGV[1]
 local failures = 0
+local current = 0
+local old_open = nil
 local raw = redis.call('GET', KEYS[1])
 if raw then
   local ok, old = pcall(cjson.decode, raw)
@@ -120,9 +125,18 @@ if raw then
     -- an auth failure is sticky: only a new version (or a reset) reopens the key
     if old.o == nil and mode ~= 'permanent' then return raw end
     failures = tonumber(old.f)
+    current = tonumber(old.t) or 0
+    old_open = tonumber(old.o)
+  else
+    raw = false
   end
 end
-local record = {f = failures, r = ARGV[3], v = ARGV[4]}
+local seen = tonumber(ARGV[10])
+-- a failure of a request that chose the key before its current state: counts for nothing
+if mode == 'backoff' and seen >= 0 and seen ~= current then return raw end
+local trip_id = now_ms
+if trip_id <= current then trip_id = current + 1 end
+local record = {f = failures, r = ARGV[3], v = ARGV[4], t = trip_id}
 local ttl_ms
 if mode == 'permanent' then
   ttl_ms = tonumber(ARGV[6])
@@ -130,6 +144,7 @@ else
   local open_ms
   if mode == 'retry' then
     open_ms = tonumber(ARGV[2])
+    if old_open and old_open - now_ms > open_ms then open_ms = old_open - now_ms end
   else
     failures = failures + 1
     record.f = failures
@@ -145,10 +160,36 @@ redis.call('PUBLISH', ARGV[8], ARGV[9])
 return encoded
 """
 
-# KEYS[1]: <p>br:<key_id>. ARGV: channel, key_id. Closes the breaker; publishes if there was a record.
+# KEYS[1]: <p>br:<key_id>. ARGV: channel, key_id, seen (-1: unconditional).
+# Closes the breaker (only the opening ``seen`` when given); publishes if it deleted a record.
 RESET = """
+local seen = tonumber(ARGV[3])
+if seen >= 0 then
+  local raw = redis.call('GET', KEYS[1])
+  if not raw then return 0 end
+  local ok, old = pcall(cjson.decode, raw)
+  if ok and type(old) == 'table' and (tonumber(old.t) or 0) ~= seen then return 0 end
+end
 if redis.call('DEL', KEYS[1]) == 1 then redis.call('PUBLISH', ARGV[1], ARGV[2]) end
 return 0
+"""
+
+# KEYS[1]: <p>br:<key_id>. ARGV: trip_id, hold_ms.
+# Returns 1 if the caller took the half-open probe of that opening, else 0. The record keeps its TTL
+# and nothing is published: the hold matters only to this script, and any trip or reset replaces it.
+PROBE = """
+local raw = redis.call('GET', KEYS[1])
+if not raw then return 0 end
+local ok, rec = pcall(cjson.decode, raw)
+if not ok or type(rec) ~= 'table' or (tonumber(rec.t) or 0) ~= tonumber(ARGV[1]) then return 0 end
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local open_until = tonumber(rec.o)
+if open_until == nil or open_until > now_ms then return 0 end
+if rec.p and tonumber(rec.p) > now_ms then return 0 end
+rec.p = now_ms + tonumber(ARGV[2])
+redis.call('SET', KEYS[1], cjson.encode(rec), 'KEEPTTL')
+return 1
 """
 
 # KEYS: breaker keys (<p>br:<key_id>), then the counter key (<p>rr:<name>).
