@@ -1,9 +1,11 @@
 """The durable batch queue (SPEC §10.6): submit, claim, finalize, cancel, heartbeats, rescue, put back.
 
 What it does. Every state change of a batch item is one short transaction here, on SQLite and Postgres
-alike: :func:`insert_batch` writes a batch and all its items (all or nothing); :func:`claim` marks up to
-``limit`` available items of ONE batch running and commits at once (no transaction is held while an
-item runs); :func:`finalize_many` gives running items their final states together with their usage events;
+alike: :func:`insert_batch` writes a batch and all its items (all or nothing); :func:`claim` reserves up
+to ``limit`` available items of ONE batch for a replica (they stay ``available``: SPEC §10.2) and
+:func:`start` makes reserved items ``running`` when a worker takes them, each committed at once (no
+transaction is held while an item runs); :func:`finalize_many` gives running items their final states
+together with their usage events;
 :func:`cancel` cancels a batch's available items with their events. Replica liveness (heartbeats,
 rescue with ``worker lost: ``, put back on shutdown) is in ``relay.batches.recovery``; the reads for
 the API are in ``relay.batches.views``. Both share this module's transaction helpers.
@@ -20,7 +22,10 @@ large one is served by the next claim, and items of one batch start in idx order
 Invariants.
 * No item is claimed twice: Postgres claims with ``FOR UPDATE SKIP LOCKED`` (the batch row, then the
   item rows), so concurrent claimants take different batches or different items; SQLite runs every
-  write transaction here as ``BEGIN IMMEDIATE``, which serialises writers across processes.
+  write transaction here as ``BEGIN IMMEDIATE``, which serialises writers across processes. A claim
+  only reserves (``claimed_by``/``claimed_at`` on an ``available`` item); an item runs only after
+  :func:`start` moved it from ``available`` reserved by this replica to ``running``, so a cancel that
+  committed first (it cancels every ``available`` item, reserved or not) means it never starts.
 * An item is final at most once, and its usage event is written in the same transaction as its final
   state (SPEC §10.8): every final transition is conditional on the item still being ``running`` (or
   ``available``, for cancel), and the database's unique index refuses a second event for an item.
@@ -42,7 +47,7 @@ Invariants.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -135,6 +140,11 @@ async def _lock_batches(conn: AsyncConnection, batch_ids: Iterable[str]) -> None
 
 def _item_in(batch_id: Any, state: str) -> ColumnElement[bool]:
     return exists().where(I.c.batch_id == batch_id, in_state(state))
+
+
+def _unreserved_in(batch_id: Any) -> ColumnElement[bool]:
+    """The batch has an available item no replica has reserved (``ix_batch_items_unreserved``)."""
+    return exists().where(I.c.batch_id == batch_id, in_state(AVAILABLE), I.c.claimed_by.is_(None))
 
 
 async def _complete_if_done(conn: AsyncConnection, batch_ids: Iterable[str]) -> None:
@@ -236,9 +246,7 @@ def _claim_sql(dialect: str) -> _ClaimSQL:
     batch_id = bindparam("c_batch", type_=ID)
     pick = (
         select(B)
-        .where(
-            B.c.completed_at.is_(None), B.c.status == literal_column("'queued'"), _item_in(B.c.id, AVAILABLE)
-        )
+        .where(B.c.completed_at.is_(None), B.c.status == literal_column("'queued'"), _unreserved_in(B.c.id))
         .order_by(B.c.last_claimed_at.asc().nulls_first(), B.c.created_at, B.c.id)
         .limit(1)
         .with_for_update(skip_locked=True, key_share=True)
@@ -250,7 +258,7 @@ def _claim_sql(dialect: str) -> _ClaimSQL:
     # (which would tempt the planner to walk the whole available index).
     chosen = (
         select(I.c.idx)
-        .where(I.c.batch_id == batch_id, in_state(AVAILABLE))
+        .where(I.c.batch_id == batch_id, in_state(AVAILABLE), I.c.claimed_by.is_(None))
         .order_by(I.c.idx)
         .limit(bindparam("c_limit", type_=Integer))
         .with_for_update(skip_locked=True, key_share=True)
@@ -259,7 +267,7 @@ def _claim_sql(dialect: str) -> _ClaimSQL:
     take = (
         update(I)
         .where(I.c.batch_id == batch_id, I.c.idx == chosen.c.idx)  # UPDATE … FROM chosen
-        .values(state=RUNNING, claimed_by=bindparam("c_instance", type_=ID), claimed_at=now)
+        .values(claimed_by=bindparam("c_instance", type_=ID), claimed_at=now)  # reserved, still available
         .returning(I.c.idx)
     )
     stamp = update(B).where(B.c.id == batch_id).values(last_claimed_at=now)
@@ -273,9 +281,11 @@ def _claim_sql(dialect: str) -> _ClaimSQL:
 
 
 async def claim(engine: AsyncEngine, instance_id: str, limit: int) -> list[ClaimedItem]:
-    """Claim up to ``limit`` available items of one batch (fair order, module docstring) for
-    ``instance_id``; they are ``running`` when this returns (committed). ``[]`` when nothing is available
-    (or, on Postgres, every batch with available items is being claimed by another replica right now).
+    """Reserve up to ``limit`` available items of one batch (fair order, module docstring) for
+    ``instance_id`` (committed when this returns). Reserved items stay ``available`` — a cancel on any
+    replica cancels them like any waiting item (SPEC §10.2) — and :func:`start` makes them ``running``
+    when a worker takes them. ``[]`` when nothing is available unreserved (or, on Postgres, every such
+    batch is being claimed by another replica right now).
 
     The claimant's heartbeat is refreshed in the same transaction, so an item is never claimed by a
     replica without a worker row (which :func:`rescue` would take for a dead replica).
@@ -300,6 +310,49 @@ async def claim(engine: AsyncEngine, instance_id: str, limit: int) -> list[Claim
     return [ClaimedItem(batch, idx) for idx in idxs]
 
 
+_START_SQL: dict[str, Any] = {}
+
+
+async def start(
+    engine: AsyncEngine, instance_id: str, keys: Sequence[tuple[str, int]]
+) -> set[tuple[str, int]]:
+    """Make these items, reserved by ``instance_id``, ``running`` (``claimed_at`` = now: the run's
+    start, which the rescue bound measures from); returns the (batch_id, idx) started.
+
+    ONE conditional statement for the group: an item that is no longer available and reserved by
+    ``instance_id`` — cancelled by a cancel on any replica, or released and taken by another replica —
+    is left out, and must not run. A cancel and a start of one item serialise on its row, so an item
+    either started before the cancel committed (it is running and finishes, SPEC §10.5) or never does.
+    """
+    wanted = sorted(set(keys))
+    if not wanted:
+        return set()
+    async with _write(engine) as conn:
+        dialect = conn.dialect.name
+        sql = _START_SQL.get(dialect)
+        if sql is None:
+            now = (
+                func.now(type_=UTCDateTime())
+                if dialect == "postgresql"
+                else bindparam("s_now", UTCDateTime())
+            )
+            sql = _START_SQL[dialect] = (
+                update(I)
+                .where(
+                    tuple_(I.c.batch_id, I.c.idx).in_(bindparam("s_keys", expanding=True)),
+                    in_state(AVAILABLE),
+                    I.c.claimed_by == bindparam("s_instance", type_=ID),
+                )
+                .values(state=RUNNING, claimed_at=now)
+                .returning(I.c.batch_id, I.c.idx)
+            )
+        params: dict[str, Any] = {"s_keys": wanted, "s_instance": instance_id}
+        if dialect != "postgresql":
+            params["s_now"] = datetime.now(UTC)
+        rows = await conn.execute(sql, params)
+        return {(row.batch_id, row.idx) for row in rows}
+
+
 # ---------------------------------------------------------------------------------------------- finish
 
 
@@ -316,8 +369,15 @@ class FinalItem:
     response: ResponseRef | None = None  # a completed item's body in the payload directory
 
 
+#: Writes the response bodies of the items finalized, inside their transaction (the database store).
+SaveResponses = Callable[[AsyncConnection, list[FinalItem]], Awaitable[None]]
+
+
 async def finalize_many(
-    engine: AsyncEngine, instance_id: str, finals: Sequence[FinalItem]
+    engine: AsyncEngine,
+    instance_id: str,
+    finals: Sequence[FinalItem],
+    save_responses: SaveResponses | None = None,
 ) -> set[tuple[str, int]]:
     """Give these running items their final states and write their usage events, all in ONE
     transaction (each item's event commits with its state, SPEC §10.8); returns the (batch_id, idx)
@@ -327,7 +387,8 @@ async def finalize_many(
     ``worker lost`` or put back meanwhile) are left out and get no event. Sets ``completed_at`` on the
     batches left with nothing open. A worker pool funnels every finished item through here, so under
     load one transaction settles many items: the per-transaction costs (BEGIN, the write lock on
-    SQLite, COMMIT's flush) are paid once per group instead of once per item.
+    SQLite, COMMIT's flush) are paid once per group instead of once per item. ``save_responses`` gets
+    the items finalized, in the same transaction, to write what a payload store keeps there.
     """
     if not finals:
         return set()
@@ -377,6 +438,8 @@ async def finalize_many(
             ],
         )
         await insert_events(conn, [f.event.to_row() for f in done])
+        if save_responses is not None:
+            await save_responses(conn, done)
         batch_ids = sorted({f.batch_id for f in done})
         await _lock_batches(conn, batch_ids)
         await _complete_if_done(conn, batch_ids)

@@ -1,0 +1,92 @@
+"""Starts reserved batch items in groups (SPEC §10.2, §10.5): ``available`` (reserved) → ``running``.
+
+Why. A claim only reserves items (they stay ``available``, so a cancel on any replica cancels them);
+an item may run only once the database has moved it to ``running`` with a statement that fails if it
+was cancelled meanwhile (``queue.start``). One transaction per item start would cost a commit per item
+— the very cost claim-ahead removed — so every worker slot that frees up asks here, and a single task
+starts whatever has accumulated with ONE statement: at low load a group is one item, started at once;
+under load groups grow by themselves while the previous statement is in flight.
+
+Database outages. A start that fails on a transient error is retried with backoff (the items stay
+reserved, so no one else takes them meanwhile). Whether a failed attempt committed is unknown: a retry
+then finds those items no longer ``available`` and reports them not started; the worker pool drops
+them and its orphan check puts them back. Any other error is a bug: the group is reported not started
+(logged), and the orphan check releases their reservations.
+
+Invariants. :meth:`start` answers True only for an item this replica's row now shows ``running``
+(committed); a caller that is cancelled while waiting learns nothing, so it must treat the item as
+possibly started (the finalizer only finalizes items that are really running).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from relay.batches import queue
+from relay.store.engine import is_transient
+
+log = logging.getLogger("relay.batches")
+
+Key = tuple[str, int]
+MAX_GROUP = 500  # items per statement: bounds its size
+
+
+class Starter:
+    def __init__(self, engine: AsyncEngine, instance_id: str) -> None:
+        self._engine = engine
+        self._instance_id = instance_id
+        self._waiting: dict[Key, asyncio.Future[bool]] = {}
+        self._arrived = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def open(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="batch-starter")
+
+    async def start(self, key: Key) -> bool:
+        """True once the item is ``running`` here; False when it must not run (cancelled, or no
+        longer reserved by this replica)."""
+        future = self._waiting.get(key)
+        if future is None:
+            future = self._waiting[key] = asyncio.get_running_loop().create_future()
+            self._arrived.set()
+        return await asyncio.shield(future)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        for future in self._waiting.values():
+            if not future.done():
+                future.set_result(False)
+        self._waiting.clear()
+
+    async def _loop(self) -> None:
+        delay = 0.2
+        while True:
+            await self._arrived.wait()
+            self._arrived.clear()
+            while self._waiting:
+                group = list(self._waiting)[:MAX_GROUP]
+                try:
+                    started = await queue.start(self._engine, self._instance_id, group)
+                except Exception as exc:
+                    if is_transient(exc):
+                        log.warning(
+                            "starting %d batch items failed (%s); retrying in %.1f s",
+                            len(group),
+                            type(exc).__name__,
+                            delay,
+                        )
+                        await asyncio.sleep(delay)
+                        delay = min(delay * 2, 5.0)
+                        continue
+                    log.exception("starting %d batch items failed; they are not run", len(group))
+                    started = set()
+                delay = 0.2
+                for key in group:
+                    future = self._waiting.pop(key)
+                    if not future.done():
+                        future.set_result(key in started)
