@@ -4,6 +4,7 @@ database store's chunks made small, so multi-chunk bodies are exercised without 
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -64,6 +65,20 @@ async def test_requests_read_back_exactly_and_by_any_replica(
         assert await store.read_request(batch_id, idx) == body
     other = twin(store, engine)
     assert [await other.read_request(batch_id, i) for i in range(len(BODIES))] == BODIES
+
+
+async def test_concurrent_reads_of_several_batches(store: PayloadStore) -> None:
+    """Items of a started group read at once (the database store answers them with one query)."""
+    first, second = mint_id("b"), mint_id("b")
+    await store.write_requests(first, iter(BODIES))
+    await store.write_requests(second, (b"%d" % i for i in range(3)))
+    wanted = [(first, i) for i in range(len(BODIES))] + [(second, i) for i in (2, 0, 1)]
+    got = await asyncio.gather(*(store.read_request(b, i) for b, i in wanted))
+    assert got == [*BODIES, b"2", b"0", b"1"]
+    missing = await asyncio.gather(
+        store.read_request(first, 0), store.read_request(second, 9), return_exceptions=True
+    )
+    assert missing[0] == BODIES[0] and isinstance(missing[1], FileNotFoundError)
 
 
 async def test_a_missing_request_is_file_not_found(store: PayloadStore) -> None:

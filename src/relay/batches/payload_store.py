@@ -116,16 +116,42 @@ class DatabaseStore:
     def __init__(self, engine: AsyncEngine, chunk_bytes: int = db.CHUNK_BYTES) -> None:
         self._engine = engine
         self._chunk_bytes = chunk_bytes
+        # Request reads waiting for the next grouped query (items start in groups: one query each).
+        self._wanted: dict[tuple[str, int], asyncio.Future[bytes | None]] = {}
+        self._reader: asyncio.Task[None] | None = None
 
     async def write_requests(self, batch_id: str, bodies: Iterable[bytes]) -> int:
         # Serialising 50 000 bodies is CPU work: the iterator is advanced in a thread, a group at a time.
         return await db.insert_requests(self._engine, batch_id, _groups_in_threads(bodies), self._chunk_bytes)
 
     async def read_request(self, batch_id: str, idx: int) -> bytes:
-        body = await db.read_body(self._engine, batch_id, db.REQUEST, idx)
+        key = (batch_id, idx)
+        future = self._wanted.get(key)
+        if future is None:
+            future = self._wanted[key] = asyncio.get_running_loop().create_future()
+            if self._reader is None or self._reader.done():
+                self._reader = asyncio.create_task(self._read_wanted(), name="batch-request-reader")
+        body = await asyncio.shield(future)
         if body is None:
             raise FileNotFoundError(f"batch {batch_id} has no request {idx} in the database")
         return body
+
+    async def _read_wanted(self) -> None:
+        """Answer every waiting read with one query per round, until none waits."""
+        await asyncio.sleep(0)  # the other items of a started group ask in this same loop turn
+        while self._wanted:
+            group = dict(self._wanted)
+            self._wanted.clear()
+            try:
+                found = await db.read_many(self._engine, db.REQUEST, list(group))
+            except Exception as exc:
+                for future in group.values():
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            for key, future in group.items():
+                if not future.done():
+                    future.set_result(found.get(key))
 
     def keep_response(self, batch_id: str, idx: int, body: bytes) -> KeptResponse:
         return KeptResponse(body=body)

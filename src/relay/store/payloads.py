@@ -5,9 +5,9 @@ What it does. :func:`insert_requests` writes every item's request body of a batc
 group by group as the caller produces them (Postgres: binary ``COPY``; SQLite: one ``executemany`` per
 group), so 50 000 bodies cost a few statements and only a group at a time is held for the database;
 :func:`insert_bodies` writes completed items' response bodies inside the caller's transaction (the
-one that completes them); :func:`read_body` and :func:`read_bodies` read them back by item. A body longer than
-``chunk_bytes`` is cut into several rows (``seq`` 0, 1, …), so no single value is ever huge and a
-reader can go row by row.
+one that completes them); :func:`read_many` and :func:`read_bodies` read them back, many items per
+query. A body longer than ``chunk_bytes`` is cut into several rows (``seq`` 0, 1, …), so no single
+value is ever huge and a reader can go row by row.
 
 What it deliberately does not know. Batches, item states and whether a batch uses this store at all
 (``relay.batches.payload_store`` decides); files of §14 will use ``kind='file'`` with ``idx`` 0.
@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from typing import Any, Final
 
-from sqlalchemy import insert, select
+from sqlalchemy import insert, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from relay.store import tables as t
@@ -30,6 +30,7 @@ P = t.payload_chunks
 CHUNK_BYTES: Final = 1 << 20  # largest value of one row
 GROUP_BYTES: Final = 8 << 20  # bytes sent to the database per statement at most (roughly)
 GROUP_ROWS: Final = 5_000
+COPY_ROWS: Final = 200  # Postgres: groups this large go through COPY, smaller ones an executemany
 REQUEST: Final = "request"
 RESPONSE: Final = "response"
 _COLUMNS = ("owner_id", "kind", "idx", "seq", "data")
@@ -62,7 +63,9 @@ async def insert_rows(conn: AsyncConnection, groups: Iterable[list[tuple[Any, ..
 
 
 async def _insert_group(conn: AsyncConnection, group: list[tuple[Any, ...]]) -> None:
-    if conn.dialect.name == "postgresql":
+    # COPY pays a fixed cost per call (asyncpg reads the table's column types first): worth it for a
+    # submission's thousands of rows, not for a finalize group's few responses.
+    if conn.dialect.name == "postgresql" and len(group) >= COPY_ROWS:
         # The driver begins its transaction at the first statement: make sure COPY runs inside it.
         await conn.execute(select(1))
         raw = (await conn.get_raw_connection()).driver_connection
@@ -100,16 +103,22 @@ async def insert_bodies(
     await insert_rows(conn, _groups(row for o, i, b in items for row in chunks(o, kind, i, b, chunk_bytes)))
 
 
-async def read_body(engine: AsyncEngine, owner_id: str, kind: str, idx: int) -> bytes | None:
-    """One body, or None when there is none."""
+async def read_many(
+    engine: AsyncEngine, kind: str, keys: Sequence[tuple[str, int]]
+) -> dict[tuple[str, int], bytes]:
+    """The bodies of these ``(owner_id, idx)`` that exist (one query)."""
+    if not keys:
+        return {}
+    parts: dict[tuple[str, int], list[bytes]] = {}
     async with engine.connect() as conn:
         rows = await conn.execute(
-            select(P.c.data)
-            .where(P.c.owner_id == owner_id, P.c.kind == kind, P.c.idx == idx)
-            .order_by(P.c.seq)
+            select(P.c.owner_id, P.c.idx, P.c.data)
+            .where(P.c.kind == kind, tuple_(P.c.owner_id, P.c.idx).in_(sorted(set(keys))))
+            .order_by(P.c.owner_id, P.c.idx, P.c.seq)
         )
-        parts = [bytes(row[0]) for row in rows]
-    return b"".join(parts) if parts else None
+        for owner_id, idx, data in rows:
+            parts.setdefault((owner_id, idx), []).append(bytes(data))
+    return {key: b"".join(chunk) for key, chunk in parts.items()}
 
 
 async def read_bodies(engine: AsyncEngine, owner_id: str, kind: str, idxs: Sequence[int]) -> dict[int, bytes]:
