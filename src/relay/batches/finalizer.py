@@ -11,6 +11,8 @@ Response bodies. A completed item's body was appended to a payload file when it 
 transaction, ``flush_responses`` puts those bytes on disk (one ``fdatasync`` per file for the whole
 group), so a committed row never points at bytes a crash could lose. If the flush fails, the group's
 completed items are written as discarded (``internal error: the response could not be stored``).
+Under the ``database`` payload store there is nothing to flush: the bodies are inserted by the group's
+own transaction (``save_responses``), so state and body commit together.
 
 Database outages. A group that fails on a transient error (``store.engine.is_transient``: a Postgres
 restart, SQLite busy) stays queued and is retried with backoff until the database answers: the work is
