@@ -311,6 +311,13 @@ async def claim(engine: AsyncEngine, instance_id: str, limit: int) -> list[Claim
 
 
 _START_SQL: dict[str, Any] = {}
+# Postgres: the same statement as text for the driver itself, one per batch of the group. A start runs
+# about once per item started; SQLAlchemy's per-execution work was half its CPU cost.
+_PG_START = (
+    "UPDATE batch_items SET state = 'running', claimed_at = now()"
+    " WHERE batch_id = $1 AND idx = ANY($2::integer[]) AND state = 'available' AND claimed_by = $3"
+    " RETURNING idx"
+)
 
 
 async def start(
@@ -319,38 +326,42 @@ async def start(
     """Make these items, reserved by ``instance_id``, ``running`` (``claimed_at`` = now: the run's
     start, which the rescue bound measures from); returns the (batch_id, idx) started.
 
-    ONE conditional statement for the group: an item that is no longer available and reserved by
-    ``instance_id`` — cancelled by a cancel on any replica, or released and taken by another replica —
-    is left out, and must not run. A cancel and a start of one item serialise on its row, so an item
-    either started before the cancel committed (it is running and finishes, SPEC §10.5) or never does.
+    ONE conditional statement for the group (per batch, on Postgres): an item that is no longer
+    available and reserved by ``instance_id`` — cancelled by a cancel on any replica, or released and
+    taken by another replica — is left out, and must not run. A cancel and a start of one item
+    serialise on its row, so an item either started before the cancel committed (it is running and
+    finishes, SPEC §10.5) or never does. Each statement commits on its own (autocommit: no BEGIN and
+    COMMIT round trips).
     """
     wanted = sorted(set(keys))
     if not wanted:
         return set()
-    # One statement is its own transaction: autocommit spares the BEGIN and COMMIT round trips, the
-    # larger part of a start's cost (it runs about once per item started).
+    if engine.dialect.name == "postgresql":
+        by_batch: dict[str, list[int]] = {}
+        for batch_id, idx in wanted:
+            by_batch.setdefault(batch_id, []).append(idx)
+        started: set[tuple[str, int]] = set()
+        async with engine.connect() as conn:  # no SQLAlchemy statement: the driver is in autocommit
+            raw = (await conn.get_raw_connection()).driver_connection
+            assert raw is not None
+            for batch_id, idxs in by_batch.items():
+                rows = await raw.fetch(_PG_START, batch_id, idxs, instance_id)
+                started.update((batch_id, row[0]) for row in rows)
+        return started
     async with engine.execution_options(isolation_level="AUTOCOMMIT").connect() as conn:
-        dialect = conn.dialect.name
-        sql = _START_SQL.get(dialect)
+        sql = _START_SQL.get("sqlite")
         if sql is None:
-            now = (
-                func.now(type_=UTCDateTime())
-                if dialect == "postgresql"
-                else bindparam("s_now", UTCDateTime())
-            )
-            sql = _START_SQL[dialect] = (
+            sql = _START_SQL["sqlite"] = (
                 update(I)
                 .where(
                     tuple_(I.c.batch_id, I.c.idx).in_(bindparam("s_keys", expanding=True)),
                     in_state(AVAILABLE),
                     I.c.claimed_by == bindparam("s_instance", type_=ID),
                 )
-                .values(state=RUNNING, claimed_at=now)
+                .values(state=RUNNING, claimed_at=bindparam("s_now", UTCDateTime()))
                 .returning(I.c.batch_id, I.c.idx)
             )
-        params: dict[str, Any] = {"s_keys": wanted, "s_instance": instance_id}
-        if dialect != "postgresql":
-            params["s_now"] = datetime.now(UTC)
+        params = {"s_keys": wanted, "s_instance": instance_id, "s_now": datetime.now(UTC)}
         rows = await conn.execute(sql, params)
         return {(row.batch_id, row.idx) for row in rows}
 
