@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from relay.batches import queue
+from relay.batches import queue, starter
 from relay.batches.finalizer import Finalizer
 from relay.batches.payload_store import KeptResponse
 from relay.batches.runner import ItemResult
@@ -39,7 +39,7 @@ async def run_group(
 async def test_rows_commit_after_the_flush(engine: AsyncEngine) -> None:
     batch_id = await submit(engine, 2)
     claimed = await queue.claim(engine, "r1", 2)
-    await queue.start(engine, "r1", [(c.batch_id, c.idx) for c in claimed])
+    await starter.start(engine, "r1", [(c.batch_id, c.idx) for c in claimed])
     flushed: list[list[str]] = []
 
     async def flush() -> None:  # what the rows say at flush time: nothing committed yet
@@ -63,7 +63,7 @@ async def test_rows_commit_after_the_flush(engine: AsyncEngine) -> None:
 async def test_a_failed_flush_discards_the_completed_items_of_the_group(engine: AsyncEngine) -> None:
     batch_id = await submit(engine, 2)
     claimed = await queue.claim(engine, "r1", 2)
-    await queue.start(engine, "r1", [(c.batch_id, c.idx) for c in claimed])
+    await starter.start(engine, "r1", [(c.batch_id, c.idx) for c in claimed])
 
     async def flush() -> None:
         await asyncio.sleep(0)

@@ -18,7 +18,7 @@ from sqlalchemy import event, func, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from relay.batches import queue, recovery
+from relay.batches import queue, recovery, starter
 from relay.batches.queue import ClaimedItem
 from relay.batches.recovery import RescuedItem
 from relay.batches.views import BatchRecord, batch_record, batch_view, result_rows
@@ -170,7 +170,7 @@ async def set_back(engine: AsyncEngine, table: Any, column: str, seconds: float)
 async def claim_run(engine: AsyncEngine, instance_id: str, limit: int) -> list[queue.ClaimedItem]:
     """Claim (reserve) and start at once: what a worker pool does for items it runs."""
     claimed = await queue.claim(engine, instance_id, limit)
-    started = await queue.start(engine, instance_id, [(c.batch_id, c.idx) for c in claimed])
+    started = await starter.start(engine, instance_id, [(c.batch_id, c.idx) for c in claimed])
     assert started == {(c.batch_id, c.idx) for c in claimed}
     return claimed
 

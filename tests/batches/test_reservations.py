@@ -8,7 +8,7 @@ import asyncio
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from relay.batches import queue, recovery
+from relay.batches import queue, recovery, starter
 from relay.batches.views import batch_view
 from relay.store import tables as t
 from tests.batches.test_queue import (
@@ -37,9 +37,9 @@ async def test_a_claim_reserves_items_that_read_available_until_started(engine: 
     assert keys(await queue.claim(engine, "r2", 5)) == [(batch_id, 3)]
     assert await queue.claim(engine, "r3", 5) == []
     # Only the reserving replica can start them; the start says which started.
-    assert await queue.start(engine, "r2", keys(claimed)) == set()
-    assert await queue.start(engine, "r1", keys(claimed[:2])) == {(batch_id, 0), (batch_id, 1)}
-    assert await queue.start(engine, "r1", keys(claimed[:2])) == set()  # already running
+    assert await starter.start(engine, "r2", keys(claimed)) == set()
+    assert await starter.start(engine, "r1", keys(claimed[:2])) == {(batch_id, 0), (batch_id, 1)}
+    assert await starter.start(engine, "r1", keys(claimed[:2])) == set()  # already running
     view = await batch_view(engine, batch_id)
     assert view is not None and view.counts == {"available": 2, "running": 2}
     assert await recovery.held_by(engine, "r1") == keys(claimed)  # running and reserved
@@ -49,11 +49,13 @@ async def test_a_claim_reserves_items_that_read_available_until_started(engine: 
 async def test_a_cancel_cancels_reserved_items_and_they_never_start(engine: AsyncEngine) -> None:
     batch_id = await submit(engine, 3)
     claimed = await queue.claim(engine, "r1", 3)
-    assert await queue.start(engine, "r1", keys(claimed[:1])) == {(batch_id, 0)}
+    assert await starter.start(engine, "r1", keys(claimed[:1])) == {(batch_id, 0)}
     assert await queue.cancel(engine, batch_id, events_for=cancel_events(batch_id)) == [1, 2]
-    assert await queue.start(engine, "r1", keys(claimed)) == set()
+    assert await starter.start(engine, "r1", keys(claimed)) == set()
     rows = await items(engine, batch_id)
-    assert [(r["state"], r["error"]) for r in rows] == [("running", None)] + [("cancelled", "cancelled")] * 2
+    assert [(r["state"], r["error"], r["claimed_by"]) for r in rows] == [("running", None, "r1")] + [
+        ("cancelled", "cancelled", None)
+    ] * 2
     assert await events(engine, batch_id) == [(1, "cancelled"), (2, "cancelled")]
 
 
@@ -66,7 +68,7 @@ async def test_a_start_racing_a_cancel_either_runs_before_it_or_never(
         batch_id = await submit(engine, 8)
         claimed = await queue.claim(replicas[0], "r1", 8)
         started, cancelled = await asyncio.gather(
-            queue.start(replicas[0], "r1", keys(claimed)),
+            starter.start(replicas[0], "r1", keys(claimed)),
             queue.cancel(replicas[1], batch_id, events_for=cancel_events(batch_id)),
         )
         rows = {r["idx"]: r["state"] for r in await items(engine, batch_id)}
@@ -92,14 +94,14 @@ async def test_reservations_of_a_lost_replica_are_released(engine: AsyncEngine) 
         ("available", "alive"),
         ("available", None),
     ]
-    assert await queue.start(engine, "dead", [(batch_id, 0)]) == set()  # it lost them
+    assert await starter.start(engine, "dead", [(batch_id, 0)]) == set()  # it lost them
     assert keys(await queue.claim(engine, "alive", 5)) == [(batch_id, 0), (batch_id, 1), (batch_id, 3)]
 
 
 async def test_put_back_releases_reservations(engine: AsyncEngine) -> None:
     batch_id = await submit(engine, 3)
     claimed = await queue.claim(engine, "r1", 3)
-    await queue.start(engine, "r1", keys(claimed[:1]))
+    await starter.start(engine, "r1", keys(claimed[:1]))
     assert await recovery.put_back(engine, "r1", keys(claimed), events_for=put_back_events) == 1
     rows = await items(engine, batch_id)
     assert [(r["state"], r["claimed_by"], r["claimed_at"]) for r in rows] == [("available", None, None)] * 3

@@ -2,13 +2,12 @@
 
 What it does. Every state change of a batch item is one short transaction here, on SQLite and Postgres
 alike: :func:`insert_batch` writes a batch and all its items (all or nothing); :func:`claim` reserves up
-to ``limit`` available items of ONE batch for a replica (they stay ``available``: SPEC §10.2) and
-:func:`start` makes reserved items ``running`` when a worker takes them, each committed at once (no
+to ``limit`` available items of ONE batch for a replica (they stay ``available``: SPEC §10.2);
+``relay.batches.starter.start`` makes reserved items ``running`` when a worker takes them (no
 transaction is held while an item runs); :func:`finalize_many` gives running items their final states
-together with their usage events;
-:func:`cancel` cancels a batch's available items with their events. Replica liveness (heartbeats,
-rescue with ``worker lost: ``, put back on shutdown) is in ``relay.batches.recovery``; the reads for
-the API are in ``relay.batches.views``. Both share this module's transaction helpers.
+with their usage events; :func:`cancel` cancels a batch's available items with their events. Replica
+liveness (heartbeats, rescue, put back) is in ``relay.batches.recovery``, the reads in
+``relay.batches.views``.
 
 What it deliberately does not know. What an item is or how it runs (``relay.batches.runner``), how
 usage events are built (callers pass them, or a callback that builds them for the idxs this module
@@ -24,7 +23,7 @@ Invariants.
   item rows), so concurrent claimants take different batches or different items; SQLite runs every
   write transaction here as ``BEGIN IMMEDIATE``, which serialises writers across processes. A claim
   only reserves (``claimed_by``/``claimed_at`` on an ``available`` item); an item runs only after
-  :func:`start` moved it from ``available`` reserved by this replica to ``running``, so a cancel that
+  ``starter.start`` moved it from ``available`` reserved by this replica to ``running``, so a cancel that
   committed first (it cancels every ``available`` item, reserved or not) means it never starts.
 * An item is final at most once, and its usage event is written in the same transaction as its final
   state (SPEC §10.8): every final transition is conditional on the item still being ``running`` (or
@@ -34,8 +33,10 @@ Invariants.
   would each see the other's item still running, so every transaction that finishes items first
   updates its items, then takes a transaction-level advisory lock per batch, then checks: whichever
   checks second sees the other's commit. Lock order is items → advisory lock → batch row everywhere
-  (cancel takes the advisory lock first but touches only available items, which no one else waits on),
-  and claims never wait, so these transactions cannot deadlock.
+  (cancel takes the advisory lock first but touches only available items, which only a start, a
+  single statement holding no other lock, also locks), and claims never wait. Should a start and a
+  cancel still lock one batch's rows in different orders, Postgres fails one: a start is retried by
+  its caller, a cancel here.
 * Liveness uses one clock: on Postgres every timestamp this module compares (``claimed_at``,
   ``heartbeat_at``) is the database's ``now()``, so replicas' clock skew cannot rescue a live item.
   On SQLite (one host) it is the process clock.
@@ -70,11 +71,13 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from relay.batches.views import B, BatchRecord, I, in_state, record_from_row
 from relay.domain.batches import AVAILABLE, CANCELLED, FINAL_STATES, RUNNING, ResponseRef
 from relay.store import tables as t
+from relay.store.engine import is_transient
 from relay.store.tables import ID, UTCDateTime
 from relay.store.usage import insert_events
 from relay.usage import UsageEvent
@@ -283,7 +286,7 @@ def _claim_sql(dialect: str) -> _ClaimSQL:
 async def claim(engine: AsyncEngine, instance_id: str, limit: int) -> list[ClaimedItem]:
     """Reserve up to ``limit`` available items of one batch (fair order, module docstring) for
     ``instance_id`` (committed when this returns). Reserved items stay ``available`` — a cancel on any
-    replica cancels them like any waiting item (SPEC §10.2) — and :func:`start` makes them ``running``
+    replica cancels them like any waiting item (SPEC §10.2) — and ``starter.start`` makes them ``running``
     when a worker takes them. ``[]`` when nothing is available unreserved (or, on Postgres, every such
     batch is being claimed by another replica right now).
 
@@ -308,62 +311,6 @@ async def claim(engine: AsyncEngine, instance_id: str, limit: int) -> list[Claim
         await conn.execute(sql.stamp, params)
         await conn.execute(sql.heartbeat, params)
     return [ClaimedItem(batch, idx) for idx in idxs]
-
-
-_START_SQL: dict[str, Any] = {}
-# Postgres: the same statement as text for the driver itself, one per batch of the group. A start runs
-# about once per item started; SQLAlchemy's per-execution work was half its CPU cost.
-_PG_START = (
-    "UPDATE batch_items SET state = 'running', claimed_at = now()"
-    " WHERE batch_id = $1 AND idx = ANY($2::integer[]) AND state = 'available' AND claimed_by = $3"
-    " RETURNING idx"
-)
-
-
-async def start(
-    engine: AsyncEngine, instance_id: str, keys: Sequence[tuple[str, int]]
-) -> set[tuple[str, int]]:
-    """Make these items, reserved by ``instance_id``, ``running`` (``claimed_at`` = now: the run's
-    start, which the rescue bound measures from); returns the (batch_id, idx) started.
-
-    ONE conditional statement for the group (per batch, on Postgres): an item that is no longer
-    available and reserved by ``instance_id`` — cancelled by a cancel on any replica, or released and
-    taken by another replica — is left out, and must not run. A cancel and a start of one item
-    serialise on its row, so an item either started before the cancel committed (it is running and
-    finishes, SPEC §10.5) or never does. Each statement commits on its own (autocommit: no BEGIN and
-    COMMIT round trips).
-    """
-    wanted = sorted(set(keys))
-    if not wanted:
-        return set()
-    if engine.dialect.name == "postgresql":
-        by_batch: dict[str, list[int]] = {}
-        for batch_id, idx in wanted:
-            by_batch.setdefault(batch_id, []).append(idx)
-        started: set[tuple[str, int]] = set()
-        async with engine.connect() as conn:  # no SQLAlchemy statement: the driver is in autocommit
-            raw = (await conn.get_raw_connection()).driver_connection
-            assert raw is not None
-            for batch_id, idxs in by_batch.items():
-                rows = await raw.fetch(_PG_START, batch_id, idxs, instance_id)
-                started.update((batch_id, row[0]) for row in rows)
-        return started
-    async with engine.execution_options(isolation_level="AUTOCOMMIT").connect() as conn:
-        sql = _START_SQL.get("sqlite")
-        if sql is None:
-            sql = _START_SQL["sqlite"] = (
-                update(I)
-                .where(
-                    tuple_(I.c.batch_id, I.c.idx).in_(bindparam("s_keys", expanding=True)),
-                    in_state(AVAILABLE),
-                    I.c.claimed_by == bindparam("s_instance", type_=ID),
-                )
-                .values(state=RUNNING, claimed_at=bindparam("s_now", UTCDateTime()))
-                .returning(I.c.batch_id, I.c.idx)
-            )
-        params = {"s_keys": wanted, "s_instance": instance_id, "s_now": datetime.now(UTC)}
-        rows = await conn.execute(sql, params)
-        return {(row.batch_id, row.idx) for row in rows}
 
 
 # ---------------------------------------------------------------------------------------------- finish
@@ -462,8 +409,9 @@ async def finalize_many(
 async def cancel(
     engine: AsyncEngine, batch_id: str, *, events_for: Callable[[list[int]], list[UsageEvent]]
 ) -> list[int]:
-    """Cancel a batch (SPEC §10.5): its status becomes ``cancelled`` and every ``available`` item becomes
-    ``cancelled`` (error ``"cancelled"``) with one usage event each, built by ``events_for(idxs)`` (one
+    """Cancel a batch (SPEC §10.5): its status becomes ``cancelled`` and every ``available`` item —
+    reserved by a replica or not: no one ran it, so its reservation goes — becomes ``cancelled`` (error
+    ``"cancelled"``) with one usage event each, built by ``events_for(idxs)`` (one
     event per idx, in the order given), all in one transaction; returns the idxs cancelled, ascending.
 
     Idempotent: a second call cancels nothing and writes no event. Running items are left alone (the
@@ -471,6 +419,18 @@ async def cancel(
     ``completed_at`` is set when nothing is running. An unknown batch id cancels nothing (``[]``); the
     service answers 404 before calling this. If ``events_for`` raises, nothing is cancelled.
     """
+    for attempt in range(3):
+        try:
+            return await _cancel(engine, batch_id, events_for)
+        except DBAPIError as exc:
+            if attempt == 2 or not is_transient(exc):
+                raise
+    raise AssertionError("unreachable")
+
+
+async def _cancel(
+    engine: AsyncEngine, batch_id: str, events_for: Callable[[list[int]], list[UsageEvent]]
+) -> list[int]:
     async with _write(engine) as conn:
         # Advisory lock first: cancel changes only available items, which no finisher holds.
         await _lock_batches(conn, [batch_id])
@@ -481,8 +441,14 @@ async def cancel(
         )
         cancelled = await conn.execute(
             update(I)
-            .where(I.c.batch_id == batch_id, in_state(AVAILABLE))
-            .values(state=CANCELLED, finished_at=_now(conn), error=CANCELLED_ERROR)
+            .where(I.c.batch_id == batch_id, in_state(AVAILABLE))  # reserved ones too (SPEC §10.2)
+            .values(
+                state=CANCELLED,
+                finished_at=_now(conn),
+                error=CANCELLED_ERROR,
+                claimed_by=None,
+                claimed_at=None,
+            )
             .returning(I.c.idx)
         )
         idxs = sorted(cancelled.scalars())
@@ -498,15 +464,8 @@ async def cancel(
 
 
 async def _upsert_worker(conn: AsyncConnection, instance_id: str) -> None:
-    now = _now(conn)
-    values = {"instance_id": instance_id, "started_at": now, "heartbeat_at": now}
-    if conn.dialect.name == "postgresql":
-        pg = pg_insert(W).values(**values)
-        await conn.execute(
-            pg.on_conflict_do_update(index_elements=[W.c.instance_id], set_={"heartbeat_at": now})
-        )
-    else:
-        lite = sqlite_insert(W).values(**values)
-        await conn.execute(
-            lite.on_conflict_do_update(index_elements=[W.c.instance_id], set_={"heartbeat_at": now})
-        )
+    """Insert or refresh this replica's worker row (the claim's own heartbeat statement)."""
+    params: dict[str, Any] = {"c_instance": instance_id}
+    if conn.dialect.name != "postgresql":
+        params["c_now"] = datetime.now(UTC)
+    await conn.execute(_claim_sql(conn.dialect.name).heartbeat, params)
