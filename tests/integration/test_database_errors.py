@@ -84,7 +84,9 @@ async def test_the_drivers_own_errors_are_judged_alike(postgres_url: str) -> Non
                 await raw.fetch("SELEC 1")
             pid = await raw.fetchval("SELECT pg_backend_pid()")
             async with engine.connect() as admin:
-                await admin.execute(text(f"SELECT pg_terminate_backend({pid})"))
+                await admin.execute(
+                    text(f"SELECT pg_terminate_backend({pid}, 10000)")
+                )  # gone when it answers
             with pytest.raises(Exception) as terminated:
                 await raw.fetch("SELECT 1")
         assert not is_transient(syntax.value), repr(syntax.value)

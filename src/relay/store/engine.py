@@ -154,7 +154,8 @@ def is_transient(exc: BaseException) -> bool:
         state = getattr(exc, "sqlstate", None)
         if isinstance(state, str) and state.startswith(_TRANSIENT_SQLSTATES):
             return True
-        return "Connection" in type(exc).__name__  # ConnectionDoesNotExistError and the like
+        # ConnectionDoesNotExistError and the like, or a connection the driver already saw closed.
+        return "Connection" in type(exc).__name__ or "connection is closed" in str(exc)
     return isinstance(exc, (OSError, TimeoutError))
 
 
