@@ -28,14 +28,16 @@ Every item is a ≈ 1 KB chat request (``--item-bytes``) whose text differs per 
    and the W/L bound is exact; items/s as in 2 and its share of W/L. Baseline: the live endpoint at
    concurrency W, same number of requests.
 
+Every phase runs once per ``--payload-store`` (default ``files,database``: ``RELAY_BATCH_PAYLOAD_STORE``
+of the relays started, SPEC §10.7), the two rows side by side in the table (``phase · store``).
 Each measurement runs ``--runs`` times (default 2, interleaved with its baselines); the table shows the
 median (min–max) and PASS/MISS against SPEC §13. ``others`` = CPU the machine spent on processes outside
 the benchmark during the runs (a high figure marks a disturbed run). A benchmark, not a test: it always
-exits 0 once it has measured. About 2½ minutes with the defaults.
+exits 0 once it has measured. About 5 minutes with the defaults (both stores).
 
     .venv/bin/python bench/batch_throughput.py [--runs 2] [--submit-items 50000] [--items 5000]
         [--workers0 16] [--latency-ms 200] [--workers 16,64] [--waves 25] [--max-seconds 20]
-        [--item-bytes 1024] [--phases submit,zero,latency]
+        [--item-bytes 1024] [--phases submit,zero,latency] [--payload-store files,database]
         [--postgres postgresql://postgres@127.0.0.1:5432/postgres]
 """
 
@@ -188,11 +190,11 @@ def _pg_admin(url: str, statement: str) -> None:
 # ------------------------------------------------------------------------------------------ processes
 
 
-def start_relay(procs: Processes, workdir: Path, database_url: str, workers: int) -> Relay:
-    """``relay serve`` (one process) on ``database_url`` with ``RELAY_BATCH_WORKERS=workers``."""
-    return launch_relay(
-        procs, workdir, database_url=database_url, extra_env={"RELAY_BATCH_WORKERS": str(workers)}
-    )
+def start_relay(procs: Processes, workdir: Path, database_url: str, workers: int, store: str) -> Relay:
+    """``relay serve`` (one process) on ``database_url`` with ``RELAY_BATCH_WORKERS=workers`` and
+    ``RELAY_BATCH_PAYLOAD_STORE=store``."""
+    env = {"RELAY_BATCH_WORKERS": str(workers), "RELAY_BATCH_PAYLOAD_STORE": store}
+    return launch_relay(procs, workdir, database_url=database_url, extra_env=env)
 
 
 def start_sink(procs: Processes) -> tuple[subprocess.Popen[Any], str]:
@@ -444,8 +446,11 @@ def relay_process(
     procs: Processes, dbs: Databases, tmp: Path, label: str, workers: int, upstream: str
 ) -> Iterator[tuple[Relay, str]]:
     workdir = tmp / f"{label}-{uuid.uuid4().hex[:6]}"
-    relay = start_relay(procs, workdir, dbs.fresh(workdir), workers)
-    say(f"   (relay serve pid {relay.process.pid}, RELAY_BATCH_WORKERS={workers})")
+    relay = start_relay(procs, workdir, dbs.fresh(workdir), workers, STORE[0])
+    say(
+        f"   (relay serve pid {relay.process.pid}, RELAY_BATCH_WORKERS={workers}, "
+        f"RELAY_BATCH_PAYLOAD_STORE={STORE[0]})"
+    )
     try:
         key = configure(relay, upstream)
         yield relay, key
@@ -453,6 +458,9 @@ def relay_process(
         if relay.process.poll() is not None:
             print(f"relay serve ({label}) died:\n{relay.log_tail()}", file=sys.stderr)
         procs.stop(relay.process, timeout=40)
+
+
+STORE = ["files"]  # the payload store of the relays being started (main sets it per pass)
 
 
 def say(line: str) -> None:
@@ -668,6 +676,11 @@ def main() -> None:
         "--phases", default="submit,zero,latency", help="which phases to run (submit, zero, latency)"
     )
     parser.add_argument(
+        "--payload-store",
+        default="files,database",
+        help="RELAY_BATCH_PAYLOAD_STORE values: each phase runs once per store, reported side by side",
+    )
+    parser.add_argument(
         "--postgres",
         metavar="URL",
         help="run relay on Postgres: an admin URL (e.g. postgresql://postgres@127.0.0.1:5432/postgres) "
@@ -679,6 +692,9 @@ def main() -> None:
     unknown = phases - {"submit", "zero", "latency"}
     if unknown:
         parser.error(f"unknown phase(s): {', '.join(sorted(unknown))}")
+    stores = [x.strip() for x in args.payload_store.split(",") if x.strip()]
+    if not stores or set(stores) - {"files", "database"}:
+        parser.error("--payload-store: a comma-separated list of files, database")
 
     say(f"Relay batch throughput (SPEC §13) — {machine_line()}")
     rows: list[Row] = []
@@ -695,11 +711,18 @@ def main() -> None:
                 ("latency", lambda: phase_latency(args, procs, dbs, tmp, upstream, fake.pid, rows)),
             ]
             for name, step in steps:
-                if name in phases:
+                if name not in phases:
+                    continue
+                for store in stores:  # one store after the other, so their rows sit side by side
+                    STORE[0] = store
+                    say(f"\n== phase {name}, RELAY_BATCH_PAYLOAD_STORE={store}")
+                    first = len(rows)
                     try:
                         step()
                     except (RuntimeError, OSError, httpx.HTTPError) as exc:
                         print(f"phase {name} failed, reporting what was measured: {exc!r}", file=sys.stderr)
+                    for row in rows[first:]:
+                        row.phase = f"{row.phase} · {store}"
         finally:
             procs.stop_all()
             dbs.drop_all()

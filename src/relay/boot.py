@@ -21,7 +21,7 @@ from starlette.types import ASGIApp
 
 from relay.batches.api import PREFIX as BATCHES_PREFIX
 from relay.batches.api import BatchesApp
-from relay.batches.payloads import PayloadStore
+from relay.batches.payload_store import DatabaseStore, FileStore, PayloadStores
 from relay.batches.runner import ItemRunner
 from relay.batches.service import BatchService
 from relay.batches.workers import WorkerPool
@@ -167,7 +167,10 @@ def build_runtime(settings: Settings) -> Runtime:
     def snapshot() -> Snapshot:
         return reloader.snapshot
 
-    payloads = PayloadStore(settings.batch_payload_dir)
+    # Both stores: new batches go to the configured one, each batch is read from the one it recorded.
+    payloads = PayloadStores(
+        FileStore(settings.batch_payload_dir), DatabaseStore(engine), settings.batch_payload_store
+    )
     batch_metrics = BatchMetrics(registry, settings.batch_workers) if settings.batch_workers > 0 else None
     if settings.batch_workers > 0:
         runner = ItemRunner(

@@ -85,10 +85,11 @@ class Settings(BaseModel):
     batch_rescue_after_s: float = Field(900.0, gt=0)
     batch_heartbeat_s: float = Field(5.0, gt=0, le=60)
     batch_payload_dir: str = "relay-batch-payloads"
+    batch_payload_store: Literal["files", "database"] = "files"
     shutdown_grace_s: float = Field(30.0, ge=0)
     data_dir: str = DEFAULT_DATA_DIR
 
-    @field_validator("log_level", "log_format", mode="before")
+    @field_validator("log_level", "log_format", "batch_payload_store", mode="before")
     @classmethod
     def _lower(cls, value: object) -> object:
         return value.lower() if isinstance(value, str) else value

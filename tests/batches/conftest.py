@@ -27,3 +27,14 @@ async def engine(migrated_url: str) -> AsyncIterator[AsyncEngine]:
         yield engine
     finally:
         await engine.dispose()
+
+
+@pytest.fixture
+async def replicas(migrated_url: str, engine: AsyncEngine) -> AsyncIterator[list[AsyncEngine]]:
+    """Three more engines on the same database (``engine`` has emptied it): three replicas."""
+    engines = [create_engine(migrated_url) for _ in range(3)]
+    try:
+        yield engines
+    finally:
+        for other in engines:
+            await other.dispose()

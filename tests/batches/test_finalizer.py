@@ -10,13 +10,15 @@ from collections.abc import Awaitable, Callable
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from relay.batches import queue
+from relay.batches import queue, starter
 from relay.batches.finalizer import Finalizer
+from relay.batches.payload_store import KeptResponse
 from relay.batches.runner import ItemResult
 from relay.domain.batches import ResponseRef
 from tests.batches.test_queue import events, item_event, items, submit
 
-REF = ResponseRef("responses-0123456789abcdef.data", 0, 10)
+FILE_REF = ResponseRef("responses-0123456789abcdef.data", 0, 10)
+REF = KeptResponse(ref=FILE_REF)
 
 
 async def run_group(
@@ -37,6 +39,7 @@ async def run_group(
 async def test_rows_commit_after_the_flush(engine: AsyncEngine) -> None:
     batch_id = await submit(engine, 2)
     claimed = await queue.claim(engine, "r1", 2)
+    await starter.start(engine, "r1", [(c.batch_id, c.idx) for c in claimed])
     flushed: list[list[str]] = []
 
     async def flush() -> None:  # what the rows say at flush time: nothing committed yet
@@ -51,12 +54,16 @@ async def test_rows_commit_after_the_flush(engine: AsyncEngine) -> None:
     assert await run_group(engine, flush, results, batch_id) == [True, True]
     assert len(claimed) == 2 and flushed == [["running", "running"]]
     rows = await items(engine, batch_id)
-    assert [(r["state"], r["response_file"]) for r in rows] == [("completed", REF.file), ("discarded", None)]
+    assert [(r["state"], r["response_file"]) for r in rows] == [
+        ("completed", FILE_REF.file),
+        ("discarded", None),
+    ]
 
 
 async def test_a_failed_flush_discards_the_completed_items_of_the_group(engine: AsyncEngine) -> None:
     batch_id = await submit(engine, 2)
-    await queue.claim(engine, "r1", 2)
+    claimed = await queue.claim(engine, "r1", 2)
+    await starter.start(engine, "r1", [(c.batch_id, c.idx) for c in claimed])
 
     async def flush() -> None:
         await asyncio.sleep(0)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -18,7 +18,7 @@ from sqlalchemy import event, func, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from relay.batches import queue, recovery
+from relay.batches import queue, recovery, starter
 from relay.batches.queue import ClaimedItem
 from relay.batches.recovery import RescuedItem
 from relay.batches.views import BatchRecord, batch_record, batch_view, result_rows
@@ -167,15 +167,12 @@ async def set_back(engine: AsyncEngine, table: Any, column: str, seconds: float)
                 )
 
 
-@pytest.fixture
-async def replicas(migrated_url: str, engine: AsyncEngine) -> AsyncIterator[list[AsyncEngine]]:
-    """Three more engines on the same database (``engine`` has emptied it): three replicas."""
-    engines = [create_engine(migrated_url) for _ in range(3)]
-    try:
-        yield engines
-    finally:
-        for other in engines:
-            await other.dispose()
+async def claim_run(engine: AsyncEngine, instance_id: str, limit: int) -> list[queue.ClaimedItem]:
+    """Claim (reserve) and start at once: what a worker pool does for items it runs."""
+    claimed = await queue.claim(engine, instance_id, limit)
+    started = await starter.start(engine, instance_id, [(c.batch_id, c.idx) for c in claimed])
+    assert started == {(c.batch_id, c.idx) for c in claimed}
+    return claimed
 
 
 # ---------------------------------------------------------------------------------------------- submit
@@ -262,7 +259,7 @@ async def test_a_token_batch_records_its_claims(engine: AsyncEngine) -> None:
 async def test_claim_marks_items_running_and_returns_the_attribution(engine: AsyncEngine) -> None:
     batch_id = await submit(engine, 5, policy_name="gold", inbound_shape="anthropic")
 
-    claimed = await queue.claim(engine, "r1", 2)
+    claimed = await claim_run(engine, "r1", 2)
 
     assert [(c.batch_id, c.idx) for c in claimed] == [(batch_id, 0), (batch_id, 1)]
     record = claimed[0].batch
@@ -298,7 +295,7 @@ async def test_claims_take_turns_so_a_small_batch_starts_at_once(engine: AsyncEn
     big = await submit(engine, 200)
     small = await submit(engine, 3)
 
-    rounds = [await queue.claim(engine, "r1", 10) for _ in range(4)]
+    rounds = [await claim_run(engine, "r1", 10) for _ in range(4)]
 
     assert [(r[0].batch_id, [c.idx for c in r]) for r in rounds] == [
         (big, list(range(10))),
@@ -310,21 +307,21 @@ async def test_claims_take_turns_so_a_small_batch_starts_at_once(engine: AsyncEn
 
 async def test_a_newer_batch_is_served_before_one_already_served(engine: AsyncEngine) -> None:
     first = await submit(engine, 50)
-    assert (await queue.claim(engine, "r1", 5))[0].batch_id == first
+    assert (await claim_run(engine, "r1", 5))[0].batch_id == first
     second = await submit(engine, 50)
     third = await submit(engine, 50)
 
-    order = [(await queue.claim(engine, "r1", 5))[0].batch_id for _ in range(6)]
+    order = [(await claim_run(engine, "r1", 5))[0].batch_id for _ in range(6)]
 
     assert order == [second, third, first, second, third, first]
 
 
 async def test_nothing_to_claim(engine: AsyncEngine) -> None:
-    assert await queue.claim(engine, "r1", 10) == []
+    assert await claim_run(engine, "r1", 10) == []
     batch_id = await submit(engine, 2)
     await queue.cancel(engine, batch_id, events_for=cancel_events(batch_id))
-    assert await queue.claim(engine, "r1", 10) == []
-    assert await queue.claim(engine, "r1", 0) == []
+    assert await claim_run(engine, "r1", 10) == []
+    assert await claim_run(engine, "r1", 0) == []
 
 
 async def test_concurrent_claimants_never_claim_an_item_twice(
@@ -335,7 +332,7 @@ async def test_concurrent_claimants_never_claim_an_item_twice(
 
     async def worker(replica: AsyncEngine, name: str) -> None:
         while True:
-            claimed = await queue.claim(replica, name, 7)
+            claimed = await claim_run(replica, name, 7)
             seen.update((c.batch_id, c.idx) for c in claimed)
             if not claimed and await available(replica) == 0:
                 return  # (an empty claim alone may only mean every open batch was locked just then)
@@ -353,7 +350,7 @@ async def test_concurrent_finishers_complete_the_batch_once(
     """The last two items finishing at once on two replicas must still set completed_at."""
     for _ in range(3):
         batch_id = await submit(engine, 30)
-        claimed = [await queue.claim(r, f"r{n}", 10) for n, r in enumerate(replicas)]
+        claimed = [await claim_run(r, f"r{n}", 10) for n, r in enumerate(replicas)]
         results = await asyncio.gather(
             *(complete(replicas[n], f"r{n}", item) for n, group in enumerate(claimed) for item in group)
         )
@@ -367,7 +364,7 @@ async def test_concurrent_finishers_complete_the_batch_once(
 
 async def test_finalize_writes_one_event_and_completes_the_batch_at_the_end(engine: AsyncEngine) -> None:
     batch_id = await submit(engine, 2)
-    first, _ = await queue.claim(engine, "r1", 2)
+    first, _ = await claim_run(engine, "r1", 2)
 
     assert await complete(engine, "r1", first)
     assert await completed_at(engine, batch_id) is None
@@ -397,7 +394,7 @@ async def test_finalize_writes_one_event_and_completes_the_batch_at_the_end(engi
 
 async def test_finalize_by_another_replica_or_after_rescue_writes_nothing(engine: AsyncEngine) -> None:
     batch_id = await submit(engine, 1)
-    (item,) = await queue.claim(engine, "r1", 1)
+    (item,) = await claim_run(engine, "r1", 1)
     assert not await complete(engine, "r2", item)
 
     await recovery.forget_worker(engine, "r1")  # r1 is gone
@@ -418,7 +415,7 @@ async def test_finalize_by_another_replica_or_after_rescue_writes_nothing(engine
 
 async def test_finalize_refuses_what_the_schema_would(engine: AsyncEngine) -> None:
     batch_id = await submit(engine, 1)
-    (item,) = await queue.claim(engine, "r1", 1)
+    (item,) = await claim_run(engine, "r1", 1)
     event = item_event(batch_id, 0)
     with pytest.raises(ValueError, match="final"):
         await finalize(engine, "r1", batch_id, 0, state="running", status=None, error=None, event=event)  # type: ignore[arg-type]
@@ -444,7 +441,7 @@ async def test_finalize_refuses_what_the_schema_would(engine: AsyncEngine) -> No
 
 async def test_cancel_cancels_available_items_once_and_leaves_running_ones(engine: AsyncEngine) -> None:
     batch_id = await submit(engine, 5)
-    running = await queue.claim(engine, "r1", 2)
+    running = await claim_run(engine, "r1", 2)
 
     assert await queue.cancel(engine, batch_id, events_for=cancel_events(batch_id)) == [2, 3, 4]
 
@@ -521,9 +518,9 @@ async def test_heartbeat_and_forget_worker(engine: AsyncEngine) -> None:
 
 async def test_rescue_discards_the_items_of_a_replica_with_a_stale_heartbeat(engine: AsyncEngine) -> None:
     batch_id = await submit(engine, 4)
-    await queue.claim(engine, "dead", 2)
+    await claim_run(engine, "dead", 2)
     await set_back(engine, t.batch_workers, "heartbeat_at", 120)
-    await queue.claim(engine, "alive", 2)
+    await claim_run(engine, "alive", 2)
 
     rescued = await recovery.rescue(engine, stale_after_s=30, rescue_after_s=900, events_for=rescue_events)
 
@@ -541,7 +538,7 @@ async def test_rescue_discards_the_items_of_a_replica_with_a_stale_heartbeat(eng
 
 async def test_rescue_discards_items_running_past_the_latest_bound(engine: AsyncEngine) -> None:
     batch_id = await submit(engine, 1)
-    await queue.claim(engine, "r1", 1)
+    await claim_run(engine, "r1", 1)
     await set_back(engine, t.batch_items, "claimed_at", 1000)  # its heartbeat is fresh
 
     (rescued,) = await recovery.rescue(engine, stale_after_s=30, rescue_after_s=900, events_for=rescue_events)
@@ -556,7 +553,7 @@ async def test_concurrent_rescuers_rescue_each_item_once(
 ) -> None:
     batch_ids = [await submit(engine, 20) for _ in range(3)]
     for _ in range(6):
-        await queue.claim(engine, "dead", 10)
+        await claim_run(engine, "dead", 10)
     await recovery.forget_worker(engine, "dead")
 
     results = await asyncio.gather(
@@ -575,7 +572,7 @@ async def test_concurrent_rescuers_rescue_each_item_once(
 
 async def test_put_back_returns_items_to_available(engine: AsyncEngine) -> None:
     batch_id = await submit(engine, 3)
-    await queue.claim(engine, "r1", 3)
+    await claim_run(engine, "r1", 3)
 
     assert await recovery.put_back(engine, "r2", [(batch_id, 0)], events_for=put_back_events) == 0
     assert (
@@ -587,13 +584,13 @@ async def test_put_back_returns_items_to_available(engine: AsyncEngine) -> None:
         ("available", None, None)
     ] * 2
     assert rows[2]["state"] == "running"
-    assert [c.idx for c in await queue.claim(engine, "r2", 5)] == [0, 1]
+    assert [c.idx for c in await claim_run(engine, "r2", 5)] == [0, 1]
     assert await events(engine, batch_id) == []
 
 
 async def test_put_back_cancels_items_of_a_batch_cancelled_meanwhile(engine: AsyncEngine) -> None:
     batch_id = await submit(engine, 2)
-    await queue.claim(engine, "r1", 2)
+    await claim_run(engine, "r1", 2)
     await queue.cancel(engine, batch_id, events_for=cancel_events(batch_id))  # on another replica
 
     assert (
@@ -610,7 +607,7 @@ async def test_finalize_many_settles_a_group_in_one_transaction(engine: AsyncEng
     (rescued meanwhile) is left out with no event; each batch left with nothing open is completed; a
     group that names an item twice, or carries a wrong event, writes nothing."""
     first, second = await submit(engine, 2), await submit(engine, 3)
-    mine = await queue.claim(engine, "r1", 2) + await queue.claim(engine, "r1", 3)
+    mine = await claim_run(engine, "r1", 2) + await claim_run(engine, "r1", 3)
     assert {c.batch_id for c in mine} == {first, second}
     lost = next(c for c in mine if c.batch_id == second and c.idx == 2)
 
@@ -662,8 +659,8 @@ async def test_held_by_and_open_counts(engine: AsyncEngine) -> None:
     """The orphan check's view (what the database says a replica runs) and the open-items gauge."""
     first, second = await submit(engine, 4), await submit(engine, 3)
     assert await recovery.open_counts(engine) == {"available": 7, "running": 0}
-    mine = await queue.claim(engine, "r1", 2)
-    theirs = await queue.claim(engine, "r2", 2)
+    mine = await claim_run(engine, "r1", 2)
+    theirs = await claim_run(engine, "r2", 2)
     assert {c.batch_id for c in mine} != {c.batch_id for c in theirs}  # one batch per claim, fair order
     assert await recovery.held_by(engine, "r1") == sorted((c.batch_id, c.idx) for c in mine)
     assert await recovery.held_by(engine, "nobody") == []
@@ -694,8 +691,8 @@ async def test_the_status_view_costs_the_same_queries_for_10_and_2000_items(
     engine: AsyncEngine, statements: list[str]
 ) -> None:
     small, large = await submit(engine, 10), await submit(engine, 2000)
-    await queue.claim(engine, "r1", 5)  # from small (oldest)
-    claimed = await queue.claim(engine, "r1", 3)  # from large
+    await claim_run(engine, "r1", 5)  # from small (oldest)
+    claimed = await claim_run(engine, "r1", 3)  # from large
     assert await complete(engine, "r1", claimed[0])
     await queue.cancel(engine, small, events_for=cancel_events(small))
 
@@ -739,7 +736,7 @@ async def test_results_page_by_idx(engine: AsyncEngine) -> None:
         {"state": "completed"},  # a final state without finished_at
         {"state": "discarded", "finished_at": datetime.now(UTC)},  # a failure without an error
         {"state": "running"},  # running without a claimant
-        {"claimed_by": "r1", "claimed_at": datetime.now(UTC)},  # available with a claimant
+        {"claimed_by": "r1"},  # reserved without a claim time
         {"state": "waiting"},
     ],
 )
@@ -768,9 +765,9 @@ async def test_50000_items_insert_and_claim_quickly(
     batch_id = await submit(engine, 50_000)
     inserted = time.perf_counter() - started
     for _ in range(3):  # move past the first items, then time a claim deep into the batch
-        await queue.claim(engine, "r1", 16)
+        await claim_run(engine, "r1", 16)
     started = time.perf_counter()
-    claimed = await queue.claim(engine, "r1", 16)
+    claimed = await claim_run(engine, "r1", 16)
     claim_s = time.perf_counter() - started
     started = time.perf_counter()
     view = await batch_view(engine, batch_id)

@@ -70,3 +70,26 @@ async def test_a_locked_sqlite_file_is_transient(tmp_path: Path) -> None:
     finally:
         holder.close()
     assert is_transient(exc), repr(exc)
+
+
+async def test_the_drivers_own_errors_are_judged_alike(postgres_url: str) -> None:
+    """``queue.start`` runs its statement on asyncpg directly: a terminated connection seen there is
+    transient, a syntax error is not."""
+    engine = create_engine(postgres_url)
+    try:
+        async with engine.connect() as victim:
+            raw = (await victim.get_raw_connection()).driver_connection
+            assert raw is not None
+            with pytest.raises(Exception) as syntax:
+                await raw.fetch("SELEC 1")
+            pid = await raw.fetchval("SELECT pg_backend_pid()")
+            async with engine.connect() as admin:
+                await admin.execute(
+                    text(f"SELECT pg_terminate_backend({pid}, 10000)")
+                )  # gone when it answers
+            with pytest.raises(Exception) as terminated:
+                await raw.fetch("SELECT 1")
+        assert not is_transient(syntax.value), repr(syntax.value)
+        assert is_transient(terminated.value), repr(terminated.value)
+    finally:
+        await engine.dispose()

@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from relay.batches import payloads
-from relay.batches.payloads import PayloadStore, sync_descriptors
+from relay.batches.payloads import PayloadDir, sync_descriptors
 from relay.domain.batches import BatchRejected, ResponseRef, validate_submission
 
 BATCH_ID = "b_" + "0" * 26
@@ -47,7 +47,7 @@ def test_items_are_not_otherwise_inspected() -> None:
 
 
 def test_payload_files_round_trip_and_stay_inside_the_directory(tmp_path: Path) -> None:
-    store = PayloadStore(tmp_path / "payloads")
+    store = PayloadDir(tmp_path / "payloads")
     store.write_requests(BATCH_ID, [b'{"a":1}', b'{"b":2}'])
     assert store.read_request(BATCH_ID, 1) == b'{"b":2}'
     assert store.read_responses(BATCH_ID, {0: None}) == {0: None}
@@ -60,14 +60,14 @@ def test_payload_files_round_trip_and_stay_inside_the_directory(tmp_path: Path) 
         with pytest.raises(ValueError):
             store.response_path(bad, 0)
     with pytest.raises(FileNotFoundError):
-        PayloadStore(tmp_path / "elsewhere").read_request(BATCH_ID, 0)
+        PayloadDir(tmp_path / "elsewhere").read_request(BATCH_ID, 0)
 
 
 def test_request_bodies_are_one_file_per_batch_with_offsets(tmp_path: Path) -> None:
     """50 000 files would cost seconds to create: the requests go into one JSONL file plus an offsets
     file (renamed last, so its presence means the requests are complete). Any body comes back exactly;
     an idx past the end, or a truncated requests file, reads as missing (``load input: ``)."""
-    store = PayloadStore(tmp_path)
+    store = PayloadDir(tmp_path)
     bodies = [orjson.dumps({"i": i, "text": "x" * (i % 7)}) for i in range(1000)]
     assert store.write_requests(BATCH_ID, iter(bodies)) == 1000
     assert sorted(p.name for p in (tmp_path / BATCH_ID).iterdir()) == ["requests.jsonl", "requests.offsets"]
@@ -83,7 +83,7 @@ def test_request_bodies_are_one_file_per_batch_with_offsets(tmp_path: Path) -> N
 
 
 def test_a_failed_write_leaves_no_batch_directory(tmp_path: Path) -> None:
-    store = PayloadStore(tmp_path)
+    store = PayloadDir(tmp_path)
 
     def bodies() -> Iterator[bytes]:
         yield b"{}"
@@ -97,8 +97,8 @@ def test_a_failed_write_leaves_no_batch_directory(tmp_path: Path) -> None:
 def test_responses_are_appended_to_one_file_per_process_and_read_by_reference(tmp_path: Path) -> None:
     """A file per response cost 50–500 µs of filesystem time per item: responses are appended to one
     file per process and batch, and read back through the (file, offset, length) their row records."""
-    store = PayloadStore(tmp_path)
-    other = PayloadStore(tmp_path)  # another replica on the same (shared) directory
+    store = PayloadDir(tmp_path)
+    other = PayloadDir(tmp_path)  # another replica on the same (shared) directory
     store.write_requests(BATCH_ID, [b"{}"] * 3)
     bodies = [orjson.dumps({"reply": i, "text": "\n" * i}) for i in range(3)]
     refs = {0: store.append_response(BATCH_ID, bodies[0]), 2: store.append_response(BATCH_ID, bodies[2])}
@@ -111,7 +111,7 @@ def test_responses_are_appended_to_one_file_per_process_and_read_by_reference(tm
     names = sorted(p.name for p in (tmp_path / BATCH_ID).iterdir())
     assert names == sorted(["requests.jsonl", "requests.offsets", refs[0].file, refs[1].file])
     # A replica that does not share the directory, or bytes that are not there, read as missing.
-    assert PayloadStore(tmp_path / "elsewhere").read_responses(BATCH_ID, refs) == dict.fromkeys(refs)
+    assert PayloadDir(tmp_path / "elsewhere").read_responses(BATCH_ID, refs) == dict.fromkeys(refs)
     past_the_end = ResponseRef(refs[2].file, refs[2].offset, refs[2].length + 1)
     assert store.read_responses(BATCH_ID, {2: past_the_end}) == {2: None}
     for bad in ("../requests.jsonl", "requests.jsonl", "responses-../../x.data"):
@@ -127,7 +127,7 @@ def test_responses_are_appended_to_one_file_per_process_and_read_by_reference(tm
 def test_a_sync_flushes_every_file_written_since_the_last_one(tmp_path: Path) -> None:
     """Before a group of items commits, their bodies (and a new file's directory entry) are flushed;
     files evicted from the open set while unflushed are flushed by the next sync, then closed."""
-    store = PayloadStore(tmp_path)
+    store = PayloadDir(tmp_path)
     ids = [f"b_{i:026d}" for i in range(payloads.OPEN_RESPONSE_FILES + 2)]
     for batch_id in ids:
         (tmp_path / batch_id).mkdir()

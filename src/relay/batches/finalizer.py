@@ -11,6 +11,8 @@ Response bodies. A completed item's body was appended to a payload file when it 
 transaction, ``flush_responses`` puts those bytes on disk (one ``fdatasync`` per file for the whole
 group), so a committed row never points at bytes a crash could lose. If the flush fails, the group's
 completed items are written as discarded (``internal error: the response could not be stored``).
+Under the ``database`` payload store there is nothing to flush: the bodies are inserted by the group's
+own transaction (``save_responses``), so state and body commit together.
 
 Database outages. A group that fails on a transient error (``store.engine.is_transient``: a Postgres
 restart, SQLite busy) stays queued and is retried with backoff until the database answers: the work is
@@ -27,15 +29,17 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from relay.batches import queue
+from relay.batches.payload_store import KeptResponse
 from relay.batches.runner import ItemResult, response_lost
 from relay.store.engine import is_transient
 
 log = logging.getLogger("relay.batches")
 
 Key = tuple[str, int]
+SaveResponses = Callable[[AsyncConnection, list[tuple[str, str, int, KeptResponse]]], Awaitable[None]]
 MAX_GROUP = 500  # items per transaction: bounds the statement sizes and the time locks are held
 
 
@@ -46,9 +50,11 @@ class Finalizer:
         instance_id: str,
         on_settled: Callable[[Key, ItemResult, bool], None],
         flush_responses: Callable[[], Awaitable[None]],
+        save_responses: SaveResponses | None = None,
     ) -> None:
         self._engine = engine
         self._flush_responses = flush_responses
+        self._save_responses = save_responses
         self._instance_id = instance_id
         self._on_settled = on_settled  # (key, result, finalized here?) once per item
         self.pending: dict[Key, ItemResult] = {}
@@ -88,9 +94,18 @@ class Finalizer:
                         self._engine,
                         self._instance_id,
                         [
-                            queue.FinalItem(key[0], key[1], r.state, r.status, r.error, r.event, r.response)
+                            queue.FinalItem(
+                                key[0],
+                                key[1],
+                                r.state,
+                                r.status,
+                                r.error,
+                                r.event,
+                                r.response.ref if r.response else None,
+                            )
                             for key, r in group
                         ],
+                        self._saver(dict(group)),
                     )
                 except Exception as exc:
                     if is_transient(exc):
@@ -110,6 +125,23 @@ class Finalizer:
                     del self.pending[key]
                     if done is not None:
                         self._on_settled(key, result, key in done)
+
+    def _saver(self, results: dict[Key, ItemResult]) -> queue.SaveResponses | None:
+        """What writes the group's kept bodies inside its transaction, for the items finalized."""
+        save = self._save_responses
+        if save is None:
+            return None
+
+        async def saver(conn: AsyncConnection, done: list[queue.FinalItem]) -> None:
+            kept = []
+            for final in done:
+                result = results[(final.batch_id, final.idx)]
+                if result.response is not None:
+                    kept.append((result.store, final.batch_id, final.idx, result.response))
+            if kept:
+                await save(conn, kept)
+
+        return saver
 
     async def _flushed(self, group: list[tuple[Key, ItemResult]]) -> list[tuple[Key, ItemResult]]:
         """The group, once its response bodies are on disk (before its rows point at them). If that

@@ -11,8 +11,9 @@ claim time, size, MAX_AHEAD_PER_SLOT × size)``. Both figures are exponentially 
 measured as the pool runs. A claim is made once half the target is missing, so claims come in groups
 that are worth their transaction. If claims cannot keep up, ``rate × claim time`` grows relative to the
 claim size and the target grows with it until they do. With slow items (a 200 ms upstream) the target
-stays at ``size``: ready items then wait at most one item's run, and few items sit claimed but not
-started (they show as ``running``, and a ``kill -9`` of the replica discards them as ``worker lost``).
+stays at ``size``: ready items then wait at most one item's run, and few items sit reserved but not
+started (they read ``available`` and a cancel on any replica cancels them; a ``kill -9`` of the
+replica leaves them reserved until another replica's rescue pass releases them).
 """
 
 from __future__ import annotations

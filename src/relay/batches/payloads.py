@@ -8,7 +8,7 @@ Layout under ``<RELAY_BATCH_PAYLOAD_DIR>/<batch id>/``:
   than one per item: creating 50 000 files costs seconds of filesystem time, which a submission cannot
   afford (SPEC §13: 50 000 items answered in < 10 s).
 * ``responses-<writer>.data`` — completed items' response bodies, back to back, appended by one
-  process (``<writer>`` is 16 random hex digits per :class:`PayloadStore`, so every file has a single
+  process (``<writer>`` is 16 random hex digits per :class:`PayloadDir`, so every file has a single
   writer, also across replicas sharing the directory). Where an item's body is (file, offset, length: a
   :class:`ResponseRef`) is recorded in the item's database row by the transaction that completes it.
   Appending is one ``write`` on an open file; a file per item cost 50–500 µs of filesystem time each
@@ -19,7 +19,7 @@ Layout under ``<RELAY_BATCH_PAYLOAD_DIR>/<batch id>/``:
 Atomic for readers. The request files are written under a temporary name, then renamed (the offsets
 file last, so its presence means the requests file is complete). A response is only read through the
 reference its item's row holds, and the batch finalizer flushes the appended bytes to disk
-(:meth:`PayloadStore.responses_to_sync`, then :func:`sync_descriptors`) before that row commits, so
+(:meth:`PayloadDir.responses_to_sync`, then :func:`sync_descriptors`) before that row commits, so
 a reader sees a whole body or none; bytes a crash left unreferenced are never read. Paths are built
 only from a batch id (validated: ``b_`` + base32), an integer index and a file name matched against
 ``responses-<16 hex>.data``, so nothing a client sends can escape the directory. Files are never
@@ -53,7 +53,7 @@ _WRITE_BUFFER = 1 << 20
 OPEN_RESPONSE_FILES = 32  # appended-to files kept open (one per batch being run here)
 
 
-class PayloadStore:
+class PayloadDir:
     """The payload directory of one process. :meth:`append_response`, :meth:`responses_to_sync` and
     :meth:`close` belong to the event loop's thread (the append is a plain ``write``; the flush, in
     :func:`sync_descriptors`, is given to a worker thread by the caller); the rest is safe from any

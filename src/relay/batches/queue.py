@@ -1,12 +1,13 @@
 """The durable batch queue (SPEC §10.6): submit, claim, finalize, cancel, heartbeats, rescue, put back.
 
 What it does. Every state change of a batch item is one short transaction here, on SQLite and Postgres
-alike: :func:`insert_batch` writes a batch and all its items (all or nothing); :func:`claim` marks up to
-``limit`` available items of ONE batch running and commits at once (no transaction is held while an
-item runs); :func:`finalize_many` gives running items their final states together with their usage events;
-:func:`cancel` cancels a batch's available items with their events. Replica liveness (heartbeats,
-rescue with ``worker lost: ``, put back on shutdown) is in ``relay.batches.recovery``; the reads for
-the API are in ``relay.batches.views``. Both share this module's transaction helpers.
+alike: :func:`insert_batch` writes a batch and all its items (all or nothing); :func:`claim` reserves up
+to ``limit`` available items of ONE batch for a replica (they stay ``available``: SPEC §10.2);
+``relay.batches.starter.start`` makes reserved items ``running`` when a worker takes them (no
+transaction is held while an item runs); :func:`finalize_many` gives running items their final states
+with their usage events; :func:`cancel` cancels a batch's available items with their events. Replica
+liveness (heartbeats, rescue, put back) is in ``relay.batches.recovery``, the reads in
+``relay.batches.views``.
 
 What it deliberately does not know. What an item is or how it runs (``relay.batches.runner``), how
 usage events are built (callers pass them, or a callback that builds them for the idxs this module
@@ -20,7 +21,10 @@ large one is served by the next claim, and items of one batch start in idx order
 Invariants.
 * No item is claimed twice: Postgres claims with ``FOR UPDATE SKIP LOCKED`` (the batch row, then the
   item rows), so concurrent claimants take different batches or different items; SQLite runs every
-  write transaction here as ``BEGIN IMMEDIATE``, which serialises writers across processes.
+  write transaction here as ``BEGIN IMMEDIATE``, which serialises writers across processes. A claim
+  only reserves (``claimed_by``/``claimed_at`` on an ``available`` item); an item runs only after
+  ``starter.start`` moved it from ``available`` reserved by this replica to ``running``, so a cancel that
+  committed first (it cancels every ``available`` item, reserved or not) means it never starts.
 * An item is final at most once, and its usage event is written in the same transaction as its final
   state (SPEC §10.8): every final transition is conditional on the item still being ``running`` (or
   ``available``, for cancel), and the database's unique index refuses a second event for an item.
@@ -29,8 +33,10 @@ Invariants.
   would each see the other's item still running, so every transaction that finishes items first
   updates its items, then takes a transaction-level advisory lock per batch, then checks: whichever
   checks second sees the other's commit. Lock order is items → advisory lock → batch row everywhere
-  (cancel takes the advisory lock first but touches only available items, which no one else waits on),
-  and claims never wait, so these transactions cannot deadlock.
+  (cancel takes the advisory lock first but touches only available items, which only a start, a
+  single statement holding no other lock, also locks), and claims never wait. Should a start and a
+  cancel still lock one batch's rows in different orders, Postgres fails one: a start is retried by
+  its caller, a cancel here.
 * Liveness uses one clock: on Postgres every timestamp this module compares (``claimed_at``,
   ``heartbeat_at``) is the database's ``now()``, so replicas' clock skew cannot rescue a live item.
   On SQLite (one host) it is the process clock.
@@ -42,7 +48,7 @@ Invariants.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -65,11 +71,13 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from relay.batches.views import B, BatchRecord, I, in_state, record_from_row
 from relay.domain.batches import AVAILABLE, CANCELLED, FINAL_STATES, RUNNING, ResponseRef
 from relay.store import tables as t
+from relay.store.engine import is_transient
 from relay.store.tables import ID, UTCDateTime
 from relay.store.usage import insert_events
 from relay.usage import UsageEvent
@@ -135,6 +143,11 @@ async def _lock_batches(conn: AsyncConnection, batch_ids: Iterable[str]) -> None
 
 def _item_in(batch_id: Any, state: str) -> ColumnElement[bool]:
     return exists().where(I.c.batch_id == batch_id, in_state(state))
+
+
+def _unreserved_in(batch_id: Any) -> ColumnElement[bool]:
+    """The batch has an available item no replica has reserved (``ix_batch_items_unreserved``)."""
+    return exists().where(I.c.batch_id == batch_id, in_state(AVAILABLE), I.c.claimed_by.is_(None))
 
 
 async def _complete_if_done(conn: AsyncConnection, batch_ids: Iterable[str]) -> None:
@@ -236,9 +249,7 @@ def _claim_sql(dialect: str) -> _ClaimSQL:
     batch_id = bindparam("c_batch", type_=ID)
     pick = (
         select(B)
-        .where(
-            B.c.completed_at.is_(None), B.c.status == literal_column("'queued'"), _item_in(B.c.id, AVAILABLE)
-        )
+        .where(B.c.completed_at.is_(None), B.c.status == literal_column("'queued'"), _unreserved_in(B.c.id))
         .order_by(B.c.last_claimed_at.asc().nulls_first(), B.c.created_at, B.c.id)
         .limit(1)
         .with_for_update(skip_locked=True, key_share=True)
@@ -250,7 +261,7 @@ def _claim_sql(dialect: str) -> _ClaimSQL:
     # (which would tempt the planner to walk the whole available index).
     chosen = (
         select(I.c.idx)
-        .where(I.c.batch_id == batch_id, in_state(AVAILABLE))
+        .where(I.c.batch_id == batch_id, in_state(AVAILABLE), I.c.claimed_by.is_(None))
         .order_by(I.c.idx)
         .limit(bindparam("c_limit", type_=Integer))
         .with_for_update(skip_locked=True, key_share=True)
@@ -259,7 +270,7 @@ def _claim_sql(dialect: str) -> _ClaimSQL:
     take = (
         update(I)
         .where(I.c.batch_id == batch_id, I.c.idx == chosen.c.idx)  # UPDATE … FROM chosen
-        .values(state=RUNNING, claimed_by=bindparam("c_instance", type_=ID), claimed_at=now)
+        .values(claimed_by=bindparam("c_instance", type_=ID), claimed_at=now)  # reserved, still available
         .returning(I.c.idx)
     )
     stamp = update(B).where(B.c.id == batch_id).values(last_claimed_at=now)
@@ -273,9 +284,11 @@ def _claim_sql(dialect: str) -> _ClaimSQL:
 
 
 async def claim(engine: AsyncEngine, instance_id: str, limit: int) -> list[ClaimedItem]:
-    """Claim up to ``limit`` available items of one batch (fair order, module docstring) for
-    ``instance_id``; they are ``running`` when this returns (committed). ``[]`` when nothing is available
-    (or, on Postgres, every batch with available items is being claimed by another replica right now).
+    """Reserve up to ``limit`` available items of one batch (fair order, module docstring) for
+    ``instance_id`` (committed when this returns). Reserved items stay ``available`` — a cancel on any
+    replica cancels them like any waiting item (SPEC §10.2) — and ``starter.start`` makes them ``running``
+    when a worker takes them. ``[]`` when nothing is available unreserved (or, on Postgres, every such
+    batch is being claimed by another replica right now).
 
     The claimant's heartbeat is refreshed in the same transaction, so an item is never claimed by a
     replica without a worker row (which :func:`rescue` would take for a dead replica).
@@ -316,8 +329,15 @@ class FinalItem:
     response: ResponseRef | None = None  # a completed item's body in the payload directory
 
 
+#: Writes the response bodies of the items finalized, inside their transaction (the database store).
+SaveResponses = Callable[[AsyncConnection, list[FinalItem]], Awaitable[None]]
+
+
 async def finalize_many(
-    engine: AsyncEngine, instance_id: str, finals: Sequence[FinalItem]
+    engine: AsyncEngine,
+    instance_id: str,
+    finals: Sequence[FinalItem],
+    save_responses: SaveResponses | None = None,
 ) -> set[tuple[str, int]]:
     """Give these running items their final states and write their usage events, all in ONE
     transaction (each item's event commits with its state, SPEC §10.8); returns the (batch_id, idx)
@@ -327,7 +347,8 @@ async def finalize_many(
     ``worker lost`` or put back meanwhile) are left out and get no event. Sets ``completed_at`` on the
     batches left with nothing open. A worker pool funnels every finished item through here, so under
     load one transaction settles many items: the per-transaction costs (BEGIN, the write lock on
-    SQLite, COMMIT's flush) are paid once per group instead of once per item.
+    SQLite, COMMIT's flush) are paid once per group instead of once per item. ``save_responses`` gets
+    the items finalized, in the same transaction, to write what a payload store keeps there.
     """
     if not finals:
         return set()
@@ -377,6 +398,8 @@ async def finalize_many(
             ],
         )
         await insert_events(conn, [f.event.to_row() for f in done])
+        if save_responses is not None:
+            await save_responses(conn, done)
         batch_ids = sorted({f.batch_id for f in done})
         await _lock_batches(conn, batch_ids)
         await _complete_if_done(conn, batch_ids)
@@ -386,8 +409,9 @@ async def finalize_many(
 async def cancel(
     engine: AsyncEngine, batch_id: str, *, events_for: Callable[[list[int]], list[UsageEvent]]
 ) -> list[int]:
-    """Cancel a batch (SPEC §10.5): its status becomes ``cancelled`` and every ``available`` item becomes
-    ``cancelled`` (error ``"cancelled"``) with one usage event each, built by ``events_for(idxs)`` (one
+    """Cancel a batch (SPEC §10.5): its status becomes ``cancelled`` and every ``available`` item —
+    reserved by a replica or not: no one ran it, so its reservation goes — becomes ``cancelled`` (error
+    ``"cancelled"``) with one usage event each, built by ``events_for(idxs)`` (one
     event per idx, in the order given), all in one transaction; returns the idxs cancelled, ascending.
 
     Idempotent: a second call cancels nothing and writes no event. Running items are left alone (the
@@ -395,6 +419,18 @@ async def cancel(
     ``completed_at`` is set when nothing is running. An unknown batch id cancels nothing (``[]``); the
     service answers 404 before calling this. If ``events_for`` raises, nothing is cancelled.
     """
+    for attempt in range(3):
+        try:
+            return await _cancel(engine, batch_id, events_for)
+        except DBAPIError as exc:
+            if attempt == 2 or not is_transient(exc):
+                raise
+    raise AssertionError("unreachable")
+
+
+async def _cancel(
+    engine: AsyncEngine, batch_id: str, events_for: Callable[[list[int]], list[UsageEvent]]
+) -> list[int]:
     async with _write(engine) as conn:
         # Advisory lock first: cancel changes only available items, which no finisher holds.
         await _lock_batches(conn, [batch_id])
@@ -405,8 +441,14 @@ async def cancel(
         )
         cancelled = await conn.execute(
             update(I)
-            .where(I.c.batch_id == batch_id, in_state(AVAILABLE))
-            .values(state=CANCELLED, finished_at=_now(conn), error=CANCELLED_ERROR)
+            .where(I.c.batch_id == batch_id, in_state(AVAILABLE))  # reserved ones too (SPEC §10.2)
+            .values(
+                state=CANCELLED,
+                finished_at=_now(conn),
+                error=CANCELLED_ERROR,
+                claimed_by=None,
+                claimed_at=None,
+            )
             .returning(I.c.idx)
         )
         idxs = sorted(cancelled.scalars())
@@ -422,15 +464,8 @@ async def cancel(
 
 
 async def _upsert_worker(conn: AsyncConnection, instance_id: str) -> None:
-    now = _now(conn)
-    values = {"instance_id": instance_id, "started_at": now, "heartbeat_at": now}
-    if conn.dialect.name == "postgresql":
-        pg = pg_insert(W).values(**values)
-        await conn.execute(
-            pg.on_conflict_do_update(index_elements=[W.c.instance_id], set_={"heartbeat_at": now})
-        )
-    else:
-        lite = sqlite_insert(W).values(**values)
-        await conn.execute(
-            lite.on_conflict_do_update(index_elements=[W.c.instance_id], set_={"heartbeat_at": now})
-        )
+    """Insert or refresh this replica's worker row (the claim's own heartbeat statement)."""
+    params: dict[str, Any] = {"c_instance": instance_id}
+    if conn.dialect.name != "postgresql":
+        params["c_now"] = datetime.now(UTC)
+    await conn.execute(_claim_sql(conn.dialect.name).heartbeat, params)

@@ -74,13 +74,32 @@ async def expire_workers(engine: AsyncEngine, silent_for_s: float) -> int:
 
 
 async def held_by(engine: AsyncEngine, instance_id: str) -> list[tuple[str, int]]:
-    """The items the database says ``instance_id`` is running (the running index serves it). The pool
-    compares them with the items it knows, to find orphans of a claim whose answer it never got."""
+    """The items the database says ``instance_id`` is running or has reserved (the running and
+    reserved indexes serve it). The pool compares them with the items it knows, to find orphans of a
+    claim or a start whose answer it never got."""
     async with engine.connect() as conn:
-        rows = await conn.execute(
-            select(I.c.batch_id, I.c.idx).where(in_state(RUNNING), I.c.claimed_by == instance_id)
+        held: list[tuple[str, int]] = []
+        for state in (RUNNING, AVAILABLE):
+            rows = await conn.execute(
+                select(I.c.batch_id, I.c.idx).where(in_state(state), I.c.claimed_by == instance_id)
+            )
+            held.extend((row.batch_id, row.idx) for row in rows)
+        return sorted(held)
+
+
+async def release_lost_reservations(engine: AsyncEngine, *, stale_after_s: float) -> int:
+    """Items reserved (claimed ahead, not started) by a replica whose heartbeat is older than
+    ``stale_after_s``, or that has no worker row, become claimable again; returns how many. They were
+    never started, so nothing else changes (no event). If that replica is alive after all, its
+    :func:`~relay.batches.queue.start` of them fails and it drops them."""
+    async with _write(engine) as conn:
+        alive = select(W.c.instance_id).where(W.c.heartbeat_at >= _ago(conn, stale_after_s))
+        released = await conn.execute(
+            update(I)
+            .where(in_state(AVAILABLE), I.c.claimed_by.is_not(None), I.c.claimed_by.not_in(alive))
+            .values(claimed_by=None, claimed_at=None)
         )
-        return sorted((row.batch_id, row.idx) for row in rows)
+        return int(released.rowcount or 0)
 
 
 async def open_counts(engine: AsyncEngine) -> dict[str, int]:
@@ -172,7 +191,8 @@ async def put_back(
     events_for: Callable[[list[tuple[BatchRecord, int]]], list[UsageEvent]],
 ) -> int:
     """Graceful stop (SPEC §10.6): return these items to ``available`` if they are still running and
-    claimed by ``instance_id``; returns how many went back.
+    claimed by ``instance_id``, and release those of them it only reserved; returns how many went back
+    (reservations released not counted).
 
     An item whose batch was cancelled meanwhile (by another replica) does not go back, where no one
     would ever claim it: it becomes ``cancelled`` with the usage event ``events_for`` builds for it
@@ -182,6 +202,13 @@ async def put_back(
     if not wanted:
         return 0
     async with _write(engine) as conn:
+        await conn.execute(
+            update(I)
+            .where(
+                tuple_(I.c.batch_id, I.c.idx).in_(wanted), in_state(AVAILABLE), I.c.claimed_by == instance_id
+            )
+            .values(claimed_by=None, claimed_at=None)
+        )
         # Items first, then the batches' advisory locks: the order finalize and rescue use.
         mine = (
             await conn.execute(

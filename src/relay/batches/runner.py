@@ -10,7 +10,7 @@ transaction).
 
 What it deliberately does not know. Claiming, concurrency, cancellation and shutdown (the worker pool
 decides when an item runs or stops), HTTP, and payload logging: batch bodies are never captured
-(SPEC §9), the response file is where a completed item's body lives.
+(SPEC §9); where a completed item's body lives is the batch's payload store's business.
 
 Invariants. Every result carries exactly one batch usage event with the batch's recorded attribution;
 ``error_message`` is the item's error text and never a body; ``cost_nanos`` is set only when an
@@ -28,14 +28,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import orjson
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from relay.adapters import Dispatch, admit
 from relay.auth import Principal, recheck_key, recheck_token
 from relay.batches import queue
-from relay.batches.payloads import PayloadStore, sync_descriptors
+from relay.batches.payload_store import KeptResponse, PayloadStores
 from relay.batches.views import BatchRecord
 from relay.catalog import Snapshot
-from relay.domain.batches import ResponseRef
 from relay.domain.ids import mint_id
 from relay.errors import InvalidRequest, RateLimited, RelayError
 from relay.fallbacks import Route, fallbacks_for, reroute
@@ -90,7 +90,8 @@ class ItemResult:
     status: int | None  # the upstream's HTTP status when one answered
     error: str | None
     event: UsageEvent
-    response: ResponseRef | None = None  # a completed item's body in the payload directory
+    response: KeptResponse | None = None  # a completed item's body, as its payload store keeps it
+    store: str = "files"  # that store (the batch's)
 
 
 class _Discard(Exception):
@@ -108,7 +109,7 @@ class ItemRunner:
     def __init__(
         self,
         *,
-        payloads: PayloadStore,
+        payloads: PayloadStores,
         pipeline: Pipeline,
         snapshot: Callable[[], Snapshot],
         instance_id: str,
@@ -196,17 +197,21 @@ class ItemRunner:
                 latency_ms=elapsed(),
             )
             return ItemResult("discarded", outcome.status, message, event)
-        response = self._payloads.append_response(batch.id, outcome.body or b"")
+        kept = self._payloads.of(batch.payload_store).keep_response(batch.id, idx, outcome.body or b"")
         event = item_event(
             batch, idx, status=outcome.status, plan=plan, outcome=outcome, latency_ms=elapsed()
         )
-        return ItemResult("completed", outcome.status, None, event, response)
+        return ItemResult("completed", outcome.status, None, event, kept, batch.payload_store)
 
     async def flush_responses(self) -> None:
-        """Put the response bodies appended so far on disk (before their items' rows commit)."""
-        fds = self._payloads.responses_to_sync()
-        if fds:
-            await asyncio.to_thread(sync_descriptors, fds)
+        """Put the response bodies kept so far on disk (before their items' rows commit)."""
+        await self._payloads.flush()
+
+    async def save_responses(
+        self, conn: AsyncConnection, items: list[tuple[str, str, int, KeptResponse]]
+    ) -> None:
+        """Inside the transaction completing these ``(store, batch_id, idx, kept)`` items."""
+        await self._payloads.save_responses(conn, items)
 
     def close(self) -> None:
         self._payloads.close()
@@ -226,8 +231,12 @@ class ItemRunner:
 
     async def _load(self, batch: BatchRecord, idx: int) -> bytes:
         try:
-            return await asyncio.to_thread(self._payloads.read_request, batch.id, idx)
+            return await self._payloads.of(batch.payload_store).read_request(batch.id, idx)
         except FileNotFoundError:
+            if batch.payload_store != "files":
+                raise _Discard(
+                    "load_input", f"load input: the request of item {idx} is not in the database"
+                ) from None
             raise _Discard(
                 "load_input",
                 f"load input: the request file of item {idx} is not in RELAY_BATCH_PAYLOAD_DIR on replica "

@@ -1,7 +1,8 @@
 """The batch API's services (SPEC §10.1–§10.5): submit, status, results, cancel.
 
 What it does. :meth:`BatchService.submit` validates a submission (``relay.domain.batches``), writes the
-items' request files, then the batch and all its items in one transaction, and answers what the 202
+items' request bodies to the current payload store (``RELAY_BATCH_PAYLOAD_STORE``), then the batch
+(recording that store) and all its items in one transaction, and answers what the 202
 carries; :meth:`status` renders the §10.2 view with its exact casing; :meth:`results` yields the §10.3
 results page by page (a 50 000-item batch never sits in memory); :meth:`cancel` cancels the available
 items (with their usage events) and asks this replica's worker pool to stop the batch's running items.
@@ -28,7 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from relay.adapters.json_codec import DEFAULT_MAX_DEPTH, JsonRefused, dumps, loads_input
 from relay.auth import Principal
 from relay.batches import queue, views
-from relay.batches.payloads import PayloadStore
+from relay.batches.payload_store import PayloadStores
 from relay.batches.runner import cancelled_event
 from relay.batches.views import BatchRecord
 from relay.domain.batches import CANCELLED, COMPLETED, DISCARDED, BatchRejected, validate_submission
@@ -55,7 +56,7 @@ class BatchService:
     def __init__(
         self,
         engine: AsyncEngine,
-        payloads: PayloadStore,
+        payloads: PayloadStores,
         *,
         max_items: int,
         stop_running: Callable[[str], Awaitable[object]] | None = None,
@@ -74,8 +75,11 @@ class BatchService:
     async def submit(self, principal: Principal, raw: bytes) -> dict[str, Any]:
         """SPEC §10.1: ``{"id", "status": "queued", "total_items"}`` once everything is durable."""
         batch_id = mint_id("b")
-        # Parsing, validating and writing 50 000 items takes a second or more of CPU: off the event loop.
-        shape, total = await asyncio.to_thread(self._store_requests, batch_id, raw)
+        # Parsing and validating 50 000 items takes a second or more of CPU: off the event loop.
+        shape, requests = await asyncio.to_thread(self._validate, raw)
+        store = self._payloads.current
+        total = await store.write_requests(batch_id, map(orjson.dumps, requests))
+        del requests
         row: dict[str, Any] = {
             "id": batch_id,
             "created_at": datetime.now(UTC),
@@ -91,13 +95,14 @@ class BatchService:
             "credential_kind": principal.credential_kind,
             "credential_id": principal.credential_id,
             "inbound_shape": shape,
+            "payload_store": store.name,
         }
         await queue.insert_batch(self._engine, row, total)
         return {"id": batch_id, "status": "queued", "total_items": total}
 
-    def _store_requests(self, batch_id: str, raw: bytes) -> tuple[str, int]:
-        """Parse and validate a submission (:class:`BatchRejected`, nothing written), then write its
-        items' request files; ``(shape, number of items)``. Runs in a worker thread."""
+    def _validate(self, raw: bytes) -> tuple[str, list[Any]]:
+        """Parse and validate a submission (:class:`BatchRejected`, nothing written); ``(shape,
+        requests)``. Runs in a worker thread."""
         try:
             # Each item may nest as deep as a live body; the envelope adds two levels.
             body = loads_input(raw, self._max_depth + 2, what="batch body")
@@ -105,9 +110,7 @@ class BatchService:
             raise BatchRejected(str(exc)) from None
         except ValueError:
             raise BatchRejected("the body must be a JSON object with shape and requests") from None
-        shape, requests = validate_submission(body, self._max_items)
-        written = self._payloads.write_requests(batch_id, map(dumps, requests))
-        return shape, written
+        return validate_submission(body, self._max_items)
 
     async def owned(self, owner: str, batch_id: str) -> BatchRecord:
         record = await views.batch_record(self._engine, batch_id)
@@ -151,8 +154,8 @@ class BatchService:
             if not rows:
                 return
             completed = {row.idx: row.response for row in rows if row.state == COMPLETED}
-            read = self._payloads.read_responses
-            bodies = await asyncio.to_thread(read, record.id, completed) if completed else {}
+            store = self._payloads.of(record.payload_store)
+            bodies = await store.read_responses(record.id, completed) if completed else {}
             yield [_result(row, bodies.get(row.idx)) for row in rows]
             if len(rows) < RESULTS_PAGE:
                 return

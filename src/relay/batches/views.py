@@ -7,8 +7,8 @@ items' final states and errors by idx, so the results endpoint can stream a 50 0
 page. The writes (submit, claim, finalize, cancel, rescue) are in ``relay.batches.queue``.
 
 What it deliberately does not know. Who may read a batch (the service compares ``owner`` with the
-caller), the JSON casing of the status view (the API renders it), and the response bodies (files,
-``relay.batches.payloads``).
+caller), the JSON casing of the status view (the API renders it), and the response bodies
+(``relay.batches.payload_store``).
 
 Invariants. Every read costs a constant number of queries, whatever the item count (SPEC §10.2): one
 for the record, one GROUP BY for the counts, one for the items. The three read one snapshot (Postgres:
@@ -62,6 +62,7 @@ class BatchRecord:
     total_items: int
     created_at: datetime
     completed_at: datetime | None
+    payload_store: str = "files"  # where its bodies are (SPEC §10.7): "files" | "database"
 
 
 class ItemState(NamedTuple):

@@ -1,21 +1,25 @@
 """This replica's batch worker pool (SPEC §10.6): claim, run, heartbeat, rescue, cancel, drain.
 
-What it does. A dispatcher task claims items with ``queue.claim`` — one batch per claim, the least
-recently served first (the queue's fair order) — into a small local queue of ``ready`` items, and keeps
-up to ``RELAY_BATCH_WORKERS`` of them running, each as its own task through
-:class:`relay.batches.runner.ItemRunner`. It claims ahead, as far as
+What it does. A dispatcher task claims (reserves) items with ``queue.claim`` — one batch per claim, the
+least recently served first (the queue's fair order) — into a small local queue of ``ready`` items, and
+keeps up to ``RELAY_BATCH_WORKERS`` of them running, each as its own task through
+:class:`relay.batches.runner.ItemRunner`. A ready item is still ``available`` in the database (SPEC
+§10.2): its task first asks the :class:`~relay.batches.starter.Starter` to make it ``running`` (one
+grouped, conditional statement) and runs it only if that succeeded; an item cancelled meanwhile, on any
+replica, is dropped unrun. It claims ahead, as far as
 :class:`~relay.batches.pacing.ClaimPacer` says (at least one ready item per slot, more when items
 finish faster than claims come back), so a freed slot starts its next item at once, without waiting
 for a claim, and claims come in groups. When nothing is available it polls
 again after a short, growing sleep (50 → 200 ms). A finished item's result goes to the
 :class:`~relay.batches.finalizer.Finalizer`, which writes final states in groups; the slot is free as
 soon as the run ends. A second task heartbeats every ``RELAY_BATCH_HEARTBEAT_S`` and every second
-heartbeat rescues items left ``running`` by dead replicas (``worker lost: ``), puts back this
-replica's orphans (items a claim committed although its answer never arrived, e.g. the connection died
-at COMMIT) and refreshes the ``relay_batch_items`` gauge. :meth:`cancel_batch` stops this replica's
-items of a batch (running or ready: they become ``cancelled``). :meth:`stop` stops claiming, lets running
-items finish for up to ``RELAY_SHUTDOWN_GRACE_S``, writes what finished, puts the rest back to
-``available`` and removes the worker row.
+heartbeat rescues items left ``running`` by dead replicas (``worker lost: ``), releases their
+reservations, puts back this replica's orphans (items a claim or start committed although its answer
+never arrived, e.g. the connection died at COMMIT) and refreshes the ``relay_batch_items`` gauge.
+:meth:`cancel_batch` stops this replica's running items of a batch (they become ``cancelled``) and
+forgets its ready ones (the cancel already cancelled them in the database). :meth:`stop` stops
+claiming, lets running items finish for up to ``RELAY_SHUTDOWN_GRACE_S``, writes what finished, puts
+the rest back to ``available`` (releasing reservations) and removes the worker row.
 
 What it deliberately does not know. What an item is (the runner) and SQL (the queue and recovery).
 
@@ -25,10 +29,12 @@ replica does not rescue on staleness until its own connection has been healthy f
 right after an outage every replica's heartbeat looks stale, and the others need one heartbeat to show
 they are alive.
 
-Invariants. ``_items`` holds every item this pool claimed and has not settled (ready, running or
-waiting for its finalize). Each ends in exactly one of: finalized (completed, discarded or cancelled),
-put back by :meth:`stop` or by the orphan check, or — if this process dies — rescued by another
-replica. Cancelling a batch stops only the execution of its items, never a write.
+Invariants. ``_items`` holds every item this pool claimed and has not settled (ready, starting,
+running or waiting for its finalize). Each ends in exactly one of: finalized (completed, discarded or
+cancelled), not started (cancelled or taken elsewhere: dropped), put back by :meth:`stop` or by the
+orphan check, or — if this process dies — rescued (running) or released (reserved) by another replica.
+No item reaches the pipeline unless its start committed. Cancelling a batch stops only the execution
+of its items, never a write.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ from relay.batches import queue, recovery
 from relay.batches.finalizer import Finalizer
 from relay.batches.pacing import ClaimPacer
 from relay.batches.runner import ItemResult, ItemRunner, cancelled_event, item_event
+from relay.batches.starter import Starter
 from relay.batches.views import BatchRecord
 from relay.metrics import BatchMetrics
 from relay.store.engine import is_transient
@@ -90,11 +97,11 @@ class WorkerPool:
         self._ready_count = 0
         self._tasks: dict[_Key, asyncio.Task[None]] = {}  # running
         self._executing: set[_Key] = set()  # items whose execution (not finalize) is in progress
-        self._finalizer = Finalizer(engine, instance_id, self._settled, runner.flush_responses)
+        self._finalizer = Finalizer(
+            engine, instance_id, self._settled, runner.flush_responses, runner.save_responses
+        )
+        self._starter = Starter(engine, instance_id)
         self._cancel_requested: set[_Key] = set()
-        # Batches cancelled through this replica (recent ones): an item whose claim raced the cancel
-        # (claimed before it committed, registered here after it) is cancelled instead of run.
-        self._cancelled_batches: dict[str, None] = {}
         self._wake = asyncio.Event()
         self._stopping = False
         self._dispatcher: asyncio.Task[None] | None = None
@@ -104,6 +111,7 @@ class WorkerPool:
         await recovery.heartbeat(self._engine, self._instance_id)
         self._db_ok_since = time.monotonic()
         self._finalizer.start()
+        self._starter.open()
         self._dispatcher = asyncio.create_task(self._dispatch(), name="batch-dispatcher")
         self._liveness = asyncio.create_task(self._live(), name="batch-liveness")
 
@@ -183,16 +191,20 @@ class WorkerPool:
     async def _run(self, item: queue.ClaimedItem) -> None:
         key = (item.batch_id, item.idx)
         try:
-            if item.batch_id in self._cancelled_batches:
-                raise asyncio.CancelledError
+            if not await self._starter.start(key):
+                # Cancelled (on any replica) or taken by another replica since we reserved it.
+                self._executing.discard(key)
+                self._items.pop(key, None)
+                return
             result = await self._runner.execute(item)
         except asyncio.CancelledError:
-            requested = key in self._cancel_requested
-            if not requested and item.batch_id not in self._cancelled_batches:
+            if key not in self._cancel_requested:
                 raise  # shutdown past its grace: stop() puts the item back
             current = asyncio.current_task()
-            if requested and current is not None:
+            if current is not None:
                 current.uncancel()
+            # Stopped by a cancel here; if its start had not committed, the finalizer finds it
+            # cancelled already and writes nothing.
             result = self._runner.cancelled(item)
         except Exception as exc:
             log.exception("batch item %s/%d failed inside Relay", item.batch_id, item.idx)
@@ -201,14 +213,13 @@ class WorkerPool:
         self._finalizer.add(key, result)
 
     async def cancel_batch(self, batch_id: str) -> int:
-        """Stop this replica's running items of ``batch_id``; each becomes ``cancelled``. Returns how many."""
-        self._cancelled_batches[batch_id] = None
-        while len(self._cancelled_batches) > 10_000:
-            del self._cancelled_batches[next(iter(self._cancelled_batches))]
+        """After ``queue.cancel`` committed: stop this replica's running items of ``batch_id`` (each
+        becomes ``cancelled``) and forget its reserved ones (the cancel cancelled them, and their start
+        would fail anyway). Returns how many were stopped or forgotten."""
         stopped = 0
-        for item in self._ready.pop(batch_id, ()):  # claimed, not started yet
+        for item in self._ready.pop(batch_id, ()):  # reserved, not started
             self._ready_count -= 1
-            self._finalizer.add((item.batch_id, item.idx), self._runner.cancelled(item))
+            self._items.pop((item.batch_id, item.idx), None)
             stopped += 1
         for key, task in list(self._tasks.items()):
             if key[0] == batch_id and key in self._executing and key not in self._cancel_requested:
@@ -259,6 +270,9 @@ class WorkerPool:
                 item_event(r.batch, r.idx, error_kind="worker_lost", error_message=r.error) for r in items
             ],
         )
+        released = await recovery.release_lost_reservations(self._engine, stale_after_s=self._stale_after_s)
+        if released:
+            log.info("released %d batch items reserved by lost replicas", released)
         if rescued:
             log.warning("rescued %d batch items of lost replicas", len(rescued))
             if self._metrics is not None:
@@ -267,8 +281,9 @@ class WorkerPool:
             log.info("forgot batch workers silent for more than %g s", self._rescue_after_s)
 
     async def _put_back_orphans(self) -> None:
-        """Items the database says this replica runs but no task of it does: a claim whose COMMIT
-        landed while its answer was lost. They go back to ``available`` (or ``cancelled``)."""
+        """Items the database says this replica runs or reserved but no task of it does: a claim or
+        start whose COMMIT landed while its answer was lost. They go back to ``available`` (or
+        ``cancelled``), unreserved."""
         async with self._claiming:
             held = await recovery.held_by(self._engine, self._instance_id)
             orphans = [key for key in held if key not in self._items]
@@ -307,6 +322,7 @@ class WorkerPool:
                 "batch results not written at shutdown (database unreachable); rescue will settle them"
             )
         await self._finalizer.close()
+        await self._starter.close()
         self._runner.close()
         try:
             # Whatever the database still says we run: the cancelled items and any orphan.

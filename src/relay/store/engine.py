@@ -150,6 +150,12 @@ def is_transient(exc: BaseException) -> bool:
         return True
     if isinstance(exc, DBAPIError):
         return bool(exc.connection_invalidated) or _sqlstate(exc).startswith(_TRANSIENT_SQLSTATES)
+    if type(exc).__module__.startswith("asyncpg"):  # raised by a statement run on the driver itself
+        state = getattr(exc, "sqlstate", None)
+        if isinstance(state, str) and state.startswith(_TRANSIENT_SQLSTATES):
+            return True
+        # ConnectionDoesNotExistError and the like, or a connection the driver already saw closed.
+        return "Connection" in type(exc).__name__ or "connection is closed" in str(exc)
     return isinstance(exc, (OSError, TimeoutError))
 
 

@@ -74,6 +74,11 @@ def _ts(name: str, nullable: bool = False) -> Column:
     return Column(name, UTCDateTime(), nullable=nullable)
 
 
+def _where(predicate: str) -> dict[str, Any]:
+    """A partial index's predicate on both dialects."""
+    return {"sqlite_where": text(predicate), "postgresql_where": text(predicate)}
+
+
 def _common() -> list[Column]:
     """Columns every catalog object has (SPEC §2)."""
     return [
@@ -324,12 +329,7 @@ usage_events = Table(
     Index("ix_usage_events_source_ts", "source", "ts"),
     # Exactly one event per batch item, enforced by the database (SPEC §13); also the batch_id index.
     Index(
-        "uq_usage_events_batch_item",
-        "batch_id",
-        "batch_idx",
-        unique=True,
-        sqlite_where=text("batch_id IS NOT NULL"),
-        postgresql_where=text("batch_id IS NOT NULL"),
+        "uq_usage_events_batch_item", "batch_id", "batch_idx", unique=True, **_where("batch_id IS NOT NULL")
     ),
 )
 
@@ -372,7 +372,10 @@ batches = Table(
     _ts("created_at"),
     _ts("completed_at", nullable=True),
     _ts("last_claimed_at", nullable=True),  # round-robin over batches: the least recently served first
+    # The store holding its items' bodies (SPEC §10.7): the one it was submitted under, for good.
+    Column("payload_store", String(16), nullable=False, server_default=text("'files'")),
     CheckConstraint("status IN ('queued', 'cancelled')", name="status"),
+    CheckConstraint("payload_store IN ('files', 'database')", name="payload_store"),
     CheckConstraint("total_items > 0", name="total_items_positive"),
     CheckConstraint("inbound_shape IN ('openai', 'anthropic', 'openai_responses')", name="inbound_shape"),
     CheckConstraint("principal_kind IN ('serviceaccount', 'user')", name="principal_kind"),
@@ -383,17 +386,11 @@ batches = Table(
         name="credential_recorded",
     ),
     # The claim query walks only open batches (completed ones accumulate forever).
-    Index(
-        "ix_batches_open",
-        "last_claimed_at",
-        "created_at",
-        sqlite_where=text("completed_at IS NULL"),
-        postgresql_where=text("completed_at IS NULL"),
-    ),
+    Index("ix_batches_open", "last_claimed_at", "created_at", **_where("completed_at IS NULL")),
 )
 
-# One row per item: its state machine (SPEC §10.2) and, once final, its error. Bodies live in files
-# (SPEC §10.7). ``claimed_by``/``claimed_at`` stay on a finished item: who ran it, for "worker lost".
+# One row per item: its state (SPEC §10.2), once final its error. ``claimed_by``/``claimed_at``: on an
+# ``available`` item a reservation (claimed ahead, not started); else who ran it, since when.
 batch_items = Table(
     "batch_items",
     metadata,
@@ -422,10 +419,7 @@ batch_items = Table(
         "state <> 'running' OR (claimed_by IS NOT NULL AND claimed_at IS NOT NULL)",
         name="running_items_have_a_claimant",
     ),
-    CheckConstraint(
-        "state <> 'available' OR (claimed_by IS NULL AND claimed_at IS NULL)",
-        name="available_items_have_no_claimant",
-    ),
+    CheckConstraint("(claimed_by IS NULL) = (claimed_at IS NULL)", name="claims_are_whole"),
     # The results endpoint (SPEC §10.3): a discarded item says why, a cancelled one says "cancelled".
     CheckConstraint(
         "(state IN ('discarded', 'cancelled')) = (error IS NOT NULL)", name="failed_items_have_an_error"
@@ -438,22 +432,32 @@ batch_items = Table(
     ),
     # The claim query: a batch's available items in idx order. Finished items never enter it, so a claim
     # costs the same at item 0 and at item 49 999.
+    Index("ix_batch_items_available", "batch_id", "idx", **_where("state = 'available'")),
+    # The claim proper (available, not reserved), and reservations by replica.
     Index(
-        "ix_batch_items_available",
-        "batch_id",
-        "idx",
-        sqlite_where=text("state = 'available'"),
-        postgresql_where=text("state = 'available'"),
+        "ix_batch_items_unreserved", "batch_id", "idx", **_where("state = 'available' AND claimed_by IS NULL")
+    ),
+    Index(
+        "ix_batch_items_reserved", "claimed_by", **_where("state = 'available' AND claimed_by IS NOT NULL")
     ),
     # The rescue query (every running item: at most the workers of all replicas) and the completion
     # check ("does this batch still run anything?").
-    Index(
-        "ix_batch_items_running",
-        "batch_id",
-        "claimed_by",
-        sqlite_where=text("state = 'running'"),
-        postgresql_where=text("state = 'running'"),
-    ),
+    Index("ix_batch_items_running", "batch_id", "claimed_by", **_where("state = 'running'")),
+)
+
+# Bodies under RELAY_BATCH_PAYLOAD_STORE=database (SPEC §10.7; later §14's files), in chunks of at most
+# ``store.payloads.CHUNK_BYTES``. ``owner_id``: the batch (or file) id; ``idx``: the item (0 for a file).
+payload_chunks = Table(
+    "payload_chunks",
+    metadata,
+    Column("owner_id", ID, nullable=False),
+    Column("kind", String(8), nullable=False),
+    Column("idx", Integer, nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("data", LargeBinary, nullable=False),
+    PrimaryKeyConstraint("owner_id", "kind", "idx", "seq"),
+    CheckConstraint("kind IN ('request', 'response', 'file')", name="kind"),
+    CheckConstraint("idx >= 0 AND seq >= 0", name="positions_not_negative"),
 )
 
 # Replica liveness for the batch queue (SPEC §10.6): one row per replica running workers, its heartbeat

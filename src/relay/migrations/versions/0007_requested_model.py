@@ -2,7 +2,7 @@
 model that was asked for next to the one that answered.
 
 Revision ID: 0007
-Revises: 0005 (re-point at 0006 when merged after the payload-store migration)
+Revises: 0006
 Create Date: 2026-12-01
 
 ``policies.fallbacks`` is a JSON object ``{"<model>": ["<model>", …]}``; NULL (every policy written
@@ -19,7 +19,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision: str = "0007"
-down_revision: str | None = "0005"
+down_revision: str | None = "0006"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,0 +1,213 @@
+"""Where batch bodies live (SPEC §10.7): the :class:`PayloadStore` seam and its two implementations.
+
+What it does. ``RELAY_BATCH_PAYLOAD_STORE`` picks the store new batches are submitted under:
+:class:`FileStore` (``files``, the default: the directory of ``relay.batches.payloads``, which every
+replica must share) or :class:`DatabaseStore` (``database``: ``payload_chunks`` via
+``relay.store.payloads``, so replicas need no shared volume and ``load input:`` cannot happen). Each
+batch records its store (``batches.payload_store``) and :class:`PayloadStores` hands out the one a
+batch was submitted under, so switching the setting keeps existing batches readable and runnable.
+
+The contract (one test suite runs it against both: tests/batches/test_payload_store.py):
+
+* :meth:`~PayloadStore.write_requests` stores every item's request body, durably, before the batch
+  row commits; :meth:`~PayloadStore.read_request` gives one back or raises ``FileNotFoundError``.
+* A completed item's response is kept in two steps around the transaction that completes it:
+  :meth:`~PayloadStore.keep_response` (while it runs; the file store appends it to its file) then
+  :meth:`~PayloadStore.flush` (before that transaction: the appended bytes reach the disk) and
+  :meth:`~PayloadStore.save_responses` (inside it: the database store inserts the body, so state and
+  body commit together). :meth:`~PayloadStore.read_responses` reads them back by idx, ``None`` where
+  this replica cannot.
+
+What it deliberately does not know. Item states and who may read a batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Protocol
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from relay.batches.payloads import PayloadDir, sync_descriptors
+from relay.domain.batches import ResponseRef
+from relay.store import payloads as db
+
+StoreName = Literal["files", "database"]
+STORE_NAMES: tuple[StoreName, ...] = ("files", "database")
+
+
+@dataclass(frozen=True, slots=True)
+class KeptResponse:
+    """What the transaction completing an item records of its response: where the file store put it
+    (``ref``), or the body the database store writes in that transaction (``body``)."""
+
+    ref: ResponseRef | None = None
+    body: bytes | None = None
+
+
+class PayloadStore(Protocol):
+    name: StoreName
+
+    async def write_requests(self, batch_id: str, bodies: Iterable[bytes]) -> int: ...
+
+    async def read_request(self, batch_id: str, idx: int) -> bytes: ...
+
+    def keep_response(self, batch_id: str, idx: int, body: bytes) -> KeptResponse: ...
+
+    async def flush(self) -> None: ...
+
+    async def save_responses(
+        self, conn: AsyncConnection, items: Sequence[tuple[str, int, KeptResponse]]
+    ) -> None: ...
+
+    async def read_responses(
+        self, batch_id: str, refs: Mapping[int, ResponseRef | None]
+    ) -> dict[int, bytes | None]: ...
+
+    def close(self) -> None: ...
+
+
+class FileStore:
+    """``files``: the payload directory (``relay.batches.payloads``), its blocking calls in threads.
+    Creates nothing under the directory until a batch is written or an item of one completes."""
+
+    name: StoreName = "files"
+
+    def __init__(self, root: str | Path) -> None:
+        self.dir = PayloadDir(root)
+
+    async def write_requests(self, batch_id: str, bodies: Iterable[bytes]) -> int:
+        return await asyncio.to_thread(self.dir.write_requests, batch_id, bodies)
+
+    async def read_request(self, batch_id: str, idx: int) -> bytes:
+        return await asyncio.to_thread(self.dir.read_request, batch_id, idx)
+
+    def keep_response(self, batch_id: str, idx: int, body: bytes) -> KeptResponse:
+        return KeptResponse(ref=self.dir.append_response(batch_id, body))
+
+    async def flush(self) -> None:
+        fds = self.dir.responses_to_sync()
+        if fds:
+            await asyncio.to_thread(sync_descriptors, fds)
+
+    async def save_responses(
+        self, conn: AsyncConnection, items: Sequence[tuple[str, int, KeptResponse]]
+    ) -> None:
+        return None  # the item row's reference is the record; the bytes were flushed before
+
+    async def read_responses(
+        self, batch_id: str, refs: Mapping[int, ResponseRef | None]
+    ) -> dict[int, bytes | None]:
+        return await asyncio.to_thread(self.dir.read_responses, batch_id, refs)
+
+    def close(self) -> None:
+        self.dir.close()
+
+
+class DatabaseStore:
+    """``database``: bodies as chunks in ``payload_chunks`` (``relay.store.payloads``)."""
+
+    name: StoreName = "database"
+
+    def __init__(self, engine: AsyncEngine, chunk_bytes: int = db.CHUNK_BYTES) -> None:
+        self._engine = engine
+        self._chunk_bytes = chunk_bytes
+        # Request reads waiting for the next grouped query (items start in groups: one query each).
+        self._wanted: dict[tuple[str, int], asyncio.Future[bytes | None]] = {}
+        self._reader: asyncio.Task[None] | None = None
+
+    async def write_requests(self, batch_id: str, bodies: Iterable[bytes]) -> int:
+        # Serialising 50 000 bodies is CPU work: the iterator is advanced in a thread, a group at a time.
+        return await db.insert_requests(self._engine, batch_id, _groups_in_threads(bodies), self._chunk_bytes)
+
+    async def read_request(self, batch_id: str, idx: int) -> bytes:
+        key = (batch_id, idx)
+        future = self._wanted.get(key)
+        if future is None:
+            future = self._wanted[key] = asyncio.get_running_loop().create_future()
+            if self._reader is None or self._reader.done():
+                self._reader = asyncio.create_task(self._read_wanted(), name="batch-request-reader")
+        body = await asyncio.shield(future)
+        if body is None:
+            raise FileNotFoundError(f"batch {batch_id} has no request {idx} in the database")
+        return body
+
+    async def _read_wanted(self) -> None:
+        """Answer every waiting read with one query per round, until none waits."""
+        await asyncio.sleep(0)  # the other items of a started group ask in this same loop turn
+        while self._wanted:
+            group = dict(self._wanted)
+            self._wanted.clear()
+            try:
+                found = await db.read_many(self._engine, db.REQUEST, list(group))
+            except Exception as exc:
+                for future in group.values():
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            for key, future in group.items():
+                if not future.done():
+                    future.set_result(found.get(key))
+
+    def keep_response(self, batch_id: str, idx: int, body: bytes) -> KeptResponse:
+        return KeptResponse(body=body)
+
+    async def flush(self) -> None:
+        return None  # the bodies are written by the transaction that completes their items
+
+    async def save_responses(
+        self, conn: AsyncConnection, items: Sequence[tuple[str, int, KeptResponse]]
+    ) -> None:
+        rows = [(batch_id, idx, kept.body) for batch_id, idx, kept in items if kept.body is not None]
+        if rows:
+            await db.insert_bodies(conn, db.RESPONSE, rows, self._chunk_bytes)
+
+    async def read_responses(
+        self, batch_id: str, refs: Mapping[int, ResponseRef | None]
+    ) -> dict[int, bytes | None]:
+        found = await db.read_bodies(self._engine, batch_id, db.RESPONSE, list(refs))
+        return {idx: found.get(idx) for idx in refs}
+
+    def close(self) -> None:
+        return None
+
+
+class PayloadStores:
+    """Both stores of this process, and which one new batches use (``RELAY_BATCH_PAYLOAD_STORE``)."""
+
+    def __init__(self, files: FileStore, database: DatabaseStore, current: StoreName) -> None:
+        self._by_name: dict[str, PayloadStore] = {"files": files, "database": database}
+        self.current: PayloadStore = self._by_name[current]
+
+    def of(self, name: str) -> PayloadStore:
+        """The store a batch recorded (``BatchRecord.payload_store``)."""
+        return self._by_name[name]
+
+    async def flush(self) -> None:
+        for store in self._by_name.values():
+            await store.flush()
+
+    async def save_responses(
+        self, conn: AsyncConnection, items: Sequence[tuple[str, str, int, KeptResponse]]
+    ) -> None:
+        """Inside the transaction completing these ``(store, batch_id, idx, kept)`` items."""
+        for name, store in self._by_name.items():
+            mine = [(b, i, k) for s, b, i, k in items if s == name]
+            if mine:
+                await store.save_responses(conn, mine)
+
+    def close(self) -> None:
+        for store in self._by_name.values():
+            store.close()
+
+
+async def _groups_in_threads(bodies: Iterable[bytes], size: int = 2_000) -> AsyncIterator[list[bytes]]:
+    """``bodies`` in lists of ``size``, each produced in a worker thread: producing them (serialising
+    50 000 items) is CPU work the event loop must not do."""
+    iterator = iter(bodies)
+    while group := await asyncio.to_thread(lambda: list(itertools.islice(iterator, size))):
+        yield group

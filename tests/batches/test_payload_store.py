@@ -1,0 +1,159 @@
+"""The payload store contract (relay.batches.payload_store, SPEC §10.7): ONE suite run against both
+implementations — ``files`` (a real directory) and ``database`` (real SQLite and Postgres) — with the
+database store's chunks made small, so multi-chunk bodies are exercised without 200 MB of data."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import delete, func, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from relay.batches.payload_store import DatabaseStore, FileStore, KeptResponse, PayloadStore, PayloadStores
+from relay.domain.ids import mint_id
+from relay.store import tables as t
+
+CHUNK = 1000  # the database store's chunk size in this suite
+BODIES = [b"{}", b"", '{"text": "h\u00e9llo \u2603"}'.encode(), b"x" * (3 * CHUNK + 7), b"y" * CHUNK]
+
+
+@pytest.fixture(params=["files", "database"])
+async def store(
+    request: pytest.FixtureRequest, engine: AsyncEngine, tmp_path: Path
+) -> AsyncIterator[PayloadStore]:
+    async with engine.begin() as conn:
+        await conn.execute(delete(t.payload_chunks))
+    made: PayloadStore = (
+        FileStore(tmp_path / "payloads")
+        if request.param == "files"
+        else DatabaseStore(engine, chunk_bytes=CHUNK)
+    )
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def twin(store: PayloadStore, engine: AsyncEngine) -> PayloadStore:
+    """Another replica's store with the same configuration (the same directory or database)."""
+    if isinstance(store, FileStore):
+        return FileStore(store.dir.root)
+    return DatabaseStore(engine, chunk_bytes=CHUNK)
+
+
+async def keep_and_save(
+    store: PayloadStore, engine: AsyncEngine, batch_id: str, bodies: dict[int, bytes]
+) -> dict[int, KeptResponse]:
+    """What a worker does for completed items: keep while running, flush, save in the final transaction."""
+    kept = {idx: store.keep_response(batch_id, idx, body) for idx, body in bodies.items()}
+    await store.flush()
+    async with engine.begin() as conn:
+        await store.save_responses(conn, [(batch_id, idx, k) for idx, k in kept.items()])
+    return kept
+
+
+async def test_requests_read_back_exactly_and_by_any_replica(
+    store: PayloadStore, engine: AsyncEngine
+) -> None:
+    batch_id = mint_id("b")
+    assert await store.write_requests(batch_id, iter(BODIES)) == len(BODIES)
+    for idx, body in enumerate(BODIES):
+        assert await store.read_request(batch_id, idx) == body
+    other = twin(store, engine)
+    assert [await other.read_request(batch_id, i) for i in range(len(BODIES))] == BODIES
+
+
+async def test_concurrent_reads_of_several_batches(store: PayloadStore) -> None:
+    """Items of a started group read at once (the database store answers them with one query)."""
+    first, second = mint_id("b"), mint_id("b")
+    await store.write_requests(first, iter(BODIES))
+    await store.write_requests(second, (b"%d" % i for i in range(3)))
+    wanted = [(first, i) for i in range(len(BODIES))] + [(second, i) for i in (2, 0, 1)]
+    got = await asyncio.gather(*(store.read_request(b, i) for b, i in wanted))
+    assert got == [*BODIES, b"2", b"0", b"1"]
+    missing = await asyncio.gather(
+        store.read_request(first, 0), store.read_request(second, 9), return_exceptions=True
+    )
+    assert missing[0] == BODIES[0] and isinstance(missing[1], FileNotFoundError)
+
+
+async def test_a_missing_request_is_file_not_found(store: PayloadStore) -> None:
+    batch_id = mint_id("b")
+    await store.write_requests(batch_id, iter([b"{}"]))
+    for missing_batch, idx in ((batch_id, 1), (mint_id("b"), 0)):
+        with pytest.raises(FileNotFoundError):
+            await store.read_request(missing_batch, idx)
+
+
+async def test_a_failing_submission_writes_no_request(store: PayloadStore) -> None:
+    batch_id = mint_id("b")
+
+    def bodies() -> Iterator[bytes]:
+        yield b'{"a": 1}'
+        raise ValueError("item 1 cannot be serialised")
+
+    with pytest.raises(ValueError, match="item 1"):
+        await store.write_requests(batch_id, bodies())
+    with pytest.raises(FileNotFoundError):
+        await store.read_request(batch_id, 0)
+
+
+async def test_many_requests_in_order(store: PayloadStore) -> None:
+    """More bodies than one insert group (5 000 rows), each its own idx."""
+    batch_id = mint_id("b")
+    n = 12_345
+    assert await store.write_requests(batch_id, (b'{"i": %d}' % i for i in range(n))) == n
+    for idx in (0, 4_999, 5_000, 10_001, n - 1):
+        assert await store.read_request(batch_id, idx) == b'{"i": %d}' % idx
+
+
+async def test_responses_read_back_by_idx_from_any_replica(store: PayloadStore, engine: AsyncEngine) -> None:
+    batch_id = mint_id("b")
+    await store.write_requests(batch_id, iter([b"{}"] * 4))
+    bodies = {0: b'{"ok": true}', 2: b"z" * (2 * CHUNK + 1), 3: b""}
+    kept = await keep_and_save(store, engine, batch_id, bodies)
+    refs = {idx: k.ref for idx, k in kept.items()}
+    assert await store.read_responses(batch_id, refs) == bodies
+    assert await twin(store, engine).read_responses(batch_id, refs) == bodies
+    assert await store.read_responses(batch_id, {}) == {}
+
+
+async def test_a_response_whose_transaction_rolled_back_is_not_read(
+    store: PayloadStore, engine: AsyncEngine
+) -> None:
+    """A body is read through what its item's final transaction recorded: none, when it rolled back."""
+    batch_id = mint_id("b")
+    kept = store.keep_response(batch_id, 0, b'{"lost": true}')
+    await store.flush()
+    with pytest.raises(RuntimeError):
+        async with engine.begin() as conn:
+            await store.save_responses(conn, [(batch_id, 0, kept)])
+            raise RuntimeError("the finalize failed")
+    # The row would have recorded ``kept.ref`` (files) or nothing (database): it recorded nothing.
+    assert await store.read_responses(batch_id, {0: None}) == {0: None}
+
+
+async def test_the_database_store_writes_nothing_to_disk_and_chunks_big_bodies(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    """With ``database`` current, a batch's bodies are rows (several per big body) and the payload
+    directory is never created."""
+    payload_dir = tmp_path / "never"
+    stores = PayloadStores(FileStore(payload_dir), DatabaseStore(engine, chunk_bytes=CHUNK), "database")
+    batch_id = mint_id("b")
+    assert stores.current.name == "database" and stores.of("files").name == "files"
+    await stores.current.write_requests(batch_id, iter([b"a" * (5 * CHUNK)]))
+    kept = stores.current.keep_response(batch_id, 0, b"b" * (2 * CHUNK))
+    await stores.flush()
+    async with engine.begin() as conn:
+        await stores.save_responses(conn, [("database", batch_id, 0, kept)])
+    async with engine.connect() as conn:
+        count = select(func.count()).where(t.payload_chunks.c.owner_id == batch_id)
+        assert (await conn.execute(count)).scalar_one() == 5 + 2
+    assert await stores.of("database").read_responses(batch_id, {0: None}) == {0: b"b" * (2 * CHUNK)}
+    assert not os.path.exists(payload_dir)  # noqa: ASYNC240  (a test check, not I/O on a hot path)
+    stores.close()
