@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from relay.adapters.json_codec import DEFAULT_MAX_DEPTH, JsonRefused, dumps, loads_input
+from relay.adapters.json_codec import DEFAULT_MAX_DEPTH, JsonRefused, loads_input
 from relay.auth import Principal
 from relay.batches import queue, views
 from relay.batches.payload_store import PayloadStores
