@@ -29,6 +29,8 @@ from relay.catalog import CatalogReloader, Snapshot
 from relay.config import Settings, host_key_env
 from relay.control.app import build_control_app
 from relay.control.apply import ApplyService
+from relay.control.batch_admin import BatchAdmin
+from relay.control.batch_routes import mount_batch_routes
 from relay.control.catalog import CatalogService
 from relay.control.credential_routes import mount_credential_routes
 from relay.control.keys import KeyService
@@ -192,9 +194,12 @@ def build_runtime(settings: Settings) -> Runtime:
         mounts={BATCHES_PREFIX: BatchesApp(batches, snapshot, settings.batch_max_bytes)},
     )
 
+    admin_batches = BatchAdmin(engine, batches)
+
     def control_routes(app: FastAPI, admin: Any) -> None:
         mount_credential_routes(app, runtime.keys, runtime.tokens, admin)
         mount_usage_routes(app, engine=engine, require_admin=admin, on_settings_change=reloader.reload)
+        mount_batch_routes(app, admin_batches, admin)
 
     runtime.control_app = build_control_app(
         admin_token=secrets.admin_token,

@@ -147,7 +147,16 @@ class BatchService:
 
     async def cancel(self, owner: str, batch_id: str) -> dict[str, Any]:
         """SPEC §10.5: idempotent; available items cancelled now, this replica's running ones stopped."""
-        record = await self.owned(owner, batch_id)
+        return await self.cancel_record(await self.owned(owner, batch_id))
+
+    async def cancel_any(self, batch_id: str) -> dict[str, Any]:
+        """The admin's cancel (SPEC §11): any owner's batch, otherwise exactly as :meth:`cancel`."""
+        record = await views.batch_record(self._engine, batch_id)
+        if record is None:
+            raise BatchNotFound()
+        return await self.cancel_record(record)
+
+    async def cancel_record(self, record: BatchRecord) -> dict[str, Any]:
         await queue.cancel(
             self._engine, record.id, events_for=lambda idxs: [cancelled_event(record, idx) for idx in idxs]
         )
