@@ -33,9 +33,11 @@ from relay.control.batch_admin import BatchAdmin
 from relay.control.batch_routes import mount_batch_routes
 from relay.control.catalog import CatalogService
 from relay.control.credential_routes import mount_credential_routes
+from relay.control.dashboard import Dashboard, mount_dashboard
+from relay.control.health import HealthService
 from relay.control.keys import KeyService
 from relay.control.tokens import TokenService, load_signer
-from relay.control.usage_routes import mount_usage_routes
+from relay.control.usage_routes import UsageQueries, mount_usage_routes
 from relay.inference.app import InferenceApp
 from relay.inference.live import LiveHandler
 from relay.inference.recording import LiveRecorder
@@ -195,11 +197,23 @@ def build_runtime(settings: Settings) -> Runtime:
     )
 
     admin_batches = BatchAdmin(engine, batches)
+    dashboard = Dashboard(
+        admin_token=secrets.admin_token,
+        catalog=catalog,
+        keys=runtime.keys,
+        tokens=runtime.tokens,
+        batches=admin_batches,
+        batch_service=batches,
+        usage=UsageQueries(engine),
+        health=HealthService(snapshot, state),
+        secure_cookies=(settings.public_url or "").startswith("https://"),
+    )
 
     def control_routes(app: FastAPI, admin: Any) -> None:
         mount_credential_routes(app, runtime.keys, runtime.tokens, admin)
         mount_usage_routes(app, engine=engine, require_admin=admin, on_settings_change=reloader.reload)
         mount_batch_routes(app, admin_batches, admin)
+        mount_dashboard(app, dashboard)
 
     runtime.control_app = build_control_app(
         admin_token=secrets.admin_token,

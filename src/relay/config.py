@@ -75,11 +75,21 @@ class Settings(BaseModel):
     batch_payload_dir: str = "relay-batch-payloads"
     shutdown_grace_s: float = Field(30.0, ge=0)
     data_dir: str = DEFAULT_DATA_DIR
+    public_url: str | None = None  # where users reach Relay; https makes the dashboard cookie Secure
 
     @field_validator("log_level", "log_format", mode="before")
     @classmethod
     def _lower(cls, value: object) -> object:
         return value.lower() if isinstance(value, str) else value
+
+    @field_validator("public_url", mode="before")
+    @classmethod
+    def _public_url(cls, value: object) -> object:
+        if value in ("", None):
+            return None
+        if not isinstance(value, str) or not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value
 
     @field_validator("redis_url", mode="before")
     @classmethod

@@ -105,6 +105,20 @@ class BatchService:
             raise BatchNotFound()
         return record
 
+    async def record(self, batch_id: str) -> BatchRecord:
+        """Any owner's batch (the admin's and the dashboard's reads; callers check their scope)."""
+        record = await views.batch_record(self._engine, batch_id)
+        if record is None:
+            raise BatchNotFound()
+        return record
+
+    async def item_states(self, batch_id: str) -> list[views.ItemState]:
+        """Every item's state in idx order (the §10.2 ``items``), for any owner's batch."""
+        view = await views.batch_view(self._engine, batch_id)
+        if view is None:
+            raise BatchNotFound()
+        return view.items
+
     async def status(self, owner: str, batch_id: str) -> dict[str, Any]:
         """SPEC §10.2, exactly these keys."""
         view = await views.batch_view(self._engine, batch_id)
@@ -151,10 +165,7 @@ class BatchService:
 
     async def cancel_any(self, batch_id: str) -> dict[str, Any]:
         """The admin's cancel (SPEC §11): any owner's batch, otherwise exactly as :meth:`cancel`."""
-        record = await views.batch_record(self._engine, batch_id)
-        if record is None:
-            raise BatchNotFound()
-        return await self.cancel_record(record)
+        return await self.cancel_record(await self.record(batch_id))
 
     async def cancel_record(self, record: BatchRecord) -> dict[str, Any]:
         await queue.cancel(
