@@ -91,6 +91,9 @@ def test_demo_runs_and_restarts_cleanly(tmp_path: Path) -> None:
             )
             assert listed.status_code == 200 and "gpt-4o-mini" in listed.text
         assert httpx.get(f"http://127.0.0.1:{upstream_port}/health").status_code == 200
+        dashboard = f"http://127.0.0.1:{control_port}/ui/"
+        assert dashboard in banner  # SPEC §16: the demo prints the dashboard's URL, and it answers
+        assert "Sign in to Relay" in httpx.get(dashboard, follow_redirects=True).text
     finally:
         assert stop(proc) in (0, 130, -signal.SIGINT)
     # The fake upstream child is gone with it.

@@ -72,6 +72,7 @@ def banner(settings: Settings, runtime: Runtime, upstream: str, objects: int, wr
 Relay demo is running (Ctrl-C stops it).
   inference plane  http://{host}:{settings.port}   (try: curl http://{host}:{settings.port}/healthz)
   control plane    {control}/api   (OpenAPI: {control}/api/openapi.json)
+  dashboard        {control}/ui/   (sign in with the admin token, or demo@relay.local / demo-password)
   fake upstream    {upstream}
   database         {settings.database_url}
   demo catalog     {objects} objects ({written} written this start)

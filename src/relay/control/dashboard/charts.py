@@ -36,6 +36,7 @@ class Chart:
     peak: float
     width: int = WIDTH
     height: int = HEIGHT
+    horizontal: bool = False  # named groups, one row each (hbars); else bars over time
 
     @property
     def empty(self) -> bool:
@@ -50,6 +51,25 @@ def bars(title: str, points: Sequence[tuple[str, float]]) -> Chart:
         height = (HEIGHT - 4) * (value / peak)
         out.append(Bar(i * slot + GAP / 2, HEIGHT - height, max(slot - GAP, 1), height, label, value))
     return Chart(title, out, peak if any(v for _, v in points) else 0)
+
+
+ROW = 22
+LABEL_W = 200
+
+
+def hbars(title: str, points: Sequence[tuple[str, float]], limit: int = 12) -> Chart:
+    """Horizontal bars for named groups (model, project, …): the biggest ``limit``, one row each,
+    labels drawn as SVG text at the left."""
+    top = sorted(points, key=lambda p: -p[1])[:limit]
+    peak = max((value for _, value in top), default=0) or 1
+    span = WIDTH - LABEL_W - 60
+    out = [
+        Bar(LABEL_W, i * ROW + 3, max(span * value / peak, 1 if value else 0), ROW - 6, label, value)
+        for i, (label, value) in enumerate(top)
+    ]
+    return Chart(
+        title, out, peak if any(v for _, v in top) else 0, height=max(len(top), 1) * ROW, horizontal=True
+    )
 
 
 def per_minute(

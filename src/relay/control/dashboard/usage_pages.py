@@ -86,7 +86,8 @@ def mount_usage_pages(router: APIRouter, dash: Dashboard) -> None:
             if group_by in ("project", "team", "policy")
             else (lambda r: r["group"])
         )
-        chart = charts.bars(f"Requests by {group_by}", [(str(label(r)), float(r["requests"])) for r in rows])
+        draw = charts.bars if group_by == "day" else charts.hbars
+        chart = draw(f"Requests by {group_by}", [(str(label(r)), float(r["requests"])) for r in rows])
         cost_chart = charts.bars(
             f"Cost (USD) by {group_by}", [(str(label(r)), (r["cost_nanos"] or 0) / 1e9) for r in rows]
         )

@@ -132,6 +132,8 @@ def usd(nanos: int | None) -> str:
     if nanos is None:
         return "–"
     dollars = nanos / 1e9
+    if dollars and dollars < 0.01:
+        return f"${dollars:.6f}"
     return f"${dollars:,.4f}" if dollars < 100 else f"${dollars:,.2f}"
 
 
