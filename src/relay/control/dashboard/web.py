@@ -104,9 +104,16 @@ class Dashboard:
     ) -> dict[str, str]:
         """The posted form; refused without the CSRF token of the viewer's session (or, on the
         sign-in form, of the pre-session cookie)."""
-        raw = await request.body()
-        if len(raw) > MAX_FORM_BYTES:
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > MAX_FORM_BYTES:
             raise Refused(413, "form too large")
+        chunks, size = [], 0
+        async for chunk in request.stream():  # capped while reading: never buffer a huge body
+            size += len(chunk)
+            if size > MAX_FORM_BYTES:
+                raise Refused(413, "form too large")
+            chunks.append(chunk)
+        raw = b"".join(chunks)
         fields = dict(parse_qsl(raw.decode("utf-8", "replace"), keep_blank_values=True))
         basis = viewer.cookie if viewer is not None else pre
         if not basis or not self.signer.csrf_ok(basis, fields.get("csrf")):
