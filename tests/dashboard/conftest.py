@@ -77,8 +77,11 @@ class PageWatch:
 
     def _failed(self, request: Any) -> None:
         failure = request.failure or ""
-        if "ERR_ABORTED" in failure and request.resource_type == "document":
-            return  # a navigation replaced by the next one (a download, a redirect)
+        if failure == "net::ERR_ABORTED":
+            # Cancelled by the browser because the page navigated on (a form's redirect, a download)
+            # before it finished: nothing failed. Every other failure counts, and so does any answer
+            # of 400 or more (below), and a resource the CSP blocks (a console error).
+            return
         self.problems.append(f"request failed: {request.method} {request.url} {failure}")
 
     def _response(self, response: Any) -> None:

@@ -67,6 +67,12 @@ def test_session_cookie_and_refusals(page: Any, dash_gw: Gateway) -> None:
         httpx.get(f"{dash_gw.relay.control_url}/api/keys", cookies={"relay_ui": cookie["value"]}).status_code
         == 401
     )
+    page.goto("/ui/")
+    page.click("button:text('Sign out')")
+    page.wait_for_url(re.compile(r"/ui/signin$"))
+    assert not [c for c in page.context.cookies() if c["name"] == "relay_ui"]
+    page.goto("/ui/usage")
+    assert page.url.endswith("/ui/signin")  # signed out: every page sends you to sign in
     wrong = page.context.browser.new_context(base_url=dash_gw.relay.control_url)
     try:
         other = wrong.new_page()
@@ -121,8 +127,11 @@ def test_watch_a_batch_run_to_done(page: Any, dash_gw: Gateway) -> None:
     # 2 workers, 16 items of 400 ms each: about 3 s of progress to watch, polled every 1.5 s.
     batch_id = submit(dash_gw, "openai", [chat_item(i, fake={"latency_ms": 400}) for i in range(16)])
     sign_in(page)
+    assert batch_id in page.locator("#running").inner_text()  # the overview's batches in progress
     page.goto("/ui/batches")
     assert page.locator(f"a:text('{batch_id}')").count() == 1
+    assert dash_gw.project in page.locator("#batch-rows").inner_text()  # projects by name
+    shot(page, "batches")
     page.goto(f"/ui/batches/{batch_id}")
     seen = []
     deadline = time.monotonic() + 60
@@ -273,3 +282,22 @@ def test_every_page_is_clean_and_accessible(page: Any, dash_gw: Gateway) -> None
     sign_in(page)
     for url in ["/ui/", "/ui/batches", f"/ui/batches/{batch_id}", "/ui/usage", "/ui/keys", "/ui/catalog"]:
         audit(url)
+
+
+def test_the_page_watch_catches_errors(page: Any, page_watch: Any) -> None:
+    """The check every test ends with can fail: a console error, a CSP-blocked script and a 404 are
+    all caught (then cleared, so this test itself passes)."""
+    page.goto("/ui/signin")
+    page.evaluate("console.error('boom')")
+    page.evaluate("fetch('/ui/static/missing.js').catch(() => {})")
+    page.evaluate(
+        "() => { const s = document.createElement('script'); s.textContent = 'window.x = 1';"
+        " document.body.appendChild(s); }"
+    )
+    deadline = time.monotonic() + 10
+    while len(page_watch.problems) < 3 and time.monotonic() < deadline:
+        page.wait_for_timeout(100)
+    text = "\n".join(page_watch.problems)
+    assert "boom" in text and "404" in text and "Content Security Policy" in text, text
+    assert page.evaluate("window.x") is None  # the inline script did not run
+    page_watch.problems.clear()

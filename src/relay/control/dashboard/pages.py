@@ -17,6 +17,7 @@ from fastapi.responses import Response, StreamingResponse
 from relay.control.dashboard import charts
 from relay.control.dashboard.session import ADMIN_TTL_S, COOKIE, Viewer
 from relay.control.dashboard.web import HEADERS, Dashboard, Refused, with_errors
+from relay.control.kinds import PROJECT
 from relay.errors import RelayError
 from relay.secrets import constant_time_equal
 
@@ -35,6 +36,13 @@ def scoped_project(viewer: Viewer, params: dict[str, str]) -> dict[str, str]:
         if wanted in (project_id, name):
             return {**params, "project": project_id}
     raise Refused(403, f"you are not a member of project {wanted!r}")
+
+
+async def project_names(dash: Dashboard, viewer: Viewer) -> dict[str, str]:
+    """Project id → name for what the viewer may see (batches record ids; names read better)."""
+    if not viewer.is_admin:
+        return dict(viewer.projects)
+    return {p["id"]: p["name"] for p in await dash.catalog.list_all(PROJECT)}
 
 
 def mount_pages(router: APIRouter, dash: Dashboard) -> None:
@@ -124,12 +132,20 @@ def mount_pages(router: APIRouter, dash: Dashboard) -> None:
             running=running["items"],
         )
 
+    async def running(request: Request) -> Response:
+        viewer = await dash.require(request)
+        found = await dash.batches.list({"state": "in_progress", "limit": "10"}, viewer.scope)
+        return dash.page("_running.html", request, viewer, running=found["items"])
+
     async def _list(request: Request, fragment: bool) -> Response:
         viewer = await dash.require(request)
         params = {k: v for k, v in request.query_params.items() if k in BATCH_FILTERS and v}
         page = await dash.batches.list({**params, "limit": "50"}, viewer.scope)
         name = "_batch_rows.html" if fragment else "batches.html"
-        return dash.page(name, request, viewer, params=params, page=page, projects=viewer.projects)
+        names = await project_names(dash, viewer)
+        return dash.page(
+            name, request, viewer, params=params, page=page, projects=viewer.projects, names=names
+        )
 
     async def batch_list(request: Request) -> Response:
         return await _list(request, False)
@@ -145,7 +161,10 @@ def mount_pages(router: APIRouter, dash: Dashboard) -> None:
         if not fragment or batch["state"] == "in_progress" or request.query_params.get("items"):
             items = await dash.batch_service.item_states(batch_id)
         name = "_batch_detail.html" if fragment else "batch.html"
-        return dash.page(name, request, viewer, batch=batch, items=items[:2000], more=len(items) > 2000)
+        names = await project_names(dash, viewer)
+        return dash.page(
+            name, request, viewer, batch=batch, items=items[:2000], more=len(items) > 2000, names=names
+        )
 
     async def batch_page(request: Request) -> Response:
         return await _page(request, False)
@@ -181,6 +200,7 @@ def mount_pages(router: APIRouter, dash: Dashboard) -> None:
         ("/ui/signin", signin, ["GET", "POST"]),
         ("/ui/signout", signout, ["POST"]),
         ("/ui/", overview, ["GET"]),
+        ("/ui/fragments/running", running, ["GET"]),
         ("/ui/batches", batch_list, ["GET"]),
         ("/ui/fragments/batches", batch_rows, ["GET"]),
         ("/ui/batches/{batch_id}", batch_page, ["GET"]),
