@@ -277,6 +277,7 @@ def test_every_page_is_clean_and_accessible(page: Any, dash_gw: Gateway) -> None
             if v["impact"] in ("serious", "critical")
         ]
         assert not bad, f"{url}:\n" + "\n".join(bad)
+        shot(page, "page-" + (url.strip("/").replace("/", "-") or "overview"))
 
     audit("/ui/signin")
     sign_in(page)

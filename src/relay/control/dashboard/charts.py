@@ -45,7 +45,7 @@ class Chart:
 
 def bars(title: str, points: Sequence[tuple[str, float]]) -> Chart:
     peak = max((value for _, value in points), default=0) or 1
-    slot = WIDTH / max(len(points), 1)
+    slot = min(WIDTH / max(len(points), 1), 48)  # a few days are a few bars, not a wall
     out = []
     for i, (label, value) in enumerate(points):
         height = (HEIGHT - 4) * (value / peak)
