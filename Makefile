@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint unit bench serve clean
+.PHONY: demo test lint unit bench serve clean chart-examples
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,9 @@ bench: $(STAMP)  ## benchmarks: print figures next to a baseline measured in the
 	$(BIN)/python bench/fake_upstream_speed.py
 	$(BIN)/python bench/live_overhead.py
 	$(BIN)/python bench/batch_throughput.py
+
+chart-examples: $(STAMP)  ## re-render deploy/helm/relay/examples/*.yaml with real Helm (review the diff)
+	$(BIN)/python -m tests.deploy.helm_render
 
 serve: $(STAMP)
 	$(BIN)/relay serve

@@ -163,6 +163,7 @@ def build_runtime(settings: Settings) -> Runtime:
         return reloader.snapshot
 
     payloads = PayloadStore(settings.batch_payload_dir)
+    batch_metrics = BatchMetrics(registry, settings.batch_workers) if settings.batch_workers > 0 else None
     if settings.batch_workers > 0:
         runner = ItemRunner(
             payloads=payloads,
@@ -178,13 +179,14 @@ def build_runtime(settings: Settings) -> Runtime:
             size=settings.batch_workers,
             rescue_after_s=settings.batch_rescue_after_s,
             heartbeat_s=settings.batch_heartbeat_s,
-            metrics=BatchMetrics(registry, settings.batch_workers),
+            metrics=batch_metrics,
         )
     batches = BatchService(
         engine,
         payloads,
         max_items=settings.batch_max_items,
         stop_running=runtime.batch_workers.cancel_batch if runtime.batch_workers is not None else None,
+        on_cancelled=batch_metrics.finished.labels("cancelled").inc if batch_metrics is not None else None,
     )
 
     runtime.inference_app = InferenceApp(

@@ -9,42 +9,43 @@ so a local demo needs no setup).
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
+from importlib.metadata import version as package_version
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import httpx
 import typer
 import uvloop
 import yaml
-from rich.console import Console
-from rich.table import Table
 
-from relay.config import ConfigError, Settings, load_client_settings, load_settings
+from relay.batch_cli import batch_app
+from relay.cli_support import err, fail, out, print_table
+from relay.config import ConfigError, Settings, load_client_settings, load_settings, settings_help
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Relay, a self-hosted LLM gateway.")
-err = Console(stderr=True)
-out = Console()
-
-
-def fail(message: str, code: int = 1) -> NoReturn:
-    # Plain print: one line whatever the terminal width, and no markup parsing of the message.
-    print(f"error: {message}", file=sys.stderr)
-    raise typer.Exit(code)
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    help="Relay, a self-hosted LLM gateway.",
+)
+app.add_typer(batch_app, name="batch")
 
 
-def print_table(headers: list[str], rows: list[list[str]], title: str | None = None) -> None:
-    """A table for people on a terminal; tab-separated lines (header first) for pipes and scripts."""
-    if sys.stdout.isatty():
-        table = Table(*headers, title=title)
-        for row in rows:
-            table.add_row(*row)
-        out.print(table)
-        return
-    if title:
-        err.print(title)
-    for row in [headers, *rows]:
-        print("\t".join(row))
+def _version(value: bool) -> None:
+    if value:
+        print(f"relay {package_version('relay')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit"
+    ),
+) -> None:
+    """Relay, a self-hosted LLM gateway."""
 
 
 def _settings() -> Settings:
@@ -54,7 +55,13 @@ def _settings() -> Settings:
         fail(str(exc))
 
 
-@app.command()
+SETTINGS_EPILOG = (
+    "Settings: environment variables, read once at start (a bad value stops the start with a "
+    "one-line message naming it); `relay config` prints the effective values.\n\n\b\n" + settings_help()
+)
+
+
+@app.command(epilog=SETTINGS_EPILOG)
 def serve() -> None:
     """Run the inference plane, the control plane and the batch workers in one process."""
     from relay.logs import configure_logging
@@ -150,8 +157,36 @@ def apply(
     """Create or update catalog objects from a YAML file, all or nothing."""
     documents = _read_documents(file)
     result = _call("POST", "/api/apply", {"documents": documents, "dry_run": dry_run, "prune": prune})
-    rows = [[step["kind"], step["name"], step["action"]] for step in result["plan"]]
-    print_table(["kind", "name", "action"], rows, "plan (dry run: nothing written)" if dry_run else "applied")
+    rows = [
+        [step["kind"], step["name"], step["action"], _changes_text(step.get("changes"))]
+        for step in result["plan"]
+    ]
+    title = "plan (dry run: nothing written)" if dry_run else "applied"
+    print_table(["kind", "name", "action", "changes"], rows, title)
+
+
+def _changes_text(changes: dict[str, dict[str, Any]] | None) -> str:
+    """``field: old → new`` per changed field (nested values down to the leaf that differs, e.g.
+    ``rate_limit.rules[0].limit: 600 → 100``), values as JSON; write-only ones arrive masked."""
+    if not changes:
+        return ""
+    lines: list[str] = []
+    for field, change in changes.items():
+        _diff(field, change.get("from"), change.get("to"), lines)
+    return "; ".join(lines)
+
+
+def _diff(path: str, old: Any, new: Any, lines: list[str]) -> None:
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in [*old, *(k for k in new if k not in old)]:
+            if old.get(key) != new.get(key):
+                _diff(f"{path}.{key}", old.get(key), new.get(key), lines)
+    elif isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        for index, (a, b) in enumerate(zip(old, new, strict=True)):
+            if a != b:
+                _diff(f"{path}[{index}]", a, b, lines)
+    else:
+        lines.append(f"{path}: {json.dumps(old)} → {json.dumps(new)}")
 
 
 @app.command()
@@ -168,7 +203,11 @@ def export(
         err.print(f"wrote {len(documents)} documents to {output}")
 
 
-keys_app = typer.Typer(no_args_is_help=True, help="Relay keys (SPEC §3.1), over the control API.")
+keys_app = typer.Typer(
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    help="Relay keys (create, list, rotate, revoke), over the control API (RELAY_CONTROL_URL).",
+)
 app.add_typer(keys_app, name="keys")
 
 
@@ -241,145 +280,6 @@ def keys_revoke(key: str = typer.Argument(..., help="Key id or name")) -> None:
     out.print(f"revoked {revoked['name']} at {revoked['revoked_at']}")
 
 
-batch_app = typer.Typer(no_args_is_help=True, help="Batches (SPEC §10), over the inference plane.")
-app.add_typer(batch_app, name="batch")
-_BATCH_SHAPES = ("openai", "anthropic", "openai_responses")
-_FINAL = ("completed", "discarded", "cancelled")
-
-
-def _inference_client() -> httpx.Client:
-    client = load_client_settings()
-    if client.api_key is None:
-        fail("RELAY_API_KEY is not set (a relay key or an inference token)")
-    headers = {"Authorization": f"Bearer {client.api_key.get_secret_value()}"}
-    return httpx.Client(base_url=client.url, headers=headers, timeout=300)
-
-
-def _batch_call(http: httpx.Client, method: str, path: str, **kwargs: Any) -> Any:
-    try:
-        response = http.request(method, path, **kwargs)
-    except httpx.HTTPError as exc:
-        fail(f"cannot reach Relay at {http.base_url}: {exc}")
-    try:
-        data = response.json()
-    except ValueError:
-        data = None
-    if response.status_code >= 400:
-        message = (data or {}).get("error", {}).get("message") if isinstance(data, dict) else None
-        fail(f"{response.status_code}: {message or response.text}")
-    return data
-
-
-def _read_batch_file(path: Path) -> list[Any]:
-    """JSONL (one request body per line) or a JSON array; a bad line is named by its number."""
-    import json
-
-    if not path.is_file():
-        fail(f"{path}: no such file")
-    text = path.read_text()
-    if text.lstrip().startswith("["):
-        try:
-            items = json.loads(text)
-        except ValueError as exc:
-            fail(f"{path}: not a JSON array: {exc}")
-        if not isinstance(items, list):
-            fail(f"{path}: not a JSON array")
-        return items
-    items = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            items.append(json.loads(line))
-        except ValueError:
-            fail(f"{path}: line {number} is not JSON")
-    if not items:
-        fail(f"{path}: no requests")
-    return items
-
-
-def _finished_code(counts: dict[str, int]) -> int:
-    return 0 if set(counts) <= {"completed"} else 2
-
-
-@batch_app.command("submit")
-def batch_submit(
-    file: Path = typer.Argument(..., help="JSONL (one request body per line) or a JSON array"),
-    shape: str = typer.Option(..., "--shape", help="openai | anthropic | openai_responses"),
-    wait: bool = typer.Option(False, "--wait", help="Show progress on stderr until every item is final"),
-) -> None:
-    """Submit a batch; prints only its id on stdout."""
-    import time
-
-    if shape not in _BATCH_SHAPES:
-        fail(f"unknown shape {shape!r}: use one of {', '.join(_BATCH_SHAPES)}")
-    requests = _read_batch_file(file)
-    with _inference_client() as http:
-        created = _batch_call(http, "POST", "/v1/batches", json={"shape": shape, "requests": requests})
-        batch_id = created["id"]
-        print(batch_id, flush=True)
-        if not wait:
-            return
-        from rich.progress import Progress
-
-        with Progress(console=err, transient=False) as progress:
-            task = progress.add_task(batch_id, total=created["total_items"])
-            while True:
-                view = _batch_call(http, "GET", f"/v1/batches/{batch_id}")
-                done = sum(n for state, n in view["counts"].items() if state in _FINAL)
-                progress.update(task, completed=done)
-                if view["CompletedAt"] is not None:
-                    break
-                time.sleep(0.5)
-    raise typer.Exit(_finished_code(view["counts"]))
-
-
-@batch_app.command("status")
-def batch_status(batch_id: str = typer.Argument(...)) -> None:
-    """A batch's status and item counts."""
-    with _inference_client() as http:
-        view = _batch_call(http, "GET", f"/v1/batches/{batch_id}")
-    counts = ", ".join(f"{state}={n}" for state, n in view["counts"].items())
-    print(f"{view['ID']}\t{view['Status']}\t{view['TotalItems']} items\t{counts}")
-    print(f"created {view['CreatedAt']}\tcompleted {view['CompletedAt'] or '-'}")
-
-
-@batch_app.command("results")
-def batch_results(
-    batch_id: str = typer.Argument(...),
-    output: Path | None = typer.Option(None, "-o", "--output", help="Write to this file, not stdout"),
-) -> None:
-    """A batch's results as JSONL, one result object per line."""
-    with _inference_client() as http:
-        _batch_call(http, "GET", f"/v1/batches/{batch_id}")  # a clear error before streaming
-        try:
-            with http.stream(
-                "GET", f"/v1/batches/{batch_id}/results", params={"format": "jsonl"}
-            ) as response:
-                if response.status_code >= 400:
-                    response.read()
-                    fail(f"{response.status_code}: {response.text}")
-                sink = output.open("wb") if output is not None else sys.stdout.buffer
-                try:
-                    for chunk in response.iter_bytes():
-                        sink.write(chunk)
-                finally:
-                    if output is not None:
-                        sink.close()
-                    else:
-                        sink.flush()
-        except httpx.HTTPError as exc:
-            fail(f"cannot read the results from {http.base_url}: {exc}")
-
-
-@batch_app.command("cancel")
-def batch_cancel(batch_id: str = typer.Argument(...)) -> None:
-    """Cancel a batch (idempotent)."""
-    with _inference_client() as http:
-        _batch_call(http, "POST", f"/v1/batches/{batch_id}/cancel")
-    print(f"cancelled {batch_id}")
-
-
 @app.command("fake-upstream")
 def fake_upstream(
     host: str = typer.Option("127.0.0.1"),
@@ -397,12 +297,18 @@ def fake_upstream(
 @app.command()
 def demo(
     upstream_port: int = typer.Option(9009, help="Port of the demo's fake upstream"),
+    bind: str | None = typer.Option(
+        None, "--bind", help="Address to listen on (default 127.0.0.1: this machine only; or RELAY_BIND)"
+    ),
 ) -> None:
     """Run Relay on embedded SQLite with a fake upstream and a demo catalog, until Ctrl-C."""
     from relay.demo import run_demo
     from relay.logs import configure_logging
 
     settings = _settings()
+    # Unlike `relay serve`, the demo keeps to this machine unless told otherwise.
+    chosen = bind or (settings.bind if "bind" in settings.model_fields_set else "127.0.0.1")
+    settings = settings.model_copy(update={"bind": chosen})
     configure_logging(settings.log_level, settings.log_format)
     if settings.is_postgres:
         fail("relay demo runs on the embedded SQLite database; unset RELAY_DATABASE_URL")
@@ -410,6 +316,8 @@ def demo(
         asyncio.run(run_demo(settings, upstream_port))
     except KeyboardInterrupt:
         pass
+    except (ValueError, OSError) as exc:
+        fail(str(exc))
 
 
 def main() -> None:

@@ -240,3 +240,47 @@ def load_client_settings(environ: Mapping[str, str] | None = None) -> ClientSett
         if raw:
             values[name] = raw.rstrip("/") if name.endswith("url") else raw
     return ClientSettings.model_validate(values)
+
+
+# What each setting does, for ``relay serve --help`` (one line each). A setting missing here is still
+# listed there, with its default: the list comes from ``Settings`` itself.
+SETTING_HELP: dict[str, str] = {
+    "port": "inference plane port",
+    "control_port": "control plane port (off: no control plane)",
+    "bind": "address both planes listen on (127.0.0.1: this machine only)",
+    "instance_id": "this replica's name in logs, usage events and batch leases",
+    "database_url": "sqlite:///path.db (one process) or postgresql://user@host:5432/db",
+    "redis_url": "shared rate limits, breakers and key selection (unset: in process memory)",
+    "migrate_on_boot": "run the schema migrations at start",
+    "master_key": "base64 of 32 bytes; encrypts stored host keys (embedded: generated into the data dir)",
+    "admin_token": "control plane bearer (embedded: generated into the data dir)",
+    "log_level": "debug | info | warning | error",
+    "log_format": "json | console",
+    "max_request_bytes": "largest live request body",
+    "upstream_timeout_s": "longest wait for an upstream answer",
+    "batch_workers": "batch items this process runs at once (0: none)",
+    "batch_max_items": "most items in one batch",
+    "batch_max_bytes": "largest batch submission body",
+    "batch_item_timeout_s": "longest run of one batch item",
+    "batch_rescue_after_s": "an item running this long on a silent replica is taken over",
+    "batch_heartbeat_s": "how often a replica says it is alive",
+    "batch_payload_dir": "where batch request and response bodies are kept (shared by replicas)",
+    "shutdown_grace_s": "how long a stop lets running requests and batch items finish",
+    "data_dir": "embedded mode's directory (SQLite file, generated master key and admin token)",
+}
+
+
+def settings_help() -> str:
+    """Every ``RELAY_*`` setting with its default and what it does, from :class:`Settings`."""
+    lines = []
+    for name, field in Settings.model_fields.items():
+        if field.default_factory is not None:
+            default = "<hostname>-<pid>" if name == "instance_id" else "(computed)"
+        elif field.default is None:
+            default = "unset"
+        else:
+            value = field.default
+            default = str(value).lower() if isinstance(value, bool) else str(value)
+        what = SETTING_HELP.get(name) or field.description or ""
+        lines.append(f"{ENV_PREFIX}{name.upper()} (default {default})" + (f": {what}" if what else ""))
+    return "\n".join(lines)

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import gc
 import logging
 import signal
+import socket
 from collections.abc import Awaitable, Callable, Iterator
 
 import uvicorn
@@ -53,7 +55,22 @@ async def serve(settings: Settings, *, on_ready: Callable[[Runtime], Awaitable[N
         )
     for name in unknown_variables():
         log.warning("%s is not a Relay setting (a typo?); it is ignored", name)
-    runtime = build_runtime(settings)
+    # Listen first: a busy port is one line naming the setting, before any migration or worker starts.
+    sockets = [listen(settings.bind, settings.port, "the inference plane", "RELAY_PORT")]
+    if settings.control_port is not None:
+        try:
+            sockets.append(
+                listen(settings.bind, settings.control_port, "the control plane", "RELAY_CONTROL_PORT")
+            )
+        except StartupError:
+            sockets[0].close()
+            raise
+    try:
+        runtime = build_runtime(settings)
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
     for note in runtime.secrets.generated:
         log.warning(note)
     if not runtime.secrets.generated and runtime.secrets.admin_token_path is not None:
@@ -62,6 +79,8 @@ async def serve(settings: Settings, *, on_ready: Callable[[Runtime], Awaitable[N
         await runtime.start()
     except (OSError, DBAPIError) as exc:
         await runtime.engine.dispose()
+        for sock in sockets:
+            sock.close()
         raise StartupError(_startup_problem(settings, exc)) from None
     _freeze_boot_objects()
     servers = [_listener(runtime.inference_app, settings, settings.port)]
@@ -71,22 +90,18 @@ async def serve(settings: Settings, *, on_ready: Callable[[Runtime], Awaitable[N
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    tasks = [asyncio.create_task(s.serve()) for s in servers]
+    tasks = [asyncio.create_task(s.serve(sockets=[sock])) for s, sock in zip(servers, sockets, strict=True)]
     for server in servers:
         # uvicorn exposes readiness only as a flag; poll it briefly (startup takes milliseconds).
         while not server.started and not any(t.done() for t in tasks):  # noqa: ASYNC110
             await asyncio.sleep(0.02)
     if on_ready is not None and all(s.started for s in servers):
         await on_ready(runtime)
-    control = (
-        f"http://{_display_host(settings.bind)}:{settings.control_port}" if settings.control_port else "off"
-    )
     log.info(
-        "relay %s serving inference on http://%s:%d, control on %s (revision %d)",
+        "relay %s serving inference on %s, control on %s (revision %d)",
         settings.instance_id,
-        _display_host(settings.bind),
-        settings.port,
-        control,
+        listening_on(settings.bind, settings.port),
+        listening_on(settings.bind, settings.control_port) if settings.control_port else "off",
         runtime.reloader.snapshot.revision,
     )
     stopper = asyncio.create_task(stop.wait())
@@ -123,8 +138,44 @@ def _masked_url(settings: Settings) -> str:
     return str(settings.masked()["RELAY_DATABASE_URL"])
 
 
-def _display_host(bind: str) -> str:
-    return "127.0.0.1" if bind in ("0.0.0.0", "::", "") else bind
+def local_host(bind: str) -> str:
+    """The host a local client uses to reach a listener bound to ``bind``."""
+    if bind in ("0.0.0.0", ""):
+        return "127.0.0.1"
+    if bind == "::":
+        return "[::1]"
+    return f"[{bind}]" if ":" in bind else bind
+
+
+def listening_on(bind: str, port: int) -> str:
+    """Where a listener is, truthfully: a wildcard bind says that every interface hears it."""
+    if bind in ("0.0.0.0", "::", ""):
+        shown = "[::]" if bind == "::" else "0.0.0.0"
+        return f"{shown}:{port} (every interface; here: http://{local_host(bind)}:{port})"
+    return f"http://{local_host(bind)}:{port}"
+
+
+def listen(host: str, port: int, what: str, setting: str) -> socket.socket:
+    """A listening TCP socket on ``host:port``; a port in use (or a bad address) is a
+    :class:`StartupError` naming the port and the setting that changes it, not uvicorn's traceback."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise StartupError(
+                f"port {port} ({what}) is already in use on {host}: stop what holds it, "
+                f"or {'pass' if setting.startswith('--') else 'set'} {setting} to a free port"
+            ) from None
+        raise StartupError(
+            f"cannot listen on {host}:{port} ({what}; RELAY_BIND, {setting}): {exc.strerror or exc}"
+        ) from None
+    sock.setblocking(False)
+    return sock
 
 
 def _freeze_boot_objects() -> None:

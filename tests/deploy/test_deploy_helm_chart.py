@@ -1,43 +1,41 @@
-"""The Helm chart deploy/helm/relay, checked without Helm or a cluster.
+"""The Helm chart deploy/helm/relay: what its committed examples say.
 
-* values.schema.json accepts every documented combination and refuses bad values;
-* the rendered examples (examples/<combo>.yaml, what `helm template` prints for
-  examples/<combo>.values.yaml) pass kubernetes-validate --strict, and wire the batch payload
-  directory, probes, grace period, Services, Secret and migration hook the way the values say;
+* the rendered examples (examples/<combo>.yaml, what real Helm prints for
+  examples/<combo>.values.yaml: test_deploy_helm_engine.py proves they are) wire the payload
+  store and directory, probes, service links, grace period, Services, Secret, migration hook,
+  PodDisruptionBudget, autoscaler, Ingress, HTTPRoute, NetworkPolicy and `helm test` pod the way
+  the values say;
 * values.yaml, values.schema.json, the README's values table and the templates agree.
+
+Real Helm (render, lint, schema refusals, the upgrade's Job env) and kubernetes-validate --strict
+are in test_deploy_helm_engine.py.
 """
 
 from __future__ import annotations
 
 import base64
-import copy
 import hashlib
-import json
 import re
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-import kubernetes_validate
 import pytest
-import yaml
 
 from tests.deploy.deploy_helpers import (
     CHART,
     COMBOS,
     EXAMPLES,
     Rendered,
-    chart_defaults,
     combo_values,
+    container_port,
+    database_configured,
     env_of,
+    fullname,
+    labels_match,
     load_yaml,
-    merge_values,
-    values_schema,
+    max_replicas,
 )
 
-# Kubernetes versions the examples are validated against (both ship with kubernetes-validate):
-# the chart's kubeVersion floor and a current release.
-K8S_VERSIONS = ("1.25.0", "1.30.0")
 CHART_META = load_yaml(CHART / "Chart.yaml")
 SAMPLE_EXISTING_SECRET = {
     "RELAY_DATABASE_URL": "postgresql://relay:pw@postgres:5432/relay",
@@ -49,29 +47,6 @@ SAMPLE_EXISTING_SECRET = {
 
 # ---------------------------------------------------------------------------------------------
 # helpers
-
-
-def schema_errors(values: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """Every schema violation as (dotted path, failing keyword, message), nested ones included."""
-    validator = jsonschema.Draft7Validator(values_schema())
-    out: list[tuple[str, str, str]] = []
-
-    def collect(err: jsonschema.ValidationError) -> None:
-        out.append((".".join(str(p) for p in err.absolute_path), str(err.validator), err.message))
-        for sub in err.context or []:
-            collect(sub)
-
-    for err in validator.iter_errors(values):
-        collect(err)
-    return out
-
-
-def database_configured(values: dict[str, Any]) -> bool:
-    return bool(values["secrets"]["databaseUrl"] or values["secrets"]["existingSecret"])
-
-
-def fullname(values: dict[str, Any]) -> str:
-    return values["fullnameOverride"] or "relay"
 
 
 def secret_data(values: dict[str, Any]) -> dict[str, str]:
@@ -92,52 +67,8 @@ def helm_to_yaml_of_b64(data: dict[str, str]) -> str:
     return "\n".join(f"{k}: {encoded[k]}" for k in sorted(encoded))
 
 
-def container_port(container: dict[str, Any], port: int | str) -> int:
-    if isinstance(port, int):
-        return port
-    by_name = {p["name"]: p["containerPort"] for p in container.get("ports") or []}
-    assert port in by_name, f"port {port!r} is not a named port of container {container['name']}"
-    return by_name[port]
-
-
-def labels_match(selector: dict[str, str], labels: dict[str, str]) -> bool:
-    return all(labels.get(k) == v for k, v in selector.items())
-
-
-def is_passthrough(node: dict[str, Any]) -> bool:
-    """A schema node that takes a Kubernetes object or a free map as-is (no declared properties)."""
-    return "properties" not in node
-
-
-def values_leaf_paths(values: Any, prefix: str = "") -> list[str]:
-    if isinstance(values, dict) and values:
-        paths: list[str] = []
-        for key, sub in values.items():
-            paths += values_leaf_paths(sub, f"{prefix}.{key}" if prefix else key)
-        return paths
-    return [prefix]
-
-
-def documented_prefix(path: str) -> str:
-    """The key under which a values path is documented: itself, or its pass-through ancestor."""
-    node = values_schema()
-    parts = path.split(".")
-    for i, part in enumerate(parts):
-        assert "properties" in node and part in node["properties"], (
-            f"values.yaml key {path!r}: {'.'.join(parts[: i + 1])!r} is not declared in values.schema.json"
-        )
-        node = node["properties"][part]
-        if is_passthrough(node):
-            return ".".join(parts[: i + 1])
-    return path
-
-
 # ---------------------------------------------------------------------------------------------
 # values.schema.json
-
-
-def test_schema_is_a_valid_draft7_schema() -> None:
-    jsonschema.Draft7Validator.check_schema(values_schema())
 
 
 def test_chart_metadata() -> None:
@@ -154,200 +85,29 @@ def test_every_combination_has_values_and_a_rendered_example() -> None:
     assert rendered == set(COMBOS), f"examples/*.yaml {sorted(rendered)} != {COMBOS}"
 
 
-@pytest.mark.parametrize("combo", COMBOS)
-def test_example_values_validate(combo: str) -> None:
-    errors = schema_errors(combo_values(combo))
-    assert not errors, f"examples/{combo}.values.yaml fails values.schema.json: {errors}"
-
-
 def test_combinations_cover_the_payload_modes() -> None:
     modes = {
         combo: (
-            combo_values(combo)["replicaCount"],
-            combo_values(combo)["batchPayloads"]["mode"],
-            bool(combo_values(combo)["batchPayloads"]["persistentVolumeClaim"]["existingClaim"]),
+            max_replicas(combo_values(combo)),
+            combo_values(combo)["payloads"]["store"],
+            combo_values(combo)["payloads"]["mode"],
+            bool(combo_values(combo)["payloads"]["persistentVolumeClaim"]["existingClaim"]),
+            combo_values(combo)["config"]["batchWorkers"] > 0,
         )
         for combo in COMBOS
     }
-    assert modes["default"] == (1, "emptyDir", False)
-    assert modes["shared-volume"] == (3, "persistentVolumeClaim", False)
-    assert modes["existing-claim"] == (3, "persistentVolumeClaim", True)
-    assert modes["batch-replica"] == (1, "persistentVolumeClaim", False)
+    assert modes["default"] == (1, "files", "emptyDir", False, True)
+    assert modes["shared-volume"] == (3, "files", "persistentVolumeClaim", False, True)
+    assert modes["existing-claim"] == (3, "files", "persistentVolumeClaim", True, True)
+    assert modes["batch-replica"] == (1, "files", "persistentVolumeClaim", False, True)
+    assert modes["database-store"] == (6, "database", "emptyDir", False, True)
+    assert modes["stateless-replicas"] == (3, "files", "emptyDir", False, False)
+    for key in ("ingress", "httpRoute", "networkPolicy", "autoscaling"):
+        assert any(combo_values(c)[key]["enabled"] for c in COMBOS), f"no example enables {key}"
+    assert any(combo_values(c)["extraVolumes"] for c in COMBOS), "no example has extraVolumes"
     assert any(combo_values(c)["serviceMonitor"]["enabled"] for c in COMBOS), (
         "no example has a ServiceMonitor"
     )
-
-
-# (override of the default values, dotted path of the expected error, failing JSON-schema keyword)
-BAD_VALUES = [
-    pytest.param({"replicaCount": -1}, "replicaCount", "minimum", id="negative-replicaCount"),
-    pytest.param({"replicaCount": "3"}, "replicaCount", "type", id="string-replicaCount"),
-    pytest.param({"replicas": 3}, "", "additionalProperties", id="unknown-top-level-key"),
-    pytest.param({"image": {"repository": ""}}, "image.repository", "minLength", id="empty-image-repository"),
-    pytest.param({"image": {"repository": None}}, "image", "required", id="missing-image-repository"),
-    pytest.param({"batchPayloads": {"mode": "hostPath"}}, "batchPayloads.mode", "enum", id="unknown-mode"),
-    pytest.param(
-        {"batchPayloads": {"mode": "persistentVolumeClaim"}},
-        "batchPayloads.persistentVolumeClaim",
-        "anyOf",
-        id="claim-without-size-or-existingClaim",
-    ),
-    pytest.param(
-        {"batchPayloads": {"mode": "persistentVolumeClaim", "persistentVolumeClaim": {"size": "lots"}}},
-        "batchPayloads.persistentVolumeClaim.size",
-        "pattern",
-        id="claim-size-not-a-quantity",
-    ),
-    pytest.param(
-        {"batchPayloads": {"persistentVolumeClaim": {"storageClass": "nfs"}}},
-        "batchPayloads.persistentVolumeClaim",
-        "additionalProperties",
-        id="typo-in-claim-key",
-    ),
-    pytest.param(
-        {"batchPayloads": {"persistentVolumeClaim": {"accessModes": ["ReadOnlyMany"]}}},
-        "batchPayloads.persistentVolumeClaim.accessModes.0",
-        "enum",
-        id="read-only-access-mode",
-    ),
-    pytest.param(
-        {"batchPayloads": {"mountPath": "relay-batch-payloads"}},
-        "batchPayloads.mountPath",
-        "pattern",
-        id="relative-mountPath",
-    ),
-    pytest.param({"replicaCount": 3}, "secrets", "anyOf", id="replicas-without-postgres"),
-    pytest.param(
-        {
-            "replicaCount": 3,
-            "secrets": {"existingSecret": "relay-secrets"},
-            "batchPayloads": {
-                "mode": "persistentVolumeClaim",
-                "persistentVolumeClaim": {"size": "10Gi", "accessModes": ["ReadWriteOnce"]},
-            },
-        },
-        "batchPayloads.persistentVolumeClaim.accessModes",
-        "contains",
-        id="replicas-on-a-readwriteonce-claim",
-    ),
-    pytest.param(
-        {
-            "secrets": {
-                "databaseUrl": "mysql://relay@db/relay",
-                "masterKey": SAMPLE_EXISTING_SECRET["RELAY_MASTER_KEY"],
-            }
-        },
-        "secrets.databaseUrl",
-        "pattern",
-        id="not-a-postgres-url",
-    ),
-    pytest.param(
-        {"secrets": {"databaseUrl": "postgresql://relay@db/relay"}},
-        "secrets.masterKey",
-        "minLength",
-        id="postgres-without-master-key",
-    ),
-    pytest.param(
-        {"secrets": {"masterKey": "not-base64"}}, "secrets.masterKey", "pattern", id="bad-master-key"
-    ),
-    pytest.param(
-        {"secrets": {"adminToken": "short"}}, "secrets.adminToken", "pattern", id="short-admin-token"
-    ),
-    pytest.param(
-        {"secrets": {"existingSecret": "relay-secrets", "adminToken": "an-admin-token-of-some-length"}},
-        "secrets.adminToken",
-        "maxLength",
-        id="existingSecret-and-values",
-    ),
-    pytest.param({"config": {"logLevel": "verbose"}}, "config.logLevel", "enum", id="unknown-log-level"),
-    pytest.param({"config": {"batchWorkers": -1}}, "config.batchWorkers", "minimum", id="negative-workers"),
-    pytest.param({"config": {"shutdownGraceS": "30s"}}, "config.shutdownGraceS", "type", id="grace-not-int"),
-    pytest.param({"service": {"port": 70000}}, "service.port", "maximum", id="port-out-of-range"),
-    pytest.param(
-        {"serviceMonitor": {"interval": "often"}}, "serviceMonitor.interval", "pattern", id="bad-interval"
-    ),
-    pytest.param(
-        {"migrations": {"hookDeletePolicy": "never"}},
-        "migrations.hookDeletePolicy",
-        "pattern",
-        id="bad-hook-policy",
-    ),
-    pytest.param({"strategy": {"type": "BlueGreen"}}, "strategy.type", "enum", id="unknown-strategy"),
-]
-
-
-@pytest.mark.parametrize(("override", "path", "keyword"), BAD_VALUES)
-def test_schema_rejects_bad_values(override: dict[str, Any], path: str, keyword: str) -> None:
-    errors = schema_errors(merge_values(chart_defaults(), override))
-    assert errors, f"values.schema.json accepted {override}"
-    assert any(p == path and k == keyword for p, k, _ in errors), (
-        f"expected a {keyword!r} error at {path!r} for {override}, got {errors}"
-    )
-
-
-GOOD_EDGE_VALUES = [
-    pytest.param({"replicaCount": 0}, id="scaled-to-zero"),
-    pytest.param(
-        {
-            "replicaCount": 4,
-            "secrets": {"existingSecret": "relay-secrets"},
-            "batchPayloads": {
-                "mode": "persistentVolumeClaim",
-                "persistentVolumeClaim": {"existingClaim": "shared"},
-            },
-        },
-        id="replicas-on-existing-claim",
-    ),
-    pytest.param(
-        {
-            "batchPayloads": {
-                "mode": "persistentVolumeClaim",
-                "persistentVolumeClaim": {"size": "1.5Ti", "storageClassName": "-"},
-            }
-        },
-        id="claim-with-empty-storage-class",
-    ),
-    pytest.param({"batchPayloads": {"emptyDir": {"sizeLimit": "20Gi"}}}, id="emptyDir-size-limit"),
-    pytest.param({"config": {"batchWorkers": 0}, "migrations": {"enabled": False}}, id="no-workers-no-job"),
-    pytest.param({"global": {"imageRegistry": "x"}}, id="helm-global-values"),
-]
-
-
-@pytest.mark.parametrize("override", GOOD_EDGE_VALUES)
-def test_schema_accepts_edge_values(override: dict[str, Any]) -> None:
-    errors = schema_errors(merge_values(chart_defaults(), override))
-    assert not errors, f"values.schema.json refused {override}: {errors}"
-
-
-# ---------------------------------------------------------------------------------------------
-# rendered examples: Kubernetes schemas
-
-
-@pytest.mark.parametrize("combo", COMBOS)
-def test_example_manifests_pass_kubernetes_validate_strict(combo: str) -> None:
-    rendered = Rendered(combo)
-    assert rendered.docs, f"{rendered.path.name} is empty"
-    failures = []
-    for doc in rendered.docs:
-        if doc["kind"] == "ServiceMonitor":
-            continue  # a CRD: not in the Kubernetes schemas, checked structurally below
-        for version in K8S_VERSIONS:
-            try:
-                kubernetes_validate.validate(doc, version, strict=True)
-            except kubernetes_validate.ValidationError as exc:
-                path = ".".join(str(p) for p in exc.path)
-                failures.append(f"{doc['kind']}/{doc['metadata']['name']} @ {version}: {path}: {exc.message}")
-            except kubernetes_validate.SchemaNotFoundError as exc:
-                failures.append(f"{doc['kind']}/{doc['metadata']['name']} @ {version}: {exc.message}")
-    assert not failures, f"{rendered.path.name}:\n" + "\n".join(failures)
-
-
-def test_strict_validation_catches_an_unknown_field() -> None:
-    """Control: the validator used above does reject a misspelt field."""
-    deployment = copy.deepcopy(Rendered("default").deployment)
-    deployment["spec"]["template"]["spec"]["containers"][0]["livenesProbe"] = {"httpGet": {"path": "/livez"}}
-    with pytest.raises(kubernetes_validate.ValidationError):
-        kubernetes_validate.validate(deployment, K8S_VERSIONS[-1], strict=True)
 
 
 @pytest.mark.parametrize("combo", COMBOS)
@@ -361,7 +121,7 @@ def test_example_is_helm_template_output(combo: str) -> None:
     assert len(chunks) == len(rendered.docs)
     for chunk in chunks:
         first = chunk.splitlines()[0]
-        match = re.fullmatch(r"# Source: relay/templates/([\w.-]+\.yaml)", first)
+        match = re.fullmatch(r"# Source: relay/templates/([\w./-]+\.yaml)", first)
         assert match, f"{rendered.path.name}: document starts with {first!r}, not a # Source header"
         assert (CHART / "templates" / match.group(1)).is_file(), f"{first}: no such template"
     for doc in rendered.docs:
@@ -377,11 +137,13 @@ def test_example_is_helm_template_output(combo: str) -> None:
 
 def test_examples_cover_every_template() -> None:
     templates = {
-        p.name for p in (CHART / "templates").iterdir() if p.suffix == ".yaml" and not p.name.startswith("_")
+        p.relative_to(CHART / "templates").as_posix()
+        for p in (CHART / "templates").rglob("*.yaml")
+        if not p.name.startswith("_")
     }
     seen = set()
     for combo in COMBOS:
-        seen |= set(re.findall(r"^# Source: relay/templates/([\w.-]+)$", Rendered(combo).text, flags=re.M))
+        seen |= set(re.findall(r"^# Source: relay/templates/([\w./-]+)$", Rendered(combo).text, flags=re.M))
     assert templates - seen == set(), f"templates no example renders: {sorted(templates - seen)}"
 
 
@@ -392,12 +154,13 @@ def test_examples_cover_every_template() -> None:
 @pytest.mark.parametrize("combo", COMBOS)
 def test_payload_volume_wiring(combo: str) -> None:
     rendered, values = Rendered(combo), combo_values(combo)
-    payloads = values["batchPayloads"]
+    payloads = values["payloads"]
     container = rendered.container
     env = env_of(container)
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     volumes = {v["name"]: v for v in rendered.pod_spec["volumes"]}
 
+    assert env["RELAY_BATCH_PAYLOAD_STORE"] == payloads["store"]
     assert "batch-payloads" in mounts, "the Relay container does not mount the batch-payloads volume"
     assert env["RELAY_BATCH_PAYLOAD_DIR"] == mounts["batch-payloads"] == payloads["mountPath"], (
         f"RELAY_BATCH_PAYLOAD_DIR {env['RELAY_BATCH_PAYLOAD_DIR']!r} is not the mount path "
@@ -411,7 +174,8 @@ def test_payload_volume_wiring(combo: str) -> None:
         assert set(volume) == {"name", "emptyDir"}, f"expected an emptyDir volume, got {volume}"
         assert (volume["emptyDir"] or {}).get("sizeLimit", "") == payloads["emptyDir"]["sizeLimit"]
         assert claims == [], "emptyDir mode must not create a claim"
-        assert values["replicaCount"] <= 1, "an example runs several replicas on pod-local payloads"
+        if max_replicas(values) > 1 and payloads["store"] == "files":
+            assert values["config"]["batchWorkers"] == 0, "replicas run batch items on pod-local payloads"
         return
 
     spec = payloads["persistentVolumeClaim"]
@@ -424,7 +188,7 @@ def test_payload_volume_wiring(combo: str) -> None:
     assert claim_name == f"{fullname(values)}-batch-payloads"
     claim = rendered.one("PersistentVolumeClaim", claim_name)
     assert claim["spec"]["accessModes"] == spec["accessModes"]
-    if values["replicaCount"] > 1:
+    if max_replicas(values) > 1:
         assert "ReadWriteMany" in claim["spec"]["accessModes"], "several replicas need a ReadWriteMany claim"
     else:
         assert rendered.deployment["spec"].get("strategy", {}).get("type") == "Recreate" or (
@@ -446,7 +210,10 @@ def test_payload_volume_wiring(combo: str) -> None:
 def test_deployment_basics(combo: str) -> None:
     rendered, values = Rendered(combo), combo_values(combo)
     deployment, container = rendered.deployment, rendered.container
-    assert deployment["spec"]["replicas"] == values["replicaCount"]
+    if values["autoscaling"]["enabled"]:
+        assert "replicas" not in deployment["spec"], "the autoscaler owns replicas"
+    else:
+        assert deployment["spec"]["replicas"] == values["replicaCount"]
     tag = values["image"]["tag"] or CHART_META["appVersion"]
     assert container["image"] == f"{values['image']['repository']}:{tag}"
     assert container["command"] + container.get("args", []) == ["relay", "serve"]
@@ -483,9 +250,20 @@ def test_graceful_termination_outlasts_the_drain(combo: str) -> None:
 
 
 @pytest.mark.parametrize("combo", COMBOS)
-def test_probes_use_livez_and_healthz_on_8080(combo: str) -> None:
+def test_no_service_links_in_any_pod(combo: str) -> None:
+    """A Service named relay would inject RELAY_PORT=tcp://... (and 15 more RELAY_* names)."""
+    rendered = Rendered(combo)
+    pod_specs = [("Deployment", rendered.pod_spec)]
+    pod_specs += [("Job", job["spec"]["template"]["spec"]) for job in rendered.of_kind("Job")]
+    pod_specs += [("Pod", pod["spec"]) for pod in rendered.of_kind("Pod")]
+    for kind, spec in pod_specs:
+        assert spec.get("enableServiceLinks") is False, f"{kind}: enableServiceLinks must be false"
+
+
+@pytest.mark.parametrize("combo", COMBOS)
+def test_probes_use_livez_and_readyz_on_8080(combo: str) -> None:
     container = Rendered(combo).container
-    expected = {"startupProbe": "/livez", "livenessProbe": "/livez", "readinessProbe": "/healthz"}
+    expected = {"startupProbe": "/livez", "livenessProbe": "/livez", "readinessProbe": "/readyz"}
     for probe, path in expected.items():
         http = container[probe]["httpGet"]
         assert http["path"] == path, f"{probe} checks {http['path']}, expected {path}"
@@ -556,10 +334,19 @@ def test_migration_hook_job(combo: str) -> None:
     hooks = {h.strip() for h in annotations["helm.sh/hook"].split(",")}
     assert hooks == {"pre-install", "pre-upgrade"}, f"migration Job hooks: {hooks}"
     assert annotations["helm.sh/hook-delete-policy"] == values["migrations"]["hookDeletePolicy"]
+    deadline = job["spec"]["activeDeadlineSeconds"]
+    assert deadline == values["migrations"]["activeDeadlineSeconds"]
+    assert deadline < values["migrations"]["helmTimeoutSeconds"], "Helm stops waiting first"
+    if values["migrations"]["helmTimeoutSeconds"] == 300:
+        assert deadline < 300, "the Job outlives Helm's default 5-minute timeout"
     pod = job["spec"]["template"]["spec"]
     assert pod["restartPolicy"] == "Never"
     (container,) = pod["containers"]
     assert container["command"] + container.get("args", []) == ["relay", "migrate"]
+    assert container["resources"] == values["migrations"]["resources"]
+    assert {"cpu", "memory"} <= set(container["resources"].get("requests", {})), "the Job has no requests"
+    assert [v["name"] for v in pod["volumes"]] == ["tmp"] + [v["name"] for v in values["extraVolumes"]]
+    assert container["volumeMounts"][1:] == values["extraVolumeMounts"]
     assert job["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"] == "migrate"
     assert env["RELAY_MIGRATE_ON_BOOT"] == "false", "pods must not migrate again when the hook Job does"
     (env_from,) = container["envFrom"]
@@ -587,114 +374,6 @@ def test_relay_accepts_the_configuration(combo: str) -> None:
     env["RELAY_INSTANCE_ID"] = "relay-5d9c7b9f4-abcde"
     env |= SAMPLE_EXISTING_SECRET if values["secrets"]["existingSecret"] else secret_data(values)
     settings = load_settings(env)
-    assert settings.batch_payload_dir == values["batchPayloads"]["mountPath"]
+    assert settings.batch_payload_dir == values["payloads"]["mountPath"]
     assert settings.is_postgres == database_configured(values)
     assert settings.shutdown_grace_s == values["config"]["shutdownGraceS"]
-
-
-def test_service_monitor_structure() -> None:
-    """ServiceMonitor is a CRD (not in the Kubernetes schemas): checked field by field."""
-    checked = 0
-    for combo in COMBOS:
-        rendered, values = Rendered(combo), combo_values(combo)
-        monitors = rendered.of_kind("ServiceMonitor")
-        if not values["serviceMonitor"]["enabled"]:
-            assert monitors == []
-            continue
-        (monitor,) = monitors
-        checked += 1
-        assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
-        assert set(monitor) == {"apiVersion", "kind", "metadata", "spec"}
-        for key, value in values["serviceMonitor"]["labels"].items():
-            assert monitor["metadata"]["labels"][key] == value
-        control = rendered.one("Service", f"{fullname(values)}-control")
-        inference = rendered.one("Service", fullname(values))
-        selector = monitor["spec"]["selector"]["matchLabels"]
-        assert labels_match(selector, control["metadata"]["labels"]), (
-            "ServiceMonitor misses the control Service"
-        )
-        assert not labels_match(selector, inference["metadata"]["labels"]), "ServiceMonitor selects inference"
-        assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["default"]}
-        (endpoint,) = monitor["spec"]["endpoints"]
-        assert endpoint["port"] == control["spec"]["ports"][0]["name"]
-        assert endpoint["path"] == "/metrics"
-        assert endpoint["interval"] == values["serviceMonitor"]["interval"]
-        assert set(endpoint) <= {"port", "path", "interval", "scrapeTimeout"}
-    assert checked, "no example enables the ServiceMonitor"
-
-
-def test_notes_warn_about_replicas_without_a_shared_volume() -> None:
-    notes = (CHART / "templates" / "NOTES.txt").read_text(encoding="utf-8")
-    branch = re.search(
-        r"\{\{-? if gt \$replicas 1 \}\}\s*"
-        r"\{\{-? if eq \.Values\.batchPayloads\.mode \"emptyDir\" \}\}(.*?)\{\{-? else",
-        notes,
-        flags=re.S,
-    )
-    assert branch, "NOTES.txt has no replicaCount > 1 with emptyDir branch"
-    assert "WARNING" in branch.group(1) and "ReadWriteMany" in branch.group(1)
-    assert "$replicas := int64 .Values.replicaCount" in notes
-
-
-# ---------------------------------------------------------------------------------------------
-# values.yaml / schema / README / templates agree
-
-
-def test_every_value_is_in_the_schema_and_the_readme() -> None:
-    readme = (CHART / "README.md").read_text(encoding="utf-8")
-    assert "\n## Values\n" in readme, "the chart README has no '## Values' section"
-    values_section = readme.split("\n## Values\n", 1)[1].split("\n## ", 1)[0]
-    table_keys = re.findall(r"^\| `([^`]+)` \|", values_section, flags=re.M)
-    assert len(table_keys) == len(set(table_keys)), "duplicate rows in the README values table"
-    documented = {documented_prefix(p) for p in values_leaf_paths(chart_defaults())}
-    missing = sorted(documented - set(table_keys))
-    stale = sorted(set(table_keys) - documented)
-    assert not missing, f"values missing from the README values table: {missing}"
-    assert not stale, f"README values table lists keys that values.yaml does not have: {stale}"
-
-
-def test_every_schema_property_has_a_default() -> None:
-    defaults = chart_defaults()
-    allowed_without_default = {"global", "strategy.type", "strategy.rollingUpdate"}
-
-    def walk(node: dict[str, Any], values: Any, prefix: str) -> list[str]:
-        missing = []
-        for key, sub in node.get("properties", {}).items():
-            path = f"{prefix}.{key}" if prefix else key
-            if path in allowed_without_default:
-                continue
-            if not isinstance(values, dict) or key not in values:
-                missing.append(path)
-            else:
-                missing += walk(sub, values[key], path)
-        return missing
-
-    assert walk(values_schema(), defaults, "") == [], "schema properties with no default in values.yaml"
-
-
-def test_templates_only_reference_existing_values() -> None:
-    defaults = chart_defaults()
-    problems = []
-    for template in sorted((CHART / "templates").iterdir()):
-        text = template.read_text(encoding="utf-8")
-        for ref in sorted(set(re.findall(r"\.Values((?:\.[A-Za-z_][A-Za-z0-9_]*)+)", text))):
-            node: Any = defaults
-            for part in ref.strip(".").split("."):
-                if not isinstance(node, dict) or part not in node:
-                    problems.append(f"{template.name}: .Values{ref}")
-                    break
-                node = node[part]
-    assert not problems, f"templates reference values that values.yaml does not define: {problems}"
-
-
-def test_values_schema_json_is_formatted() -> None:
-    text = (CHART / "values.schema.json").read_text(encoding="utf-8")
-    assert text == json.dumps(json.loads(text), indent=2, ensure_ascii=False) + "\n", (
-        "values.schema.json: keep it as json.dumps(indent=2) output so diffs stay readable"
-    )
-
-
-def test_example_values_files_parse_as_mappings() -> None:
-    for combo in COMBOS:
-        data = yaml.safe_load((EXAMPLES / f"{combo}.values.yaml").read_text(encoding="utf-8"))
-        assert isinstance(data, dict), f"examples/{combo}.values.yaml must be a mapping (use {{}} for none)"

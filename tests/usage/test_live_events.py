@@ -81,3 +81,13 @@ def test_payloads_are_captured_only_when_switched_on_and_opted_in(gateway: Gatew
         )
     finally:
         relay.api("PUT", switch, {"enabled": False})
+
+
+def test_a_passed_through_upstream_error_is_not_priced(gateway: Gateway) -> None:
+    """SPEC §8: ``cost_nanos`` is null when no upstream answer was priced — the same rule as a batch
+    item's (an upstream 400 is returned as it is, and recorded with its status but no cost)."""
+    response = gateway.chat(fake={"status": 400})
+    assert response.status_code == 400, response.text
+    event = wait_event(gateway, response.headers["x-relay-request-id"])
+    assert event["status"] == 400 and event["error_kind"] is not None
+    assert event["cost_nanos"] is None, event

@@ -65,7 +65,8 @@ class BatchesApp:
             elif len(parts) == 1:
                 _allow(method, "GET")
                 owner = authenticate_owner(credential, snap)
-                await _send(send, 200, orjson.dumps(await self._service.status(owner, parts[0])), request_id)
+                view = await self._service.status(owner, parts[0], items=_items_param(scope))
+                await _send(send, 200, orjson.dumps(view), request_id)
             elif len(parts) == 2 and parts[1] == "results":
                 _allow(method, "GET")
                 await self._results(scope, send, authenticate_owner(credential, snap), parts[0], request_id)
@@ -113,6 +114,15 @@ class BatchesApp:
             # Headers are out: the caller sees a truncated body (invalid JSON), never a false "complete".
             log.exception("results stream of %s failed", batch_id)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def _items_param(scope: Scope) -> bool:
+    """``?items=false`` leaves the item list out of the status view (pollers want only the counts)."""
+    query = parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+    value = (query.get("items") or ["true"])[-1]
+    if value not in ("true", "false"):
+        raise InvalidRequest("items must be true or false")
+    return value == "true"
 
 
 def _allow(method: str, expected: str) -> None:

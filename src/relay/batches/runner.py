@@ -63,8 +63,7 @@ def item_event(
     latency_ms: int = 0,
 ) -> UsageEvent:
     """The usage event of one batch item (SPEC §10.8): source ``batch``, the batch's attribution and
-    policy; priced only when the upstream answered 2xx."""
-    priced = outcome is not None and outcome.error_kind is None
+    policy; priced by the one rule of ``usage.outcome_fields``."""
     return UsageEvent(
         id=mint_id("ue"),
         ts=datetime.now(UTC),
@@ -75,7 +74,7 @@ def item_event(
         status=status,
         error_kind=error_kind,
         error_message=error_message,
-        **outcome_fields(plan, outcome, model, priced=priced),
+        **outcome_fields(plan, outcome, model),
         inbound_shape=batch.inbound_shape,
         streamed=False,
         latency_ms=latency_ms,

@@ -58,11 +58,15 @@ class BatchService:
         *,
         max_items: int,
         stop_running: Callable[[str], Awaitable[object]] | None = None,
+        on_cancelled: Callable[[int], object] | None = None,
     ) -> None:
         self._engine = engine
         self._payloads = payloads
         self._max_items = max_items
         self._stop_running = stop_running
+        # Told how many waiting items a cancel finished here (relay_batch_items_finished_total counts
+        # every final state this replica writes, bulk cancels included).
+        self._on_cancelled = on_cancelled
 
     async def submit(self, principal: Principal, raw: bytes) -> dict[str, Any]:
         """SPEC §10.1: ``{"id", "status": "queued", "total_items"}`` once everything is durable."""
@@ -119,13 +123,13 @@ class BatchService:
             raise BatchNotFound()
         return view.items
 
-    async def status(self, owner: str, batch_id: str) -> dict[str, Any]:
-        """SPEC §10.2, exactly these keys."""
-        view = await views.batch_view(self._engine, batch_id)
+    async def status(self, owner: str, batch_id: str, *, items: bool = True) -> dict[str, Any]:
+        """SPEC §10.2, exactly these keys; ``items=False`` leaves out ``items`` (the rest is the same)."""
+        view = await views.batch_view(self._engine, batch_id, items=items)
         if view is None or view.record.owner != owner:
             raise BatchNotFound()
         r = view.record
-        return {
+        answer = {
             "ID": r.id,
             "RelayKeyHash": r.owner,
             "PolicyID": r.policy_id,
@@ -143,6 +147,9 @@ class BatchService:
             "counts": view.counts,
             "items": orjson.Fragment(view.items_json),  # JSON text from the database, embedded as is
         }
+        if not items:
+            del answer["items"]
+        return answer
 
     async def results(self, record: BatchRecord) -> AsyncIterator[list[bytes]]:
         """Pages of serialized §10.3 result objects, in idx order (call :meth:`owned` first)."""
@@ -168,9 +175,11 @@ class BatchService:
         return await self.cancel_record(await self.record(batch_id))
 
     async def cancel_record(self, record: BatchRecord) -> dict[str, Any]:
-        await queue.cancel(
+        cancelled = await queue.cancel(
             self._engine, record.id, events_for=lambda idxs: [cancelled_event(record, idx) for idx in idxs]
         )
+        if cancelled and self._on_cancelled is not None:
+            self._on_cancelled(len(cancelled))
         if self._stop_running is not None:
             await self._stop_running(record.id)
         return {"status": "cancelled"}

@@ -123,8 +123,10 @@ async def batch_record(engine: AsyncEngine, batch_id: str) -> BatchRecord | None
         return await read_record(conn, batch_id)
 
 
-async def batch_view(engine: AsyncEngine, batch_id: str) -> BatchView | None:
-    """The status view of SPEC §10.2, or None when there is no such batch. Three queries, one snapshot."""
+async def batch_view(engine: AsyncEngine, batch_id: str, *, items: bool = True) -> BatchView | None:
+    """The status view of SPEC §10.2, or None when there is no such batch. Three queries, one snapshot.
+    ``items=False`` skips the item list (``items_json`` is ``"[]"``): a poller that wants only the
+    counts reads a few hundred bytes, not ~35 bytes per item."""
     async with engine.connect() as conn:
         if conn.dialect.name == "postgresql":
             conn = await conn.execution_options(isolation_level="REPEATABLE READ", postgresql_readonly=True)
@@ -136,7 +138,9 @@ async def batch_view(engine: AsyncEngine, batch_id: str) -> BatchView | None:
                 select(I.c.state, func.count()).where(I.c.batch_id == batch_id).group_by(I.c.state)
             )
             counts = {state: count for state, count in counted}
-            items_json = (await conn.execute(_items_json(conn.dialect.name, batch_id))).scalar_one()
+            items_json = None
+            if items:
+                items_json = (await conn.execute(_items_json(conn.dialect.name, batch_id))).scalar_one()
     # Present states in the SPEC's order (available → cancelled), whatever order GROUP BY returned.
     ordered = {state: counts[state] for state in ITEM_STATES if state in counts}
     return BatchView(record=record, counts=ordered, items_json=items_json or "[]")

@@ -37,6 +37,9 @@ class ApplyPlanStep(BaseModel):
     kind: str
     name: str
     action: str = Field(description="create | update | unchanged | delete")
+    changes: dict[str, dict[str, Any]] | None = Field(
+        None, description="update only: {field: {from, to}}; write-only values show as ********"
+    )
 
 
 class ApplyPlan(BaseModel):
@@ -113,7 +116,13 @@ def build_control_app(
     for kind in KINDS:
         _mount_kind(app, kind, catalog, admin)
 
-    @app.post("/api/apply", dependencies=admin, response_model=ApplyPlan, tags=["apply"])
+    @app.post(
+        "/api/apply",
+        dependencies=admin,
+        response_model=ApplyPlan,
+        response_model_exclude_none=True,
+        tags=["apply"],
+    )
     async def apply(body: ApplyRequest) -> dict[str, Any]:
         """Apply catalog documents in one transaction (all or nothing); answers the plan."""
         plan = await applier.apply(body.documents, dry_run=body.dry_run, prune=body.prune)

@@ -3,7 +3,8 @@
 A document is ``{kind, name, spec}``. Apply validates every document first, then, in one transaction,
 creates or updates them in dependency order (teams and hosts before what references them) and, with
 ``prune``, deletes objects of the applied kinds that the documents do not name, in reverse order. The
-plan says, per object, ``create``, ``update``, ``unchanged`` or ``delete``; ``dry_run`` computes the same
+plan says, per object, ``create``, ``update`` (with ``changes``: each changed field's ``from`` and ``to``,
+write-only values masked), ``unchanged`` or ``delete``; ``dry_run`` computes the same
 plan inside the transaction and rolls it back, so a dry run catches exactly the errors a real run would.
 
 "Unchanged" compares the document with the stored object after resolving references to names, and
@@ -24,6 +25,8 @@ from relay.passwords import verify_password
 from relay.secrets import SecretBox
 from relay.store import catalog as store
 
+MASK = "********"
+
 
 class _Rollback(Exception):
     pass
@@ -35,16 +38,19 @@ class ApplyService:
         self._catalog = catalog
         self._box = box
 
-    async def apply(self, documents: Any, *, dry_run: bool, prune: bool) -> list[dict[str, str]]:
+    async def apply(self, documents: Any, *, dry_run: bool, prune: bool) -> list[dict[str, Any]]:
         parsed = self._parse(documents)
-        plan: list[dict[str, str]] = []
+        plan: list[dict[str, Any]] = []
         changed = False
         try:
             async with self._engine.begin() as conn:
                 for kind in KINDS:
                     for name, payload in parsed.get(kind.name, []):
-                        action = await self._apply_one(conn, kind, name, payload)
-                        plan.append({"kind": kind.name, "name": name, "action": action})
+                        action, changes = await self._apply_one(conn, kind, name, payload)
+                        step: dict[str, Any] = {"kind": kind.name, "name": name, "action": action}
+                        if changes:
+                            step["changes"] = changes
+                        plan.append(step)
                 if prune:
                     for kind in reversed(KINDS):
                         if kind.name not in parsed:
@@ -96,7 +102,9 @@ class ApplyService:
             parsed.setdefault(kind.name, []).append((name, payload))
         return parsed
 
-    async def _apply_one(self, conn: AsyncConnection, kind: Kind, name: str, payload: dict[str, Any]) -> str:
+    async def _apply_one(
+        self, conn: AsyncConnection, kind: Kind, name: str, payload: dict[str, Any]
+    ) -> tuple[str, dict[str, dict[str, Any]] | None]:
         object_id = await self._catalog.find_optional(conn, kind, name)
         if object_id is None:
             if (
@@ -109,37 +117,41 @@ class ApplyService:
                     "(exported documents omit stored values)"
                 )
             await self._catalog.create_in(conn, kind, self._catalog.validate(kind, payload))
-            return "create"
+            return "create", None
         current = await self._catalog.spec_of(conn, kind, object_id)
         if kind.name == "HostKey" and payload.get("value") is None and payload.get("value_from_env") is None:
             payload = {**payload, "value_from_env": current.get("value_from_env")}
         spec = self._catalog.validate(kind, payload)
-        if await self._same(conn, kind, object_id, current, spec.model_dump()):
-            return "unchanged"
+        changes = await self._changes(conn, kind, object_id, current, spec.model_dump())
+        if not changes:
+            return "unchanged", None
         given = {k for k in payload if payload[k] is not None or k not in kind.write_only}
         await self._catalog.update_in(conn, kind, object_id, spec, given=given)
-        return "update"
+        return "update", changes
 
-    async def _same(
+    async def _changes(
         self,
         conn: AsyncConnection,
         kind: Kind,
         object_id: str,
         current: dict[str, Any],
         wanted: dict[str, Any],
-    ) -> bool:
+    ) -> dict[str, dict[str, Any]]:
+        """``{field: {"from", "to"}}`` for every field the document changes ({} = unchanged); a
+        write-only value (host key value, password) shows as ``********`` on both sides."""
         normalized = await self._names_for_refs(conn, kind, wanted)
         comparable = {k: v for k, v in normalized.items() if k not in kind.write_only}
-        if comparable != {k: current.get(k) for k in comparable}:
-            return False
+        changes = {k: {"from": current.get(k), "to": v} for k, v in comparable.items() if current.get(k) != v}
         row = await store.get(conn, kind.table, object_id)
         assert row is not None
         if kind.name == "HostKey" and wanted.get("value") is not None:
             sealed = row["value_encrypted"]
-            return sealed is not None and self._box.open(sealed, bound_to=object_id) == wanted["value"]
-        if kind.name == "User" and wanted.get("password") is not None:
-            return await verify_password(row["password_hash"], wanted["password"])
-        return True
+            if sealed is None or self._box.open(sealed, bound_to=object_id) != wanted["value"]:
+                changes["value"] = {"from": MASK if sealed is not None else None, "to": MASK}
+        password = wanted.get("password") if kind.name == "User" else None
+        if password is not None and not await verify_password(row["password_hash"], password):
+            changes["password"] = {"from": MASK, "to": MASK}
+        return changes
 
     async def _names_for_refs(
         self, conn: AsyncConnection, kind: Kind, data: dict[str, Any]

@@ -3,6 +3,12 @@
 The one place a newcomer starts: it must show everything working with no setup. It starts the fake
 upstream as a child process, serves Relay in this process, applies ``catalog.yaml`` through the same
 apply service the control API uses, and prints how to reach everything.
+
+Why the catalog is applied only where objects are missing: after the first start the catalog is the
+operator's (a team renamed or a limit changed with ``relay apply`` must survive a restart), so a later
+start creates what is missing, changes nothing else, and names the objects that differ from the demo's.
+It listens on 127.0.0.1 unless told otherwise (``relay demo --bind``, or ``RELAY_BIND``): the demo's
+control plane and ``/metrics`` are not for the network.
 """
 
 from __future__ import annotations
@@ -10,17 +16,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import sys
 import time
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from relay.boot import Runtime
 from relay.config import Settings
 from relay.domain.credentials import hash_key
-from relay.serve import serve
+from relay.serve import StartupError, listen, local_host, serve
 
 
 def demo_documents(upstream_base_url: str) -> list[dict[str, object]]:
@@ -29,6 +37,7 @@ def demo_documents(upstream_base_url: str) -> list[dict[str, object]]:
 
 
 async def _start_fake_upstream(port: int) -> tuple[asyncio.subprocess.Process, str]:
+    listen("127.0.0.1", port, "the demo's fake upstream", "--upstream-port").close()  # busy: one line
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -38,11 +47,15 @@ async def _start_fake_upstream(port: int) -> tuple[asyncio.subprocess.Process, s
         "--port",
         str(port),
         stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
-    assert proc.stdout is not None
+    assert proc.stdout is not None and proc.stderr is not None
     line = await proc.stdout.readline()
     if not line:
-        raise OSError(f"the fake upstream did not start (is port {port} free? try --upstream-port)")
+        problem = (await proc.stderr.read()).decode(errors="replace").strip().splitlines()
+        detail = f": {problem[-1]}" if problem else ""
+        raise StartupError(f"the demo's fake upstream did not start on port {port}{detail} (--upstream-port)")
+    # Its stderr is not read from here on: nothing more is written there unless it crashes.
     return proc, line.decode().strip().rsplit(" ", 1)[-1]
 
 
@@ -64,28 +77,66 @@ async def demo_credentials(runtime: Runtime, data_dir: Path) -> tuple[str, str]:
     return plaintext, token["token"]
 
 
-def banner(settings: Settings, runtime: Runtime, upstream: str, objects: int, written: int) -> str:
-    host = "127.0.0.1" if settings.bind in ("0.0.0.0", "::") else settings.bind
+def relay_command() -> str:
+    """How this terminal runs ``relay``: ``.venv/bin/relay`` from a checkout, else the command's path."""
+    argv0 = Path(sys.argv[0])
+    if argv0.name != "relay" or not argv0.exists():
+        return "relay"
+    try:
+        return str(argv0.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return "relay" if shutil.which("relay") == str(argv0) else str(argv0)
+
+
+def catalog_line(plan: list[dict[str, Any]], created: int) -> str:
+    """What this start did to the catalog, truthfully."""
+    if created == len(plan):
+        return f"{created} objects created"
+    line = f"{len(plan) - created} objects already there, kept as they are; {created} missing created"
+    differ = [
+        f"{s['kind']} {s['name']} ({', '.join(s.get('changes', {}))})"
+        for s in plan
+        if s["action"] == "update"
+    ]
+    if differ:
+        line += "\n                   changed since, not reverted: " + "; ".join(differ)
+    return line
+
+
+def banner(settings: Settings, runtime: Runtime, upstream: str, catalog: str) -> str:
+    host = local_host(settings.bind)
     control = f"http://{host}:{settings.control_port}"
     token = runtime.secrets.admin_token_path or "$RELAY_ADMIN_TOKEN"
+    if settings.bind in ("127.0.0.1", "::1", "localhost"):
+        reach = f"{settings.bind} only: this machine (relay demo --bind 0.0.0.0 opens it to the network)"
+    elif settings.bind in ("0.0.0.0", "::", ""):
+        reach = (
+            f"every interface ({settings.bind or '0.0.0.0'}): "
+            "the control plane and /metrics are reachable from the network"
+        )
+    else:
+        reach = settings.bind
     return f"""
 Relay demo is running (Ctrl-C stops it).
+  listening on     {reach}
   inference plane  http://{host}:{settings.port}   (try: curl http://{host}:{settings.port}/healthz)
   control plane    {control}/api   (OpenAPI: {control}/api/openapi.json)
   dashboard        {control}/ui/   (sign in with the admin token, or demo@relay.local / demo-password)
   fake upstream    {upstream}
   database         {settings.database_url}
-  demo catalog     {objects} objects ({written} written this start)
+  demo catalog     {catalog}
   admin token      in {token}
 
+Point the relay CLI here (from another terminal in this directory):
+  export RELAY_URL=http://{host}:{settings.port} RELAY_CONTROL_URL={control}
 Try the control API:
   curl -H "Authorization: Bearer $(cat {token})" {control}/api/models
-  .venv/bin/relay export
+  RELAY_CONTROL_URL={control} {relay_command()} export
 """
 
 
 def usage_banner(settings: Settings, key: str, token: str) -> str:
-    base = f"http://127.0.0.1:{settings.port}"
+    base = f"http://{local_host(settings.bind)}:{settings.port}"
     return f"""A relay key for the demo service account (kept in {settings.data_dir}/demo.key):
   export RELAY_API_KEY={key}
   curl -H "Authorization: Bearer $RELAY_API_KEY" {base}/v1/models
@@ -95,6 +146,9 @@ def usage_banner(settings: Settings, key: str, token: str) -> str:
     -d '{{"model": "claude-haiku", "max_tokens": 64, "messages": [{{"role": "user", "content": "hello"}}]}}'
   curl -H "Authorization: Bearer $RELAY_API_KEY" {base}/v1/generate \\
     -d '{{"model": "claude-haiku", "messages": [{{"role": "user", "content": "hello"}}], "stream": true}}'
+A batch from the command line (JSONL, one request per line):
+  echo '{{"model": "gpt-4o-mini", "messages": [{{"role": "user", "content": "hi"}}]}}' > requests.jsonl
+  RELAY_URL={base} {relay_command()} batch submit requests.jsonl --shape openai --wait
 With the official SDKs:
   OpenAI(base_url="{base}/openai/v1", api_key=os.environ["RELAY_API_KEY"])
   Anthropic(base_url="{base}/anthropic", api_key=os.environ["RELAY_API_KEY"])
@@ -107,10 +161,14 @@ async def run_demo(settings: Settings, upstream_port: int) -> None:
     proc, upstream = await _start_fake_upstream(upstream_port)
 
     async def ready(runtime: Runtime) -> None:
-        plan = await runtime.applier.apply(demo_documents(upstream), dry_run=False, prune=False)
-        written = sum(1 for step in plan if step["action"] != "unchanged")
+        documents = demo_documents(upstream)
+        plan = await runtime.applier.apply(documents, dry_run=True, prune=False)
+        missing = {(s["kind"], s["name"]) for s in plan if s["action"] == "create"}
+        if missing:
+            todo = [d for d in documents if (d["kind"], d["name"]) in missing]
+            await runtime.applier.apply(todo, dry_run=False, prune=False)
         key, token = await demo_credentials(runtime, Path(settings.data_dir))
-        print(banner(settings, runtime, upstream, len(plan), written), flush=True)
+        print(banner(settings, runtime, upstream, catalog_line(plan, len(missing))), flush=True)
         print(usage_banner(settings, key, token), flush=True)
 
     try:

@@ -156,7 +156,7 @@ class LiveRecorder:
             status=status,
             error_kind=error_kind,
             error_message=error_message,
-            **outcome_fields(plan, outcome, ctx.model, priced=outcome is not None),
+            **outcome_fields(plan, outcome, ctx.model),
             inbound_shape=ctx.inbound_shape,
             streamed=ctx.streamed,
             latency_ms=latency_ms,

@@ -97,7 +97,7 @@ values or a user-managed Secret (which must then hold RELAY_DATABASE_URL). Empty
 Name of the batch payload claim: the existing claim, or the one the chart creates.
 */}}
 {{- define "relay.payloadClaimName" -}}
-{{- .Values.batchPayloads.persistentVolumeClaim.existingClaim | default (printf "%s-batch-payloads" (include "relay.fullname" .)) }}
+{{- .Values.payloads.persistentVolumeClaim.existingClaim | default (printf "%s-batch-payloads" (include "relay.fullname" .)) }}
 {{- end }}
 
 {{/*
@@ -109,10 +109,48 @@ margin for the process to exit. Always longer than RELAY_SHUTDOWN_GRACE_S.
 {{- end }}
 
 {{/*
-Checks values.schema.json cannot express (they compare two values).
+The most server pods that can run at once: autoscaling.maxReplicas with the autoscaler,
+replicaCount otherwise.
+*/}}
+{{- define "relay.maxReplicas" -}}
+{{- if .Values.autoscaling.enabled }}{{ .Values.autoscaling.maxReplicas | int64 }}{{ else }}{{ .Values.replicaCount | int64 }}{{ end }}
+{{- end }}
+
+{{/*
+Checks values.schema.json cannot express (they compare two values, or they concern the
+autoscaler's maxReplicas): each fails the render with what to change.
 */}}
 {{- define "relay.validateValues" -}}
+{{- $max := include "relay.maxReplicas" . | int64 }}
+{{- $payloads := .Values.payloads }}
+{{- $pvc := $payloads.persistentVolumeClaim }}
 {{- if le (int64 .Values.config.batchRescueAfterS) (int64 .Values.config.batchItemTimeoutS) }}
 {{- fail "config.batchRescueAfterS must be greater than config.batchItemTimeoutS (SPEC §10.6)" }}
 {{- end }}
+{{- if gt $max 1 }}
+{{- if not (include "relay.databaseConfigured" .) }}
+{{- fail (printf "%d replicas need Postgres: set secrets.databaseUrl or secrets.existingSecret (SPEC §1)" $max) }}
 {{- end }}
+{{- if and (eq $payloads.store "files") (gt (int64 .Values.config.batchWorkers) 0) (eq $payloads.mode "emptyDir") }}
+{{- fail (printf "%d replicas run batch items (config.batchWorkers=%d) but payloads are pod-local (payloads.store=files, payloads.mode=emptyDir): items would fail with \"load input:\" (SPEC §10.7). Set payloads.store=database (recommended), or payloads.mode=persistentVolumeClaim on a ReadWriteMany volume, or config.batchWorkers=0 with /v1/batches routed to one batch replica" $max (int64 .Values.config.batchWorkers)) }}
+{{- end }}
+{{- if and (eq $payloads.mode "persistentVolumeClaim") (not $pvc.existingClaim) (not (has "ReadWriteMany" $pvc.accessModes)) }}
+{{- fail (printf "%d replicas cannot all mount a claim without ReadWriteMany (payloads.persistentVolumeClaim.accessModes: %s): add ReadWriteMany, or use payloads.store=database with payloads.mode=emptyDir" $max (join ", " $pvc.accessModes)) }}
+{{- end }}
+{{- end }}
+{{- if and .Values.autoscaling.enabled (gt (int64 .Values.autoscaling.minReplicas) (int64 .Values.autoscaling.maxReplicas)) }}
+{{- fail "autoscaling.minReplicas must not exceed autoscaling.maxReplicas" }}
+{{- end }}
+{{- if and (eq $payloads.mode "persistentVolumeClaim") (not $pvc.existingClaim) (not (has "ReadWriteMany" $pvc.accessModes)) (ne (get .Values.strategy "type" | default "RollingUpdate") "Recreate") }}
+{{- fail "a payload claim without ReadWriteMany needs strategy.type=Recreate: during a rolling update the new pod cannot mount the claim the old one holds" }}
+{{- end }}
+{{- if and (include "relay.migrationJobEnabled" .) (ge (int64 .Values.migrations.activeDeadlineSeconds) (int64 .Values.migrations.helmTimeoutSeconds)) }}
+{{- fail (printf "migrations.activeDeadlineSeconds (%d) must be below migrations.helmTimeoutSeconds (%d, the --timeout you give helm): Helm would give up on the hook while the Job still runs" (int64 .Values.migrations.activeDeadlineSeconds) (int64 .Values.migrations.helmTimeoutSeconds)) }}
+{{- end }}
+{{- with .Values.podDisruptionBudget }}
+{{- if and .enabled (not (kindIs "string" .minAvailable)) (not $.Values.autoscaling.enabled) (ge (int64 .minAvailable) (int64 $.Values.replicaCount)) }}
+{{- fail (printf "podDisruptionBudget.minAvailable=%d with replicaCount=%d blocks every node drain: use maxUnavailable, or a lower minAvailable" (int64 .minAvailable) (int64 $.Values.replicaCount)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+

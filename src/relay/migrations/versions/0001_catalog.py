@@ -1,4 +1,4 @@
-"""The catalog: every table of SPEC §2, plus settings and the single catalog_revision row.
+"""The catalog's tables, plus settings and the single catalog_revision row.
 
 Revision ID: 0001
 Revises:

@@ -1,4 +1,4 @@
-"""Usage events (SPEC §8, §10.8) and captured payloads (SPEC §9).
+"""Usage events (live requests and batch items) and captured payloads.
 
 Revision ID: 0003
 Revises: 0002

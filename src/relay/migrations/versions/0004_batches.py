@@ -1,4 +1,4 @@
-"""Batches (SPEC §10): the batch and item rows of the durable queue, and replica heartbeats.
+"""Batches: the batch and item rows of the durable queue, and replica heartbeats.
 
 Revision ID: 0004
 Revises: 0003
