@@ -29,13 +29,17 @@ from relay.catalog import CatalogReloader, Snapshot
 from relay.config import Settings, host_key_env
 from relay.control.app import build_control_app
 from relay.control.apply import ApplyService
+from relay.control.batch_admin import BatchAdmin
+from relay.control.batch_routes import mount_batch_routes
 from relay.control.catalog import CatalogService
 from relay.control.credential_routes import mount_credential_routes
+from relay.control.dashboard import Dashboard, mount_dashboard
 from relay.control.guard import ControlGuard
+from relay.control.health import HealthService
 from relay.control.keys import KeyService
 from relay.control.spend_routes import mount_spend_routes
 from relay.control.tokens import TokenService, load_signer
-from relay.control.usage_routes import mount_usage_routes
+from relay.control.usage_routes import UsageQueries, mount_usage_routes
 from relay.inference.app import InferenceApp
 from relay.inference.live import LiveHandler
 from relay.inference.recording import LiveRecorder
@@ -213,6 +217,19 @@ def build_runtime(settings: Settings) -> Runtime:
         mounts={BATCHES_PREFIX: BatchesApp(batches, snapshot, settings.batch_max_bytes)},
     )
 
+    admin_batches = BatchAdmin(engine, batches)
+    dashboard = Dashboard(
+        admin_token=secrets.admin_token,
+        catalog=catalog,
+        keys=runtime.keys,
+        tokens=runtime.tokens,
+        batches=admin_batches,
+        batch_service=batches,
+        usage=UsageQueries(engine),
+        health=HealthService(snapshot, state),
+        secure_cookies=(settings.public_url or "").startswith("https://"),
+    )
+
     def control_routes(app: FastAPI, admin: Any) -> None:
         mount_credential_routes(
             app,
@@ -223,6 +240,8 @@ def build_runtime(settings: Settings) -> Runtime:
         )
         mount_usage_routes(app, engine=engine, require_admin=admin, on_settings_change=reloader.reload)
         mount_spend_routes(app, limiter=limiter, snapshot=snapshot, require_admin=admin)
+        mount_batch_routes(app, admin_batches, admin)
+        mount_dashboard(app, dashboard)
 
     control = build_control_app(
         admin_token=secrets.admin_token,

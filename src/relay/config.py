@@ -75,7 +75,7 @@ class Settings(BaseModel):
     keepalive_timeout_s: float = Field(5.0, gt=0)
     # Capped at 250: whatever is admitted must still be writable by orjson (254 levels).
     max_json_depth: int = Field(128, ge=2, le=250)
-    public_url: str | None = None
+    public_url: str | None = None  # where users reach Relay; https makes the session cookies Secure
     upstream_timeout_s: float = Field(300.0, gt=0)
     translate_default_max_tokens: int = Field(4096, ge=1)
     batch_workers: int = Field(16, ge=0, le=4096)

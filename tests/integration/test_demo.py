@@ -125,6 +125,9 @@ def test_demo_runs_and_restarts_cleanly(tmp_path: Path) -> None:
             )
             assert listed.status_code == 200 and "gpt-4o-mini" in listed.text
         assert httpx.get(f"http://127.0.0.1:{upstream_port}/health").status_code == 200
+        dashboard = f"http://127.0.0.1:{control_port}/ui/"
+        assert dashboard in banner  # SPEC §16: the demo prints the dashboard's URL, and it answers
+        assert "Sign in to Relay" in httpx.get(dashboard, follow_redirects=True).text
         # An operator's changes, which the next start must keep: a renamed team, a deleted binding.
         assert control.patch("/api/teams/demo", json={"display_name": "Ops"}).status_code == 200
         assert control.delete("/api/bindings/embeddings-openai").status_code == 204

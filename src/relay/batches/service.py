@@ -118,6 +118,20 @@ class BatchService:
             raise BatchNotFound()
         return record
 
+    async def record(self, batch_id: str) -> BatchRecord:
+        """Any owner's batch (the admin's and the dashboard's reads; callers check their scope)."""
+        record = await views.batch_record(self._engine, batch_id)
+        if record is None:
+            raise BatchNotFound()
+        return record
+
+    async def item_states(self, batch_id: str) -> list[views.ItemState]:
+        """Every item's state in idx order (the §10.2 ``items``), for any owner's batch."""
+        view = await views.batch_view(self._engine, batch_id)
+        if view is None:
+            raise BatchNotFound()
+        return view.items
+
     async def status(self, owner: str, batch_id: str, *, items: bool = True) -> dict[str, Any]:
         """SPEC §10.2, exactly these keys; ``items=False`` leaves out ``items`` (the rest is the same)."""
         view = await views.batch_view(self._engine, batch_id, owner, items=items)  # owner first (§10.8)
@@ -163,7 +177,13 @@ class BatchService:
 
     async def cancel(self, owner: str, batch_id: str) -> dict[str, Any]:
         """SPEC §10.5: idempotent; available items cancelled now, this replica's running ones stopped."""
-        record = await self.owned(owner, batch_id)
+        return await self.cancel_record(await self.owned(owner, batch_id))
+
+    async def cancel_any(self, batch_id: str) -> dict[str, Any]:
+        """The admin's cancel (SPEC §11): any owner's batch, otherwise exactly as :meth:`cancel`."""
+        return await self.cancel_record(await self.record(batch_id))
+
+    async def cancel_record(self, record: BatchRecord) -> dict[str, Any]:
         cancelled = await queue.cancel(
             self._engine, record.id, events_for=lambda idxs: [cancelled_event(record, idx) for idx in idxs]
         )

@@ -144,6 +144,23 @@ class TokenService:
                 raise Unauthenticated("invalid or expired session")
             return await self._mint(conn, user_id, request)
 
+    async def session_identity(self, session: str) -> dict[str, Any] | None:
+        """Who a live session belongs to (the dashboard's sign-in, SPEC §16): ``{"user_id", "email",
+        "projects": [(id, name)]}``, or None for an unknown or expired session or a disabled user."""
+        async with self._engine.connect() as conn:
+            user_id = await creds.session_user(conn, _digest(session), utcnow())
+            if user_id is None:
+                return None
+            user = await store.get(conn, t.users, user_id)
+            if user is None or not user["enabled"]:
+                return None
+            projects = await creds.user_projects(conn, user_id)
+        return {"user_id": user_id, "email": user["email"], "projects": projects}
+
+    async def end_session(self, session: str) -> None:
+        async with self._engine.begin() as conn:
+            await creds.delete_session(conn, _digest(session))
+
     async def _mint(self, conn: AsyncConnection, user_id: str, request: MintRequest) -> dict[str, Any]:
         user = await store.get(conn, t.users, user_id)
         assert user is not None

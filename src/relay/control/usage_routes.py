@@ -73,6 +73,7 @@ def mount_usage_routes(
     """Mount the usage API on the control app; ``on_settings_change`` runs after a settings write
     commits (it reloads this replica's snapshot; other replicas follow the revision the write bumped)."""
     admin = [Depends(require_admin)]
+    queries = UsageQueries(engine)
     # The settings write reads before it writes: on SQLite its transaction must take the write lock up
     # front, or a usage-writer commit in between makes the lock upgrade fail at once ("database is
     # locked", which busy_timeout does not cover). Ignored on Postgres.
@@ -86,18 +87,7 @@ def mount_usage_routes(
     )
     async def list_events(request: Request) -> dict[str, Any]:
         """Usage events, newest first, one page at a time (``next_cursor`` is null on the last page)."""
-        params = _params(request, EVENT_PARAMS)
-        limit = _limit(params.get("limit"))
-        cursor = params.get("cursor")
-        if cursor is not None:
-            try:
-                store.decode_cursor(cursor)
-            except ValueError as exc:
-                raise InvalidRequest(f"cursor: {exc}") from None
-        async with engine.connect() as conn:
-            filters = await _filters(conn, params)
-            rows, next_cursor = await store.query_events(conn, filters, limit=limit, cursor=cursor)
-        return {"events": [_event(r) for r in rows], "next_cursor": next_cursor}
+        return await queries.events(_params(request, EVENT_PARAMS))
 
     @app.get(
         "/api/usage/summary",
@@ -107,21 +97,7 @@ def mount_usage_routes(
     )
     async def usage_summary(request: Request) -> dict[str, Any]:
         """Requests, errors, tokens, cost and p50/p95 latency per group, over the filtered events."""
-        params = _params(request, SUMMARY_PARAMS)
-        group_by = params.get("group_by", "")
-        if group_by not in store.GROUPS:
-            choices = "|".join(store.GROUPS)
-            raise InvalidRequest(f"group_by: must be one of {choices}, got {params.get('group_by')!r}")
-        async with engine.connect() as conn:
-            filters = await _filters(conn, params)
-            rows = await store.summary(conn, group_by, filters)
-            if group_by in REFS or group_by == "credential":
-                # A credential group is named by its relay key's name; a token (jti) has no name.
-                table = t.relay_keys if group_by == "credential" else REFS[group_by]
-                names = await catalog_store.names(conn, table, [r["group"] for r in rows])
-                for row in rows:
-                    row["name"] = names.get(row["group"])  # None once the object is deleted
-        return {"rows": rows}
+        return await queries.summary(_params(request, SUMMARY_PARAMS))
 
     @app.get("/api/payloads/{request_id}", dependencies=admin, tags=["Usage"])
     async def get_payload(request_id: str) -> dict[str, Any]:
@@ -159,6 +135,50 @@ def mount_usage_routes(
             await catalog_store.bump_revision(conn)
         await on_settings_change()
         return value
+
+
+class UsageQueries:
+    """The usage API's reads (SPEC §8) behind the routes and the dashboard alike: ``params`` are the
+    query parameters as given; bad ones are a 400 naming them (unknown names are refused by the
+    caller, which knows the route's parameter set: see :func:`check_params`)."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+
+    async def events(self, params: Mapping[str, str]) -> dict[str, Any]:
+        limit = _limit(params.get("limit"))
+        cursor = params.get("cursor")
+        if cursor is not None:
+            try:
+                store.decode_cursor(cursor)
+            except ValueError as exc:
+                raise InvalidRequest(f"cursor: {exc}") from None
+        async with self._engine.connect() as conn:
+            filters = await _filters(conn, params)
+            rows, next_cursor = await store.query_events(conn, filters, limit=limit, cursor=cursor)
+        return {"events": [_event(r) for r in rows], "next_cursor": next_cursor}
+
+    async def summary(self, params: Mapping[str, str]) -> dict[str, Any]:
+        group_by = params.get("group_by", "")
+        if group_by not in store.GROUPS:
+            choices = "|".join(store.GROUPS)
+            raise InvalidRequest(f"group_by: must be one of {choices}, got {params.get('group_by')!r}")
+        async with self._engine.connect() as conn:
+            filters = await _filters(conn, params)
+            rows = await store.summary(conn, group_by, filters)
+            if group_by in REFS or group_by == "credential":
+                # A credential group is named by its relay key's name; a token (jti) has no name.
+                table = t.relay_keys if group_by == "credential" else REFS[group_by]
+                names = await catalog_store.names(conn, table, [r["group"] for r in rows])
+                for row in rows:
+                    row["name"] = names.get(row["group"])  # None once the object is deleted
+        return {"rows": rows}
+
+
+def check_params(params: Mapping[str, str], allowed: frozenset[str]) -> None:
+    for name in params:
+        if name not in allowed:
+            raise InvalidRequest(f"unknown query parameter {name!r}; known: {', '.join(sorted(allowed))}")
 
 
 def _params(request: Request, allowed: frozenset[str]) -> dict[str, str]:

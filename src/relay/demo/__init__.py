@@ -125,6 +125,7 @@ Relay demo is running (Ctrl-C stops it).
   listening on     {reach}
   inference plane  http://{host}:{settings.port}   (try: curl http://{host}:{settings.port}/healthz)
   control plane    {control}/api   (OpenAPI: {control}/api/openapi.json)
+  dashboard        {control}/ui/   (sign in with the admin token, or demo@relay.local / demo-password)
   fake upstream    {upstream}
   database         {settings.database_url}
   demo catalog     {catalog}

@@ -102,3 +102,19 @@ async def membership(conn: AsyncConnection, user_id: str, project_id: str) -> bo
 async def key_by_hash(conn: AsyncConnection, key_hash: str) -> Row | None:
     row = (await conn.execute(select(t.relay_keys).where(t.relay_keys.c.key_hash == key_hash))).first()
     return dict(row._mapping) if row else None
+
+
+async def user_projects(conn: AsyncConnection, user_id: str) -> list[tuple[str, str]]:
+    """``[(project id, project name)]`` the user is a member of, by name."""
+    m, p = t.user_memberships, t.projects
+    query = (
+        select(p.c.id, p.c.name)
+        .join(m, m.c.project_id == p.c.id)
+        .where(m.c.user_id == user_id)
+        .order_by(p.c.name)
+    )
+    return [(str(i), str(n)) for i, n in await conn.execute(query)]
+
+
+async def delete_session(conn: AsyncConnection, session_hash: str) -> None:
+    await conn.execute(delete(t.user_sessions).where(t.user_sessions.c.session_hash == session_hash))

@@ -1,0 +1,177 @@
+"""The admin batch API's service (SPEC §11, last bullet): every owner's batches, of every batch API.
+
+What it does. :meth:`BatchAdmin.list` validates the filters (each bad one is a 400 naming it) and
+answers one keyset page ``{"items", "next_cursor"}``; :meth:`detail` adds a batch's item counts and
+its failures grouped by §10.4 cause; :meth:`cancel` cancels any owner's batch exactly as §10.5 does.
+The HTTP routes (``relay.control.batch_routes``) and the dashboard both call it, so the dashboard
+shows and refuses exactly what the API does.
+
+``scope`` narrows every call to some projects: the dashboard passes a signed-in user's projects, and
+a batch outside them is "not found", as for an unknown id. ``None`` (the admin) is every project.
+
+What it deliberately does not know. SQL (``relay.store.batches``), how a cancel reaches the queue and
+this replica's workers (``relay.batches.service``), HTTP.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, Final
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from relay.batches.service import BatchNotFound, BatchService
+from relay.control.catalog import rfc3339
+from relay.domain.batches import ITEM_STATES
+from relay.domain.failures import group_failures
+from relay.errors import InvalidRequest
+from relay.store import batches as store
+from relay.store import catalog as catalog_store
+from relay.store import tables as t
+
+FILTERS: Final = ("project", "team", "owner", "state", "api", "from", "to")
+LIST_PARAMS: Final = frozenset({*FILTERS, "limit", "cursor"})
+DEFAULT_LIMIT: Final = 100
+MAX_LIMIT: Final = 1000
+DESCRIPTIONS: Final[Mapping[str, str]] = {
+    "project": "project id or name",
+    "team": "team id or name",
+    "owner": "user:<user id> (every token of that user) or key:<relay key id>",
+    "state": "|".join(store.STATES),
+    "api": "|".join(store.APIS) + " (the batch API a batch was created through)",
+    "from": "created at or after (RFC 3339)",
+    "to": "created before (RFC 3339)",
+    "limit": f"1–{MAX_LIMIT}, default {DEFAULT_LIMIT}",
+    "cursor": "next_cursor of the previous page",
+}
+
+
+class BatchAdmin:
+    def __init__(self, engine: AsyncEngine, batches: BatchService) -> None:
+        self._engine = engine
+        self._batches = batches
+
+    async def list(self, params: Mapping[str, str], scope: tuple[str, ...] | None = None) -> dict[str, Any]:
+        """One page of batches, newest first; ``params`` are the query parameters (unknown → 400)."""
+        for name in params:
+            if name not in LIST_PARAMS:
+                known = ", ".join(sorted(LIST_PARAMS))
+                raise InvalidRequest(f"unknown query parameter {name!r}; known: {known}")
+        limit = _limit(params.get("limit"))
+        cursor = params.get("cursor") or None
+        if cursor is not None:
+            try:
+                store.decode_cursor(cursor)
+            except ValueError as exc:
+                raise InvalidRequest(f"cursor: {exc}") from None
+        async with self._engine.connect() as conn:
+            filters = await self._filters(conn, params, scope)
+            rows, next_cursor = await store.list_batches(conn, filters, limit=limit, cursor=cursor)
+            counts = await store.item_counts(conn, [r["id"] for r in rows])
+        return {"items": [_render(row, counts[row["id"]]) for row in rows], "next_cursor": next_cursor}
+
+    async def detail(self, batch_id: str, scope: tuple[str, ...] | None = None) -> dict[str, Any]:
+        """A batch with its counts and its discarded items grouped by cause (404 when unknown)."""
+        async with self._engine.connect() as conn:
+            row = await store.get_batch(conn, batch_id)
+            if row is None or (scope is not None and row["project_id"] not in scope):
+                raise BatchNotFound()
+            counts = (await store.item_counts(conn, [batch_id]))[batch_id]
+            errors = await store.failure_errors(conn, batch_id)
+        return {**_render(row, counts), "failures": group_failures(errors)}
+
+    async def cancel(self, batch_id: str, scope: tuple[str, ...] | None = None) -> dict[str, Any]:
+        """SPEC §10.5 for any owner: idempotent, ``{"status": "cancelled"}``."""
+        if scope is not None:
+            await self.detail(batch_id, scope)  # 404 outside the scope, before any change
+        return await self._batches.cancel_any(batch_id)
+
+    async def _filters(
+        self, conn: Any, params: Mapping[str, str], scope: tuple[str, ...] | None
+    ) -> store.BatchFilter:
+        values: dict[str, Any] = {}
+        project = params.get("project")
+        if project is not None:
+            # Batches keep the ids of deleted projects (SPEC §2): an unknown name is taken as an id.
+            project_id = await catalog_store.resolve_ref(conn, t.projects, project) or project
+            values["project_ids"] = (project_id,) if scope is None or project_id in scope else ()
+        elif scope is not None:
+            values["project_ids"] = scope
+        team = params.get("team")
+        if team is not None:
+            values["team_id"] = await catalog_store.resolve_ref(conn, t.teams, team) or team
+        owner = params.get("owner")
+        if owner is not None:
+            kind, _, ident = owner.partition(":")
+            if kind not in ("user", "key") or not ident:
+                raise InvalidRequest(f"owner: must be user:<user id> or key:<relay key id>, got {owner!r}")
+            values["owner"] = owner
+        state = params.get("state")
+        if state is not None:
+            if state not in store.STATES:
+                raise InvalidRequest(f"state: must be one of {'|'.join(store.STATES)}, got {state!r}")
+            values["state"] = state
+        api = params.get("api")
+        if api is not None:
+            if api not in store.APIS:
+                raise InvalidRequest(f"api: must be one of {'|'.join(store.APIS)}, got {api!r}")
+            values["api"] = api
+        if params.get("from"):
+            values["created_from"] = _timestamp("from", params["from"])
+        if params.get("to"):
+            values["created_to"] = _timestamp("to", params["to"])
+        if (
+            "created_from" in values
+            and "created_to" in values
+            and values["created_from"] > values["created_to"]
+        ):
+            raise InvalidRequest("from: must not be after to")
+        return store.BatchFilter(**values)
+
+
+def _render(row: Mapping[str, Any], counts: Mapping[str, int]) -> dict[str, Any]:
+    out = store.page_row(dict(row))
+    done = sum(n for state, n in counts.items() if state in ("completed", "discarded", "cancelled"))
+    return {
+        "id": out["id"],
+        "api": "relay",
+        "owner": store.owner_of(dict(row)),
+        "state": store.state_of(dict(row)),
+        "status": out["status"],
+        "inbound_shape": out["inbound_shape"],
+        "project_id": out["project_id"],
+        "team_id": out["team_id"],
+        "policy_id": out["policy_id"],
+        "policy_name": out["policy_name"],
+        "principal_kind": out["principal_kind"],
+        "principal_id": out["principal_id"],
+        "credential_kind": out["credential_kind"],
+        "credential_id": out["credential_id"],
+        "total_items": out["total_items"],
+        "finished_items": done,
+        "counts": {state: counts[state] for state in ITEM_STATES if state in counts},
+        "created_at": rfc3339(out["created_at"]),
+        "completed_at": rfc3339(out["completed_at"]),
+    }
+
+
+def _limit(raw: str | None) -> int:
+    if raw is None:
+        return DEFAULT_LIMIT
+    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_LIMIT:
+        raise InvalidRequest(f"limit: must be an integer from 1 to {MAX_LIMIT}, got {raw!r}")
+    return int(raw)
+
+
+def _timestamp(name: str, raw: str) -> datetime:
+    # An unencoded '+' in a query string arrives as a space: "…T10:00:00 02:00" means "+02:00".
+    for candidate in (raw, raw.replace(" ", "+")):
+        try:
+            value = datetime.fromisoformat(candidate)
+        except ValueError:
+            continue
+        if value.tzinfo is None:
+            raise InvalidRequest(f"{name}: needs a UTC offset (RFC 3339, e.g. 2026-01-31T00:00:00Z)")
+        return value
+    raise InvalidRequest(f"{name}: not an RFC 3339 timestamp: {raw!r}")

@@ -1,0 +1,113 @@
+"""The admin-only pages (SPEC §16): relay keys, and the catalog with each host key's breaker.
+
+Keys: create (the plaintext is in that one answer and nowhere else: the page is ``no-store`` and the
+next visit shows only the prefix), rotate with a grace period, revoke, disable and enable, each
+through :class:`relay.control.keys.KeyService` exactly as ``/api/keys`` does. A user signed in with
+email and password gets 403 here, as the control API would refuse them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from relay.control.dashboard.web import Dashboard, with_errors
+from relay.control.kinds import KINDS
+from relay.errors import RelayError
+
+CATALOG_KINDS = ("hosts", "models", "bindings", "policies")
+
+
+def key_state(key: dict[str, Any]) -> str:
+    if key.get("revoked_at"):
+        return "revoked"
+    if not key.get("enabled"):
+        return "disabled"
+    if key.get("grace_until"):
+        return "rotated (old value in grace)"
+    return "active"
+
+
+def mount_admin_pages(router: APIRouter, dash: Dashboard) -> None:
+    kinds = {kind.plural: kind for kind in KINDS}
+
+    async def keys_page(
+        request: Request,
+        *,
+        created: dict[str, Any] | None = None,
+        error: str | None = None,
+        status: int = 200,
+    ) -> Response:
+        viewer = await dash.require(request, admin=True)
+        items = await dash.keys.list_all()
+        accounts = await dash.catalog.list_all(kinds["service-accounts"])
+        users = await dash.catalog.list_all(kinds["users"])
+        policies = await dash.catalog.list_all(kinds["policies"])
+        return dash.page(
+            "keys.html",
+            request,
+            viewer,
+            status,
+            keys=items,
+            key_state=key_state,
+            created=created,
+            error=error,
+            accounts=accounts,
+            users=users,
+            policies=policies,
+        )
+
+    async def keys(request: Request) -> Response:
+        return await keys_page(request)
+
+    async def create(request: Request) -> Response:
+        viewer = await dash.require(request, admin=True)
+        fields = await dash.form(request, viewer)
+        payload: dict[str, Any] = {
+            "principal_kind": fields.get("principal_kind", ""),
+            "principal": fields.get("principal", ""),
+        }
+        for name in ("policy", "name", "expires_at", "project"):
+            if fields.get(name):
+                payload[name] = fields[name]
+        try:
+            answer = await dash.keys.create(payload)
+        except RelayError as exc:
+            return await keys_page(request, error=exc.message, status=exc.status)
+        return await keys_page(request, created={"action": "created", **answer}, status=201)
+
+    async def act(request: Request) -> Response:
+        viewer = await dash.require(request, admin=True)
+        fields = await dash.form(request, viewer)
+        key_id, action = request.path_params["key_id"], request.path_params["action"]
+        try:
+            if action == "rotate":
+                grace = fields.get("grace_seconds") or "0"
+                answer = await dash.keys.rotate(
+                    key_id, {"grace_seconds": int(grace) if grace.isdigit() else grace}
+                )
+                return await keys_page(request, created={"action": "rotated", **answer})
+            if action == "revoke":
+                await dash.keys.revoke(key_id)
+            elif action in ("disable", "enable"):
+                await dash.keys.patch(key_id, {"enabled": action == "enable"})
+            else:
+                return await keys_page(request, error=f"unknown action {action!r}", status=404)
+        except RelayError as exc:
+            return await keys_page(request, error=exc.message, status=exc.status)
+        return dash.redirect("/ui/keys")
+
+    async def catalog(request: Request) -> Response:
+        viewer = await dash.require(request, admin=True)
+        lists = {plural: await dash.catalog.list_all(kinds[plural]) for plural in CATALOG_KINDS}
+        health = await dash.health.host_keys()
+        return dash.page("catalog.html", request, viewer, lists=lists, health=health)
+
+    router.add_api_route("/ui/keys", with_errors(dash, keys), methods=["GET"], include_in_schema=False)
+    router.add_api_route("/ui/keys", with_errors(dash, create), methods=["POST"], include_in_schema=False)
+    router.add_api_route(
+        "/ui/keys/{key_id}/{action}", with_errors(dash, act), methods=["POST"], include_in_schema=False
+    )
+    router.add_api_route("/ui/catalog", with_errors(dash, catalog), methods=["GET"], include_in_schema=False)

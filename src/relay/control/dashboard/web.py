@@ -1,0 +1,172 @@
+"""What every dashboard page shares: its services, the templates, the security headers, the
+signed-in viewer and the CSRF check of state-changing forms.
+
+Security headers on every answer: a Content-Security-Policy that allows scripts, styles, images and
+fetches from Relay itself only (``'self'``: no inline script, no inline style, no CDN), no framing,
+forms posting back to Relay only; ``no-store`` so a page that showed a plaintext key is not kept by
+the browser; ``nosniff`` and ``no-referrer``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Final
+from urllib.parse import parse_qsl, urlencode
+
+from fastapi import Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from relay.batches.service import BatchService
+from relay.control.batch_admin import BatchAdmin
+from relay.control.catalog import CatalogService
+from relay.control.dashboard.session import COOKIE, Signer, Viewer
+from relay.control.health import HealthService
+from relay.control.keys import KeyService
+from relay.control.tokens import TokenService
+from relay.control.usage_routes import UsageQueries
+from relay.errors import RelayError
+
+CSP: Final = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+HEADERS: Final = {
+    "content-security-policy": CSP,
+    "cache-control": "no-store",
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "x-frame-options": "DENY",
+}
+MAX_FORM_BYTES: Final = 16 * 1024
+
+
+class Refused(Exception):
+    """A dashboard-level refusal (not signed in, not allowed, bad CSRF): rendered as an error page."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass
+class Dashboard:
+    """The services the dashboard calls: the same objects the control API's routes call."""
+
+    admin_token: str
+    catalog: CatalogService
+    keys: KeyService
+    tokens: TokenService
+    batches: BatchAdmin
+    batch_service: BatchService
+    usage: UsageQueries
+    health: HealthService
+    secure_cookies: bool = False
+
+    def __post_init__(self) -> None:
+        self.signer = Signer(self.admin_token)
+        self.env = Environment(
+            loader=PackageLoader("relay.control.dashboard", "templates"),
+            autoescape=select_autoescape(("html",)),
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        self.env.filters["usd"] = usd
+        self.env.filters["num"] = lambda n: "–" if n is None else f"{int(n):,}"
+        self.env.globals["qs"] = query_string
+
+    # -- who ----------------------------------------------------------------------------------------
+
+    async def viewer(self, request: Request) -> Viewer | None:
+        cookie = request.cookies.get(COOKIE, "")
+        if cookie.startswith("a.") and self.signer.admin_cookie_valid(cookie):
+            return Viewer("admin", cookie)
+        if cookie.startswith("u.") and len(cookie) > 2:
+            found = await self.tokens.session_identity(cookie[2:])
+            if found is not None:
+                projects = tuple(tuple(p) for p in found["projects"])
+                return Viewer("user", cookie, found["user_id"], found["email"], projects)  # type: ignore[arg-type]
+        return None
+
+    async def require(self, request: Request, *, admin: bool = False) -> Viewer:
+        viewer = await self.viewer(request)
+        if viewer is None:
+            raise Refused(401, "sign in first")
+        if admin and not viewer.is_admin:
+            raise Refused(403, "only the admin can see this page")
+        return viewer
+
+    async def form(
+        self, request: Request, viewer: Viewer | None = None, pre: str | None = None
+    ) -> dict[str, str]:
+        """The posted form; refused without the CSRF token of the viewer's session (or, on the
+        sign-in form, of the pre-session cookie)."""
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > MAX_FORM_BYTES:
+            raise Refused(413, "form too large")
+        chunks, size = [], 0
+        async for chunk in request.stream():  # capped while reading: never buffer a huge body
+            size += len(chunk)
+            if size > MAX_FORM_BYTES:
+                raise Refused(413, "form too large")
+            chunks.append(chunk)
+        raw = b"".join(chunks)
+        fields = dict(parse_qsl(raw.decode("utf-8", "replace"), keep_blank_values=True))
+        basis = viewer.cookie if viewer is not None else pre
+        if not basis or not self.signer.csrf_ok(basis, fields.get("csrf")):
+            raise Refused(403, "the form's CSRF token is missing or wrong: reload the page and try again")
+        return fields
+
+    # -- answers ------------------------------------------------------------------------------------
+
+    def page(
+        self, name: str, request: Request, viewer: Viewer | None, status: int = 200, **context: Any
+    ) -> HTMLResponse:
+        csrf = self.signer.csrf(viewer.cookie) if viewer is not None else context.pop("csrf", "")
+        html = self.env.get_template(name).render(
+            request=request, viewer=viewer, csrf=csrf, path=request.url.path, **context
+        )
+        return HTMLResponse(html, status_code=status, headers=HEADERS)
+
+    def redirect(self, url: str) -> RedirectResponse:
+        return RedirectResponse(url, status_code=303, headers=HEADERS)
+
+
+def usd(nanos: int | None) -> str:
+    if nanos is None:
+        return "–"
+    dollars = nanos / 1e9
+    if dollars and dollars < 0.01:
+        return f"${dollars:.6f}"
+    return f"${dollars:,.4f}" if dollars < 100 else f"${dollars:,.2f}"
+
+
+def query_string(params: dict[str, Any], **changes: Any) -> str:
+    merged = {k: v for k, v in {**params, **changes}.items() if v not in (None, "")}
+    return urlencode(merged)
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def with_errors(dash: Dashboard, handler: Handler) -> Handler:
+    """Render a :class:`Refused` or a service's 4xx (RelayError) as the error page with its status;
+    a request that is not signed in goes to the sign-in page instead."""
+
+    @functools.wraps(handler)
+    async def wrapped(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except Refused as exc:
+            if exc.status == 401 and request.method == "GET":
+                return dash.redirect("/ui/signin")
+            viewer = await dash.viewer(request)
+            return dash.page("error.html", request, viewer, exc.status, message=exc.message)
+        except RelayError as exc:
+            viewer = await dash.viewer(request)
+            return dash.page("error.html", request, viewer, exc.status, message=exc.message)
+
+    return wrapped

@@ -1,0 +1,160 @@
+"""Reads of batches across every owner, for the admin batch API (SPEC §11) and the dashboard (§16).
+
+What it does. :func:`list_batches` pages through batches newest first with filters (keyset on
+``(created_at, id)``, so page 1 000 costs what page 1 costs); :func:`item_counts` counts the item states
+of a page's batches in one GROUP BY; :func:`failure_errors` groups a batch's discarded items by their
+error text (the caller groups those by §10.4 cause). The batch writes stay in ``relay.batches.queue``
+and the owner-scoped reads of ``/v1/batches`` in ``relay.batches.views``.
+
+Batch state, as filtered here: ``in_progress`` (items still open: ``completed_at`` is null),
+``completed`` (finished without a cancel) and ``cancelled``. The §14/§15 batch APIs add their own rows
+and states; ``api`` tells which API a batch belongs to (today only ``relay``, the §10 API).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from sqlalchemy import ColumnElement, and_, func, literal, literal_column, select, tuple_
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from relay.store import tables as t
+from relay.store.catalog import Row
+
+B = t.batches
+I = t.batch_items  # noqa: E741
+STATES: Final = ("in_progress", "completed", "cancelled")
+APIS: Final = ("relay",)  # §14 adds "openai", §15 "anthropic"
+MAX_ERROR_GROUPS: Final = 1000  # distinct error texts read per batch (causes group them further)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchFilter:
+    project_ids: tuple[str, ...] | None = None  # None: every project; () matches nothing
+    team_id: str | None = None
+    owner: str | None = None
+    state: str | None = None
+    api: str | None = None
+    created_from: datetime | None = None  # inclusive
+    created_to: datetime | None = None  # exclusive
+
+    def conditions(self) -> list[ColumnElement[bool]]:
+        out: list[ColumnElement[bool]] = []
+        if self.project_ids is not None:
+            out.append(B.c.project_id.in_(self.project_ids) if self.project_ids else literal(False))
+        if self.team_id is not None:
+            out.append(B.c.team_id == self.team_id)
+        if self.owner is not None:  # "user:<user id>" or "key:<relay key id>" (see owner_of)
+            kind, _, ident = self.owner.partition(":")
+            if kind == "user":
+                out.append(B.c.owner == self.owner)
+            else:
+                out.append(and_(B.c.credential_kind == literal_column("'key'"), B.c.credential_id == ident))
+        if self.api is not None and self.api != "relay":
+            out.append(literal(False))  # no batches of the other APIs are stored yet
+        if self.state == "in_progress":
+            out.append(B.c.completed_at.is_(None))
+        elif self.state == "completed":
+            out.append(and_(B.c.completed_at.is_not(None), B.c.status == literal_column("'queued'")))
+        elif self.state == "cancelled":
+            out.append(B.c.status == literal_column("'cancelled'"))
+        if self.created_from is not None:
+            out.append(B.c.created_at >= literal(self.created_from, t.UTCDateTime()))
+        if self.created_to is not None:
+            out.append(B.c.created_at < literal(self.created_to, t.UTCDateTime()))
+        return out
+
+
+def encode_cursor(created_at: datetime, batch_id: str) -> str:
+    raw = f"{created_at.astimezone(UTC).isoformat()}|{batch_id}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    """The (created_at, id) inside a cursor; ValueError for anything this module did not make."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        stamp, batch_id = raw.split("|", 1)
+        created = datetime.fromisoformat(stamp)
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise ValueError("not a cursor this API returned") from None
+    if created.tzinfo is None or not batch_id:
+        raise ValueError("not a cursor this API returned")
+    return created, batch_id
+
+
+def owner_of(row: Row) -> str:
+    """Who owns a batch, as the admin API names it: ``user:<user id>`` for a user's tokens (one owner,
+    SPEC §10.8), ``key:<relay key id>`` for a relay key. Never the key's hash (SPEC §3.1)."""
+    if row["credential_kind"] == "key":
+        return f"key:{row['credential_id']}"
+    return str(row["owner"])
+
+
+def state_of(row: Row) -> str:
+    if row["status"] == "cancelled":
+        return "cancelled"
+    return "in_progress" if row["completed_at"] is None else "completed"
+
+
+async def list_batches(
+    conn: AsyncConnection, filters: BatchFilter, *, limit: int, cursor: str | None = None
+) -> tuple[list[Row], str | None]:
+    """One page of batch rows (newest first) and the next page's cursor (None on the last page)."""
+    query = select(B).where(*filters.conditions())
+    if cursor is not None:
+        created, batch_id = decode_cursor(cursor)
+        query = query.where(
+            tuple_(B.c.created_at, B.c.id)
+            < tuple_(literal(created.astimezone(UTC), t.UTCDateTime()), literal(batch_id, B.c.id.type))
+        )
+    query = query.order_by(B.c.created_at.desc(), B.c.id.desc()).limit(limit + 1)
+    rows = [dict(r._mapping) for r in await conn.execute(query)]
+    if len(rows) <= limit:
+        return rows, None
+    rows = rows[:limit]
+    return rows, encode_cursor(rows[-1]["created_at"], rows[-1]["id"])
+
+
+async def get_batch(conn: AsyncConnection, batch_id: str) -> Row | None:
+    row = (await conn.execute(select(B).where(B.c.id == batch_id))).first()
+    return None if row is None else dict(row._mapping)
+
+
+async def item_counts(conn: AsyncConnection, batch_ids: Sequence[str]) -> dict[str, dict[str, int]]:
+    """``{batch id: {state: count}}`` (only states present) for these batches, in one query."""
+    out: dict[str, dict[str, int]] = {batch_id: {} for batch_id in batch_ids}
+    if not batch_ids:
+        return out
+    rows = await conn.execute(
+        select(I.c.batch_id, I.c.state, func.count())
+        .where(I.c.batch_id.in_(list(batch_ids)))
+        .group_by(I.c.batch_id, I.c.state)
+    )
+    for batch_id, state, count in rows:
+        out[batch_id][state] = int(count)
+    return out
+
+
+async def failure_errors(conn: AsyncConnection, batch_id: str) -> list[tuple[str, int]]:
+    """``[(error text, count)]`` of the batch's discarded items, the commonest texts first."""
+    count = func.count().label("n")
+    rows = await conn.execute(
+        select(I.c.error, count)
+        .where(I.c.batch_id == batch_id, I.c.state == literal_column("'discarded'"))
+        .group_by(I.c.error)
+        .order_by(count.desc(), I.c.error)
+        .limit(MAX_ERROR_GROUPS)
+    )
+    return [(str(error), int(n)) for error, n in rows]
+
+
+def page_row(row: Row) -> dict[str, Any]:
+    """The columns a listing shows (never ``key_hash`` or ``token_claims``: the owner says who)."""
+    hidden = ("key_hash", "token_claims", "last_claimed_at")
+    return {k: v for k, v in row.items() if k not in hidden}
