@@ -6,7 +6,7 @@ import os
 import stat
 from pathlib import Path
 
-from relay.batches.payloads import PayloadStore
+from relay.batches.payloads import PayloadDir
 from relay.domain.ids import mint_id
 
 
@@ -18,7 +18,7 @@ def test_payload_directories_are_0700_and_files_0600(tmp_path: Path) -> None:
     old = os.umask(0o022)  # the usual umask, which left them 0755/0644
     try:
         root = tmp_path / "deep" / "payloads"
-        store = PayloadStore(root)
+        store = PayloadDir(root)
         batch_id = mint_id("b")
         store.write_requests(batch_id, [b'{"model": "m"}', b'{"model": "n"}'])
         store.append_response(batch_id, b'{"ok": true}')
