@@ -260,6 +260,8 @@ class KeyPool:
         failures of requests that were in flight when it opened count for nothing. ``None``: always.
         """
         if not failure.trips:
+            if seen:  # a probe that neither trips nor closes the key gives the probe back
+                await self.release(key, seen)
             return
         reason = _REASONS[failure.kind]
         try:
@@ -273,6 +275,13 @@ class KeyPool:
                 await self._state.trip(key.id, reason=reason, version=key.version, seen=seen)
         except StateUnavailable as exc:
             self._failed_open("failed", exc)
+
+    async def release(self, key: HostKey, seen: int) -> None:
+        """Give back the half-open probe of opening ``seen`` (see ``State.release_probe``)."""
+        try:
+            await self._state.release_probe(key.id, seen)
+        except StateUnavailable as exc:
+            self._failed_open("release", exc)
 
     async def _least_recent(self, eligible: list[HostKey]) -> list[HostKey]:
         try:

@@ -162,17 +162,19 @@ class Pipeline:
         plan = call.plan
         selection = await self._pool.select(call.principal.policy, plan.keys, plan.host.name)
         last_status = 0
+        tried = 0  # keys of this plan: failover is capped per plan (SPEC §6), not per request
         attempts = call.attempts  # cumulative over the plans of a request that fell back
         started = time.perf_counter()
         half_open = selection.half_open  # usually empty: then no probe claim, nothing to remember
         for key in selection.keys:
-            if attempts >= MAX_FAILOVER:
+            if tried >= MAX_FAILOVER:
                 break
             seen = 0
             if half_open and key.id in half_open:
                 if not await self._pool.begin(key, selection):
                     continue  # another request is this opening's probe
                 seen = half_open[key.id]
+            tried += 1
             attempts += 1
             call.attempts = attempts
             request = build_upstream_request(
@@ -191,6 +193,10 @@ class Pipeline:
                 await self._failed(key, Failure("connection", 0, None), seen)
                 last_status = 0
                 continue
+            except BaseException:  # cancelled (an item's timeout, a client gone): free a won probe
+                if seen:
+                    await self._pool.release(key, seen)
+                raise
             failure = classify(response.status, response.headers.get("retry-after"))
             if failure is not None:
                 response.discard()
@@ -203,7 +209,7 @@ class Pipeline:
             return await self._answer(
                 call, response, attempts, key.id, reservation, started, request.strip_usage_chunk
             )
-        if attempts == 0:  # every eligible key was half-open with its probe already in flight
+        if tried == 0:  # every eligible key was half-open with its probe already in flight
             raise Unavailable(f'no healthy keys for host "{plan.host.name}"', code="no_healthy_keys")
         raise UpstreamUnavailable(
             f'all keys of host "{plan.host.name}" failed; last status {last_status}',

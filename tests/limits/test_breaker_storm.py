@@ -139,6 +139,23 @@ async def test_a_probe_hold_expires(state: SharedState) -> None:
     assert await state.claim_probe(keys[0].id, record.trip_id, 0.3)
 
 
+async def test_a_probe_that_neither_trips_nor_closes_gives_the_probe_back(state: SharedState) -> None:
+    """A half-open probe answered by a short 429 (no trip, SPEC §6) frees the key for the next probe at
+    once, instead of holding it for the probe's whole deadline; a probe of another opening is untouched."""
+    keys = host_keys(1)
+    pool = KeyPool(state, probe_hold_s=300)
+    record = await state.trip(keys[0].id, reason="upstream_5xx", version="v1", seen=0)
+    assert record is not None
+    await wait_half_open(record)
+    selection = await pool.select(PRIORITIZED, keys, "h")
+    assert await pool.begin(keys[0], selection)
+    assert not await state.claim_probe(keys[0].id, record.trip_id, 300)  # held by the probe
+    await pool.failed(keys[0], Failure("rate_limited_short", 429, 2.0), selection.seen(keys[0]))
+    assert await state.claim_probe(keys[0].id, record.trip_id, 300)  # given back: the next may probe
+    await state.release_probe(keys[0].id, record.trip_id + 1)  # another opening's: nothing happens
+    assert not await state.claim_probe(keys[0].id, record.trip_id, 300)
+
+
 async def test_every_half_open_key_probed_elsewhere_is_no_healthy_keys(state: SharedState) -> None:
     """SPEC §6: the others "fail over or get ``no_healthy_keys``" — here, nothing else to fail over to."""
     keys = host_keys(1)

@@ -12,7 +12,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from relay.adapters import can_dispatch
 from tests.batches_api.helpers import results, submit, wait_finished
 from tests.fixtures.fake_upstream import FakeUpstream
 from tests.fixtures.live import PRICING, Gateway, metric_value, uniq
@@ -37,9 +36,11 @@ def build(
     disabled: tuple[str, ...] = (),
     unbound_pool: tuple[str, ...] = (),
     disabled_keys: tuple[str, ...] = (),
+    extra_keys: dict[str, int] | None = None,
 ) -> Models:
     """One host, key and model per role (``roles``: role → the key value's prefix, e.g. ``ok`` or
-    ``fail-500``), a policy over all keys with ``fallbacks`` written with roles, and a relay key."""
+    ``fail-500``), a policy over all keys with ``fallbacks`` written with roles, and a relay key.
+    ``extra_keys``: role → how many more keys (same prefix) its host has in the pool."""
     adapters = adapters or {}
     names = {role: uniq(role) for role in roles}
     values = {role: uniq(prefix) for role, prefix in roles.items()}
@@ -72,6 +73,12 @@ def build(
         ]
         if role not in unbound_pool:
             pool.append(key)
+        for _ in range((extra_keys or {}).get(role, 0)):
+            extra = uniq("hk")
+            docs.append(
+                {"kind": "HostKey", "name": extra, "spec": {"host": host, "value": uniq(roles[role])}}
+            )
+            pool.append(extra)
     policy = uniq("p")
     docs.append(
         {
@@ -173,9 +180,7 @@ def test_ungranted_disabled_and_other_shape_fallbacks_are_skipped(
         grants=[],  # filled below: grants name models, which build() names randomly
     )
     gateway.patch("policies", m.policy, {"models": [m.names[r] for r in names_granted]})
-    # An OpenAI-shaped request reaches the Anthropic-bound candidate only if the admission rule of the
-    # day can send it there (cross-shape translation, SPEC §7.3); until then it is skipped.
-    answering = "claude" if can_dispatch("openai", "anthropic") else "backup"
+    answering = "claude"  # translated (SPEC §7.3): a cross-shape fallback is served like a primary
     response = gateway.chat(m.names["primary"], key=m.key)
     assert_fell_back(gateway, m, response, "upstream_unavailable", 0, to=answering)
     called = fake.stats()["by_key"]
@@ -252,3 +257,80 @@ def test_batch_items_fall_back_within_their_shape(gateway: Gateway) -> None:
     by_idx = {e["batch_idx"]: e for e in events}
     assert (by_idx[0]["model"], by_idx[0]["requested_model"]) == (m.names["backup"], m.names["primary"])
     assert by_idx[1]["model"] == by_idx[1]["requested_model"] == m.names["lonely"]
+
+
+def test_cross_shape_fallback_with_the_official_sdks(gateway: Gateway, fake: FakeUpstream) -> None:
+    """SPEC §4 step 5 with §7.3: an OpenAI-shaped request whose primary (an ``openai`` binding) is
+    down falls back to an ``anthropic``-bound model; the answer is translated into the OpenAI shape,
+    whole and streamed, names the model that answered and carries ``X-Relay-Fallback-From``; and the
+    other way round for the Anthropic SDK."""
+    import anthropic
+    import openai
+
+    m = build(
+        gateway,
+        {"primary": "fail-503", "claude": "ok"},
+        {"primary": ["claude"]},
+        adapters={"claude": "anthropic"},
+    )
+    client = openai.OpenAI(base_url=f"{gateway.url}/openai/v1", api_key=m.key, max_retries=0)
+    raw = client.chat.completions.with_raw_response.create(
+        model=m.names["primary"], messages=[{"role": "user", "content": "hello there"}]
+    )
+    assert raw.headers["x-relay-fallback-from"] == m.names["primary"]
+    answer = raw.parse()
+    assert answer.choices[0].message.content == "Echo: hello there"
+    assert answer.choices[0].finish_reason == "stop" and answer.model == m.names["claude"]
+    sent = fake.requests(limit=1)[-1]
+    assert sent["path"] == "/v1/messages" and sent["body"]["max_tokens"] == 4096  # translated
+    event = event_of(gateway, raw.headers["x-relay-request-id"])
+    assert (event["model"], event["requested_model"]) == (m.names["claude"], m.names["primary"])
+    assert (event["inbound_shape"], event["adapter"]) == ("openai", "anthropic")
+
+    stream = client.chat.completions.create(
+        model=m.names["primary"],
+        messages=[{"role": "user", "content": "hello there"}],
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "Echo: hello there"
+    assert {c.model for c in chunks} == {m.names["claude"]}
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 3
+
+    # The other direction: an Anthropic-shaped request whose primary is down, answered by an openai model.
+    back = build(
+        gateway,
+        {"primary": "fail-503", "gpt": "ok"},
+        {"primary": ["gpt"]},
+        adapters={"primary": "anthropic", "gpt": "openai"},
+    )
+    claude = anthropic.Anthropic(base_url=f"{gateway.url}/anthropic", api_key=back.key, max_retries=0)
+    raw_message = claude.messages.with_raw_response.create(
+        model=back.names["primary"], max_tokens=50, messages=[{"role": "user", "content": "hello there"}]
+    )
+    assert raw_message.headers["x-relay-fallback-from"] == back.names["primary"]
+    message = raw_message.parse()
+    assert message.content[0].text == "Echo: hello there" and message.model == back.names["gpt"]
+    assert message.stop_reason == "end_turn"
+    assert fake.requests(limit=1)[-1]["path"] == "/v1/chat/completions"
+
+
+def test_a_primary_that_used_all_its_failover_attempts_still_falls_back(
+    gateway: Gateway, fake: FakeUpstream
+) -> None:
+    """Failover is capped per plan (SPEC §6: up to min(3, pool size) keys of the chosen host), not per
+    request: a primary whose three keys all fail still hands the request to its fallback, whose key is
+    then tried."""
+    m = build(
+        gateway,
+        {"primary": "fail-500", "backup": "ok"},
+        {"primary": ["backup"]},
+        extra_keys={"primary": 2},
+    )
+    response = gateway.chat(m.names["primary"], key=m.key)
+    assert_fell_back(gateway, m, response, "upstream_unavailable", 0)
+    assert fake.stats()["by_key"].get(m.key_values["backup"]) == 1
+    event = event_of(gateway, response.headers["x-relay-request-id"])
+    assert event["attempts"] == 4  # three keys of the primary, then the fallback's one

@@ -173,6 +173,12 @@ class SharedState(Protocol):
         so a probe whose process died does not block the key for longer). False otherwise."""
         ...
 
+    async def release_probe(self, key_id: str, trip_id: int) -> None:
+        """Give back the probe of opening ``trip_id`` taken with :meth:`claim_probe`, when the probe
+        ended without tripping or closing the key (a short 429, a cancelled attempt): the next request
+        may probe at once. Nothing happens if the key has moved on to another opening."""
+        ...
+
     async def next_counter(self, name: str) -> int:
         """Atomically increment and return a counter (1, 2, 3 …), for round-robin selection."""
         ...

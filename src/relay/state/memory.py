@@ -227,6 +227,11 @@ class MemoryState:
         self._probes[key_id] = (trip_id, now + hold_s)
         return True
 
+    async def release_probe(self, key_id: str, trip_id: int) -> None:
+        held = self._probes.get(key_id)
+        if held is not None and held[0] == trip_id:
+            del self._probes[key_id]
+
     # -- key selection -------------------------------------------------------------------------------
 
     async def next_counter(self, name: str) -> int:

@@ -152,6 +152,7 @@ class RedisState:
         self._reset = self._redis.register_script(scripts.RESET)
         self._pick = self._redis.register_script(scripts.PICK)
         self._probe = self._redis.register_script(scripts.PROBE)
+        self._release_probe = self._redis.register_script(scripts.RELEASE_PROBE)
 
     # -- failures ------------------------------------------------------------------------------------
 
@@ -344,6 +345,14 @@ class RedisState:
         except RedisError as exc:
             raise self._failed(exc) from exc
         return bool(won)
+
+    async def release_probe(self, key_id: str, trip_id: int) -> None:
+        if self._gate.down:
+            raise self._skipped()
+        try:
+            await self._release_probe(keys=[self._br + key_id], args=[trip_id])
+        except RedisError as exc:
+            raise self._failed(exc) from exc
 
     # -- key selection -------------------------------------------------------------------------------
 

@@ -194,6 +194,19 @@ return 1
 
 # KEYS: breaker keys (<p>br:<key_id>), then the counter key (<p>rr:<name>).
 # Returns the breaker values (nil where absent) followed by the incremented counter.
+# KEYS[1] breaker record; ARGV[1] the opening whose probe is given back. A probe that ended without
+# tripping or closing the key (a short 429, a cancelled attempt) frees the key for the next probe at
+# once instead of holding it for the probe's whole deadline.
+RELEASE_PROBE = """
+local raw = redis.call('GET', KEYS[1])
+if not raw then return 0 end
+local ok, rec = pcall(cjson.decode, raw)
+if not ok or type(rec) ~= 'table' or (tonumber(rec.t) or 0) ~= tonumber(ARGV[1]) or not rec.p then return 0 end
+rec.p = nil
+redis.call('SET', KEYS[1], cjson.encode(rec), 'KEEPTTL')
+return 1
+"""
+
 PICK = """
 local nb = #KEYS - 1
 local out = {}
