@@ -38,6 +38,7 @@ from relay.control.guard import ControlGuard
 from relay.control.health import HealthService
 from relay.control.keys import KeyService
 from relay.control.spend_routes import mount_spend_routes
+from relay.control.throttle import LoginThrottle
 from relay.control.tokens import TokenService, load_signer
 from relay.control.usage_routes import UsageQueries, mount_usage_routes
 from relay.inference.app import InferenceApp
@@ -218,6 +219,7 @@ def build_runtime(settings: Settings) -> Runtime:
     )
 
     admin_batches = BatchAdmin(engine, batches)
+    login_throttle = LoginThrottle()  # one for POST /api/auth/login and the dashboard's sign-in
     dashboard = Dashboard(
         admin_token=secrets.admin_token,
         catalog=catalog,
@@ -228,6 +230,7 @@ def build_runtime(settings: Settings) -> Runtime:
         usage=UsageQueries(engine),
         health=HealthService(snapshot, state),
         secure_cookies=(settings.public_url or "").startswith("https://"),
+        login_throttle=login_throttle,
     )
 
     def control_routes(app: FastAPI, admin: Any) -> None:
@@ -237,6 +240,7 @@ def build_runtime(settings: Settings) -> Runtime:
             runtime.tokens,
             admin,
             secure_cookies=(settings.public_url or "").startswith("https://"),
+            throttle=login_throttle,
         )
         mount_usage_routes(app, engine=engine, require_admin=admin, on_settings_change=reloader.reload)
         mount_spend_routes(app, limiter=limiter, snapshot=snapshot, require_admin=admin)

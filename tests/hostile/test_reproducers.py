@@ -287,6 +287,38 @@ def test_login_is_throttled_per_email_with_retry_after(hostile: Gateway) -> None
     assert "relay_session=" in cookie and "Secure" in cookie and "HttpOnly" in cookie  # https public URL
 
 
+def test_the_dashboard_sign_in_shares_the_login_throttle(hostile: Gateway) -> None:
+    """The dashboard's sign-in form is a second door to the same credentials: its guesses (passwords
+    and the admin token) count against the same per-email and per-address limits as the API's login."""
+    import re
+
+    base = hostile.relay.control_url
+
+    def sign_in(client: httpx.Client, **fields: str) -> httpx.Response:
+        page = client.get(f"{base}/ui/signin")
+        csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+        pre = re.search(r"relay_ui_pre=([^;]+)", page.headers.get("set-cookie", ""))
+        assert page.status_code == 200 and csrf is not None and pre is not None
+        # The cookie is Secure (this relay's public URL is https), so it is sent by hand over http.
+        return client.post(
+            f"{base}/ui/signin",
+            data={"csrf": csrf.group(1), **fields},
+            headers={"cookie": f"relay_ui_pre={pre.group(1)}"},
+        )
+
+    user, password = make_user(hostile)
+    with httpx.Client(timeout=30) as client:
+        for _ in range(10):
+            assert sign_in(client, email=user["email"], password="nope").status_code == 401
+        # the API's login for that email is throttled now, and the form too, even with the password
+        api = httpx.post(f"{base}/api/auth/login", json={"email": user["email"], "password": password})
+        assert_json_error(api, 429, "too many failed logins")
+        assert sign_in(client, email=user["email"], password=password).status_code == 429
+        for _ in range(10):
+            assert sign_in(client, admin_token="sk-guess").status_code == 401
+        assert sign_in(client, admin_token=ADMIN_TOKEN).status_code == 429
+
+
 def test_swagger_ui_is_served_by_relay(hostile: Gateway) -> None:
     page = httpx.get(f"{hostile.relay.control_url}/api/docs", timeout=30)
     assert page.status_code == 200 and "/api/docs/assets/swagger-ui-bundle.js" in page.text

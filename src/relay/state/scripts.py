@@ -201,7 +201,8 @@ RELEASE_PROBE = """
 local raw = redis.call('GET', KEYS[1])
 if not raw then return 0 end
 local ok, rec = pcall(cjson.decode, raw)
-if not ok or type(rec) ~= 'table' or (tonumber(rec.t) or 0) ~= tonumber(ARGV[1]) or not rec.p then return 0 end
+if not ok or type(rec) ~= 'table' or not rec.p then return 0 end
+if (tonumber(rec.t) or 0) ~= tonumber(ARGV[1]) then return 0 end
 rec.p = nil
 redis.call('SET', KEYS[1], cjson.encode(rec), 'KEEPTTL')
 return 1

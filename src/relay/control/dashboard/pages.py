@@ -74,18 +74,28 @@ def mount_pages(router: APIRouter, dash: Dashboard) -> None:
             fields = await dash.form(request, pre=request.cookies.get(PRE_COOKIE))
         except Refused as exc:
             return await signin_page(request, exc.status, exc.message)
+        # Guesses are throttled as on POST /api/auth/login, with the same counts: per email (the
+        # admin token counts under one name) and per client address, before anything is compared.
+        address = request.client.host if request.client else "unknown"
+        email = "(admin token)" if fields.get("admin_token") else fields.get("email", "")[:320]
+        try:
+            dash.login_throttle.check(email, address)
+        except RelayError as exc:
+            return await signin_page(request, exc.status, exc.message)
         if fields.get("admin_token"):
             if not constant_time_equal(fields["admin_token"].strip(), dash.admin_token):
+                dash.login_throttle.failed(email, address)
                 return await signin_page(request, 401, "invalid admin token")
             value, max_age = dash.signer.admin_cookie(), ADMIN_TTL_S
         else:
             try:
-                session = await dash.tokens.login(
-                    {"email": fields.get("email", ""), "password": fields.get("password", "")}
-                )
+                session = await dash.tokens.login({"email": email, "password": fields.get("password", "")})
             except RelayError as exc:
+                if exc.status == 401:
+                    dash.login_throttle.failed(email, address)
                 return await signin_page(request, exc.status, exc.message)
             value, max_age = "u." + session, 12 * 3600
+        dash.login_throttle.succeeded(email)
         response = dash.redirect("/ui/")
         cookie(response, COOKIE, value, max_age)
         response.delete_cookie(PRE_COOKIE, path="/ui")

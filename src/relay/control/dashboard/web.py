@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import parse_qsl, urlencode
 
@@ -25,6 +25,7 @@ from relay.control.catalog import CatalogService
 from relay.control.dashboard.session import COOKIE, Signer, Viewer
 from relay.control.health import HealthService
 from relay.control.keys import KeyService
+from relay.control.throttle import LoginThrottle
 from relay.control.tokens import TokenService
 from relay.control.usage_routes import UsageQueries
 from relay.errors import RelayError
@@ -65,6 +66,8 @@ class Dashboard:
     usage: UsageQueries
     health: HealthService
     secure_cookies: bool = False
+    # One throttle with POST /api/auth/login: a guess through either door counts against the same limit.
+    login_throttle: LoginThrottle = field(default_factory=LoginThrottle)
 
     def __post_init__(self) -> None:
         self.signer = Signer(self.admin_token)
