@@ -14,6 +14,9 @@ Every answer gets ``X-Relay-Request-ID``; an exception that escapes the app answ
 the response had started, ends it) instead of uvicorn's text/plain. Early refusals close the connection,
 so a client that keeps uploading is not read to the end.
 
+Bodies outside ``/api`` (the dashboard's forms under ``/ui``) are left to the dashboard, which reads
+them with a small cap of its own while streaming.
+
 What it deliberately does not know: routes beyond their paths, sessions, the catalog.
 """
 
@@ -86,8 +89,8 @@ class ControlGuard:
         path: str = scope["path"]
         if path.startswith("/api/") and path not in OPEN_PATHS and not path.startswith(OPEN_PREFIXES):
             self._check_admin(scope)
-        if scope["method"] not in BODY_METHODS:
-            return None
+        if scope["method"] not in BODY_METHODS or not path.startswith("/api/"):
+            return None  # the dashboard's forms (/ui) are read by the dashboard, with its own 16 KiB cap
         limit, setting = (
             (LOGIN_MAX_BYTES, "login bodies")
             if path == LOGIN_PATH

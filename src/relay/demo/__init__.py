@@ -108,8 +108,11 @@ def banner(settings: Settings, runtime: Runtime, upstream: str, catalog: str) ->
     control = f"http://{host}:{settings.control_port}"
     token = runtime.secrets.admin_token_path or "$RELAY_ADMIN_TOKEN"
     where = f"in {token}"
-    # The log never holds the admin token (SPEC §1); this terminal may show it, once, when it is new.
-    if any("admin token" in note for note in getattr(runtime.secrets, "generated", ())):
+    # The log never holds the admin token; an interactive terminal may show it, once, when it is new
+    # (under docker or a pipe, stdout is a log: there only the file is named).
+    if sys.stdout.isatty() and any(
+        "admin token" in note for note in getattr(runtime.secrets, "generated", ())
+    ):
         where = f"{runtime.secrets.admin_token} (in {token}; shown this first time only)"
     if settings.bind in ("127.0.0.1", "::1", "localhost"):
         reach = f"{settings.bind} only: this machine (relay demo --bind 0.0.0.0 opens it to the network)"

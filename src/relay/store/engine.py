@@ -53,11 +53,16 @@ def create_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
             if not path.exists():
                 # It holds sealed upstream keys and password hashes: readable by the owner only.
                 path.touch(mode=0o600)
-        engine = create_async_engine(parsed, poolclass=NullPool if database == ":memory:" else None)
+        engine = create_async_engine(
+            parsed, poolclass=NullPool if database == ":memory:" else None, hide_parameters=True
+        )
         event.listen(engine.sync_engine, "connect", _sqlite_on_connect)
         event.listen(engine.sync_engine, "begin", _sqlite_on_begin)
         return engine
-    return create_async_engine(parsed, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+    # hide_parameters: an error's text never carries bound values (prompts, hashes) into a log line.
+    return create_async_engine(
+        parsed, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True, hide_parameters=True
+    )
 
 
 def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:

@@ -48,7 +48,12 @@ def mount_dashboard(app: FastAPI, dash: Dashboard) -> None:
     async def asset(request: Request) -> Response:
         name = request.path_params["name"]
         if name not in static:
-            return Response("not found", status_code=404, media_type="text/plain", headers=HEADERS)
+            return Response(
+                b'{"error": {"code": "not_found", "message": "no such asset"}}',
+                status_code=404,
+                media_type="application/json",
+                headers=HEADERS,
+            )
         headers = {**HEADERS, "cache-control": "public, max-age=300"}
         return Response(static[name], media_type=STATIC_TYPES[name], headers=headers)
 
