@@ -8,18 +8,14 @@ from typing import Any
 
 import orjson
 import pytest
+from anthropic.types import ErrorResponse, Message, RawMessageStreamEvent
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
-anthropic = pytest.importorskip("anthropic")
-openai = pytest.importorskip("openai")
+from relay.adapters import TranslatingStream, translate_error, translate_response
 
-from anthropic.types import ErrorResponse, Message, RawMessageStreamEvent  # noqa: E402
-from openai.types.chat import ChatCompletion, ChatCompletionChunk  # noqa: E402
-from openai.types.responses import Response, ResponseStreamEvent  # noqa: E402
-
-from relay.adapters import TranslatingStream, translate_error, translate_response  # noqa: E402
-
-from .helpers import RENDER, chunkings, parse_sse, run  # noqa: E402
+from .helpers import RENDER, chunkings, parse_sse, run
 
 SHAPES = ["openai", "anthropic", "openai_responses"]
 PAIRS = [(a, b) for a in SHAPES for b in SHAPES if a != b]

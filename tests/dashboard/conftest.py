@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.fixtures.databases import missing_service
 from tests.fixtures.fake_upstream import FakeUpstream
 from tests.fixtures.live import Gateway, Reaper, backend_setup, live_reaper  # noqa: F401
 from tests.fixtures.relay_server import RelayProcess
@@ -46,10 +47,7 @@ def dash_gw(
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     if not Path(CHROMIUM).exists():
-        message = f"{CHROMIUM} is missing (apt-get install chromium)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        missing_service("Chromium", FileNotFoundError(f"{CHROMIUM} is missing (apt-get install chromium)"))
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:

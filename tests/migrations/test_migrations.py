@@ -17,6 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.store import migrate
+from relay.store.columns import NAMING
 from relay.store.engine import create_engine
 from relay.store.migrate import (
     MIGRATION_LOCK_KEY,
@@ -27,7 +28,7 @@ from relay.store.migrate import (
     head_revision,
     upgrade_to_head,
 )
-from relay.store.tables import NAMING, metadata
+from relay.store.tables import metadata
 
 RELAY_TABLES = set(metadata.tables)
 

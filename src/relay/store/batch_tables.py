@@ -1,0 +1,147 @@
+"""The batch engine's tables (SPEC §10, §10.7): batches, their items, payload chunks and the replicas'
+worker rows. Part of ``relay.store.tables``' metadata (the Alembic target); kept apart so that module
+stays one screenful of catalog, credentials and usage.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    Column,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+    text,
+)
+
+from relay.store.columns import ID, NAME, JSONType, _ts, _where, metadata
+
+# Batches (SPEC §10). A batch records the submitter's attribution as ids and values, not references:
+# deleting the policy, key or project a batch recorded is allowed (its remaining items then fail when
+# they run, naming the policy by ``policy_name``), so there are no foreign keys to the catalog.
+# ``completed_at`` is set in the transaction that leaves no item available or running.
+batches = Table(
+    "batches",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("owner", String(80), nullable=False),  # the key's sha256, or "user:<id>" for tokens (§10.8)
+    Column("key_hash", String(64), nullable=True),  # relay keys: the hash presented at submit
+    Column("token_claims", JSONType, nullable=True),  # inference tokens: the claims at submit
+    Column("policy_id", ID, nullable=False),
+    Column("policy_name", NAME, nullable=False),  # for "policy \"<name>\" was deleted" once it is gone
+    Column("project_id", ID, nullable=False),
+    Column("team_id", ID, nullable=False),
+    Column("principal_kind", String(16), nullable=False),
+    Column("principal_id", ID, nullable=False),
+    Column("credential_kind", String(8), nullable=False),
+    Column("credential_id", String(64), nullable=False),
+    Column("inbound_shape", String(32), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("total_items", Integer, nullable=False),
+    _ts("created_at"),
+    _ts("completed_at", nullable=True),
+    _ts("last_claimed_at", nullable=True),  # round-robin over batches: the least recently served first
+    # The store holding its items' bodies (SPEC §10.7): the one it was submitted under, for good.
+    Column("payload_store", String(16), nullable=False, server_default=text("'files'")),
+    CheckConstraint("status IN ('queued', 'cancelled')", name="status"),
+    CheckConstraint("payload_store IN ('files', 'database')", name="payload_store"),
+    CheckConstraint("total_items > 0", name="total_items_positive"),
+    CheckConstraint("inbound_shape IN ('openai', 'anthropic', 'openai_responses')", name="inbound_shape"),
+    CheckConstraint("principal_kind IN ('serviceaccount', 'user')", name="principal_kind"),
+    # What the runner re-checks the credential with (SPEC §10.6): the key hash, or the token's claims.
+    CheckConstraint(
+        "(credential_kind = 'key' AND key_hash IS NOT NULL AND token_claims IS NULL)"
+        " OR (credential_kind = 'token' AND token_claims IS NOT NULL AND key_hash IS NULL)",
+        name="credential_recorded",
+    ),
+    # The claim query walks only open batches (completed ones accumulate forever).
+    Index("ix_batches_open", "last_claimed_at", "created_at", **_where("completed_at IS NULL")),
+)
+
+# One row per item: its state (SPEC §10.2), once final its error. ``claimed_by``/``claimed_at``: on an
+# ``available`` item a reservation (claimed ahead, not started); else who ran it, since when.
+batch_items = Table(
+    "batch_items",
+    metadata,
+    Column("batch_id", ID, ForeignKey("batches.id", ondelete="CASCADE"), nullable=False),
+    Column("idx", Integer, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("claimed_by", String(200), nullable=True),  # the instance id of the replica running it
+    _ts("claimed_at", nullable=True),
+    _ts("finished_at", nullable=True),
+    Column("status", Integer, nullable=True),  # the upstream's HTTP status when one answered
+    Column("error", Text, nullable=True),
+    # A completed item's response body: ``response_length`` bytes at ``response_offset`` of the file
+    # ``response_file`` in the batch's payload directory (relay.batches.payloads). NULL for items
+    # completed by versions that wrote one file per item.
+    Column("response_file", String(40), nullable=True),
+    Column("response_offset", BigInteger, nullable=True),
+    Column("response_length", Integer, nullable=True),
+    PrimaryKeyConstraint("batch_id", "idx"),
+    CheckConstraint("idx >= 0", name="idx_not_negative"),
+    CheckConstraint("state IN ('available', 'running', 'completed', 'discarded', 'cancelled')", name="state"),
+    CheckConstraint(
+        "(state IN ('completed', 'discarded', 'cancelled')) = (finished_at IS NOT NULL)",
+        name="final_states_have_finished_at",
+    ),
+    CheckConstraint(
+        "state <> 'running' OR (claimed_by IS NOT NULL AND claimed_at IS NOT NULL)",
+        name="running_items_have_a_claimant",
+    ),
+    CheckConstraint("(claimed_by IS NULL) = (claimed_at IS NULL)", name="claims_are_whole"),
+    # The results endpoint (SPEC §10.3): a discarded item says why, a cancelled one says "cancelled".
+    CheckConstraint(
+        "(state IN ('discarded', 'cancelled')) = (error IS NOT NULL)", name="failed_items_have_an_error"
+    ),
+    CheckConstraint(
+        "(response_file IS NULL AND response_offset IS NULL AND response_length IS NULL)"
+        " OR (state = 'completed' AND response_file IS NOT NULL AND response_offset IS NOT NULL"
+        " AND response_length IS NOT NULL AND response_offset >= 0 AND response_length >= 0)",
+        name="responses_are_whole_and_completed",
+    ),
+    # The claim query: a batch's available items in idx order. Finished items never enter it, so a claim
+    # costs the same at item 0 and at item 49 999.
+    Index("ix_batch_items_available", "batch_id", "idx", **_where("state = 'available'")),
+    # The claim proper (available, not reserved), and reservations by replica.
+    Index(
+        "ix_batch_items_unreserved", "batch_id", "idx", **_where("state = 'available' AND claimed_by IS NULL")
+    ),
+    Index(
+        "ix_batch_items_reserved", "claimed_by", **_where("state = 'available' AND claimed_by IS NOT NULL")
+    ),
+    # The rescue query (every running item: at most the workers of all replicas) and the completion
+    # check ("does this batch still run anything?").
+    Index("ix_batch_items_running", "batch_id", "claimed_by", **_where("state = 'running'")),
+)
+
+# Bodies under RELAY_BATCH_PAYLOAD_STORE=database (SPEC §10.7; later §14's files), in chunks of at most
+# ``store.payloads.CHUNK_BYTES``. ``owner_id``: the batch (or file) id; ``idx``: the item (0 for a file).
+payload_chunks = Table(
+    "payload_chunks",
+    metadata,
+    Column("owner_id", ID, nullable=False),
+    Column("kind", String(8), nullable=False),
+    Column("idx", Integer, nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("data", LargeBinary, nullable=False),
+    PrimaryKeyConstraint("owner_id", "kind", "idx", "seq"),
+    CheckConstraint("kind IN ('request', 'response', 'file')", name="kind"),
+    CheckConstraint("idx >= 0 AND seq >= 0", name="positions_not_negative"),
+)
+
+# Replica liveness for the batch queue (SPEC §10.6): one row per replica running workers, its heartbeat
+# refreshed periodically and deleted on a clean stop. The running items of a replica whose heartbeat is
+# stale, or that has no row, are discarded with "worker lost: ".
+batch_workers = Table(
+    "batch_workers",
+    metadata,
+    Column("instance_id", String(200), primary_key=True),
+    _ts("started_at"),
+    _ts("heartbeat_at"),
+)
