@@ -16,13 +16,13 @@ this replica's workers (``relay.batches.service``), HTTP.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any, Final
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.batches.service import BatchNotFound, BatchService
 from relay.control.catalog import rfc3339
+from relay.control.query import parse_limit, parse_timestamp
 from relay.domain.batches import ITEM_STATES
 from relay.domain.failures import group_failures
 from relay.errors import InvalidRequest
@@ -118,9 +118,9 @@ class BatchAdmin:
                 raise InvalidRequest(f"api: must be one of {'|'.join(store.APIS)}, got {api!r}")
             values["api"] = api
         if params.get("from"):
-            values["created_from"] = _timestamp("from", params["from"])
+            values["created_from"] = parse_timestamp("from", params["from"])
         if params.get("to"):
-            values["created_to"] = _timestamp("to", params["to"])
+            values["created_to"] = parse_timestamp("to", params["to"])
         if (
             "created_from" in values
             and "created_to" in values
@@ -157,21 +157,4 @@ def _render(row: Mapping[str, Any], counts: Mapping[str, int]) -> dict[str, Any]
 
 
 def _limit(raw: str | None) -> int:
-    if raw is None:
-        return DEFAULT_LIMIT
-    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_LIMIT:
-        raise InvalidRequest(f"limit: must be an integer from 1 to {MAX_LIMIT}, got {raw!r}")
-    return int(raw)
-
-
-def _timestamp(name: str, raw: str) -> datetime:
-    # An unencoded '+' in a query string arrives as a space: "…T10:00:00 02:00" means "+02:00".
-    for candidate in (raw, raw.replace(" ", "+")):
-        try:
-            value = datetime.fromisoformat(candidate)
-        except ValueError:
-            continue
-        if value.tzinfo is None:
-            raise InvalidRequest(f"{name}: needs a UTC offset (RFC 3339, e.g. 2026-01-31T00:00:00Z)")
-        return value
-    raise InvalidRequest(f"{name}: not an RFC 3339 timestamp: {raw!r}")
+    return parse_limit(raw, default=DEFAULT_LIMIT, maximum=MAX_LIMIT)

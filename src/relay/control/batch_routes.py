@@ -11,7 +11,7 @@ from typing import Any
 from fastapi import Depends, FastAPI, Request
 
 from relay.control.batch_admin import DESCRIPTIONS, LIST_PARAMS, BatchAdmin
-from relay.errors import InvalidRequest
+from relay.control.query import single_params
 
 
 def mount_batch_routes(app: FastAPI, admin_batches: BatchAdmin, require_admin: Any) -> None:
@@ -26,12 +26,7 @@ def mount_batch_routes(app: FastAPI, admin_batches: BatchAdmin, require_admin: A
     async def list_batches(request: Request) -> dict[str, Any]:
         """Batches of every owner and batch API, newest first: ``{"items", "next_cursor"}`` (null on
         the last page). Each item: id, api, owner, state, counts, attribution ids, timestamps."""
-        params: dict[str, str] = {}
-        for name, value in request.query_params.multi_items():
-            if name in params:
-                raise InvalidRequest(f"{name}: given more than once")
-            params[name] = value
-        return await admin_batches.list(params)
+        return await admin_batches.list(single_params(request.query_params.multi_items()))
 
     @app.get("/api/batches/{batch_id}", dependencies=admin, tags=["Batch"])
     async def get_batch(batch_id: str) -> dict[str, Any]:

@@ -13,7 +13,6 @@ ids of objects deleted since (SPEC §2). ``model`` and ``host`` match the names 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from datetime import UTC, datetime
 from typing import Annotated, Any, Final
 
 import orjson
@@ -23,6 +22,7 @@ from sqlalchemy import Table
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from relay.control.catalog import rfc3339
+from relay.control.query import parse_limit, parse_timestamp, single_params
 from relay.errors import InvalidRequest, NotFound
 from relay.payloadlog import MAX_MAX_BYTES, MIN_MAX_BYTES, SETTING_KEY, current_setting
 from relay.store import catalog as catalog_store
@@ -140,7 +140,7 @@ def mount_usage_routes(
 class UsageQueries:
     """The usage API's reads (SPEC §8) behind the routes and the dashboard alike: ``params`` are the
     query parameters as given; bad ones are a 400 naming them (unknown names are refused by the
-    caller, which knows the route's parameter set: see :func:`check_params`)."""
+    caller, which knows the route's parameter set: see :func:`relay.control.query.single_params`)."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
@@ -175,49 +175,12 @@ class UsageQueries:
         return {"rows": rows}
 
 
-def check_params(params: Mapping[str, str], allowed: frozenset[str]) -> None:
-    for name in params:
-        if name not in allowed:
-            raise InvalidRequest(f"unknown query parameter {name!r}; known: {', '.join(sorted(allowed))}")
-
-
 def _params(request: Request, allowed: frozenset[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for name, value in request.query_params.multi_items():
-        if name not in allowed:
-            raise InvalidRequest(f"unknown query parameter {name!r}; known: {', '.join(sorted(allowed))}")
-        if name in out:
-            raise InvalidRequest(f"{name}: given more than once")
-        out[name] = value
-    return out
+    return single_params(request.query_params.multi_items(), allowed)
 
 
 def _limit(raw: str | None) -> int:
-    if raw is None:
-        return DEFAULT_LIMIT
-    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_LIMIT:
-        raise InvalidRequest(f"limit: must be an integer from 1 to {MAX_LIMIT}, got {raw!r}")
-    return int(raw)
-
-
-def _timestamp(name: str, raw: str) -> datetime:
-    # An unencoded '+' in a query string arrives as a space: "…T10:00:00 02:00" means "+02:00".
-    candidates = (raw, raw.replace(" ", "+")) if " " in raw else (raw,)
-    for candidate in candidates:
-        try:
-            value = datetime.fromisoformat(candidate)
-        except ValueError:
-            continue
-        if value.tzinfo is None:
-            raise InvalidRequest(f"{name}: needs a UTC offset (RFC 3339, e.g. 2026-01-31T00:00:00Z)")
-        try:
-            value.astimezone(UTC)  # 0001-01-01T00:00:00+14:00 is before year 1 in UTC: no such instant
-        except OverflowError:
-            raise InvalidRequest(
-                f"{name}: outside 0001-01-01T00:00:00Z–9999-12-31T23:59:59Z: {raw[:64]!r}"
-            ) from None
-        return value
-    raise InvalidRequest(f"{name}: not an RFC 3339 timestamp: {raw[:64]!r}")
+    return parse_limit(raw, default=DEFAULT_LIMIT, maximum=MAX_LIMIT)
 
 
 async def _filters(conn: AsyncConnection, params: Mapping[str, str]) -> store.EventFilter:
@@ -250,9 +213,9 @@ async def _filters(conn: AsyncConnection, params: Mapping[str, str]) -> store.Ev
             raise InvalidRequest(f"error: must be true or false, got {error!r}")
         values["error"] = error.lower() == "true"
     if "from" in params:
-        values["ts_from"] = _timestamp("from", params["from"])
+        values["ts_from"] = parse_timestamp("from", params["from"])
     if "to" in params:
-        values["ts_to"] = _timestamp("to", params["to"])
+        values["ts_to"] = parse_timestamp("to", params["to"])
     if "ts_from" in values and "ts_to" in values and values["ts_from"] > values["ts_to"]:
         raise InvalidRequest("from: must not be after to")
     return store.EventFilter(**values)
