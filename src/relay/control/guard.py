@@ -30,7 +30,8 @@ import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from relay.adapters.json_codec import JsonRefused, loads_input
-from relay.errors import PayloadTooLarge, RelayError, Unauthenticated
+from relay.errors import RelayError, Unauthenticated
+from relay.inference.wire import ClientDisconnected, read_body
 from relay.secrets import constant_time_equal
 
 log = logging.getLogger("relay.control")
@@ -137,28 +138,3 @@ async def _answer(send: Send, status: int, body: bytes, *, close: bool = False) 
         headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
-
-
-class ClientDisconnected(Exception):
-    pass
-
-
-async def read_body(receive: Receive, scope: Scope, limit: int, *, setting: str) -> bytes:
-    """The whole body, 413 from ``Content-Length`` before reading or as soon as it grows past ``limit``."""
-    too_large = PayloadTooLarge(f"request body is larger than {limit} bytes ({setting})")
-    for name, value in scope["headers"]:
-        if name == b"content-length" and value.isdigit() and int(value) > limit:
-            raise too_large
-    parts: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ClientDisconnected
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise too_large
-        parts.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(parts)
