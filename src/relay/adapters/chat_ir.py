@@ -274,7 +274,7 @@ def request_to_chat(req: ir.Request) -> dict[str, Any]:
         out["tool_choice"] = req.tool_choice
     if req.parallel_tool_calls is False:
         out["parallel_tool_calls"] = False
-    _common(req, out, "max_completion_tokens")
+    openai_common(req, out, "max_completion_tokens")
     if req.stop is not None:
         out["stop"] = req.stop
     if req.stream:
@@ -282,7 +282,8 @@ def request_to_chat(req: ir.Request) -> dict[str, Any]:
     return out
 
 
-def _common(req: ir.Request, out: dict[str, Any], limit_field: str) -> None:
+def openai_common(req: ir.Request, out: dict[str, Any], limit_field: str) -> None:
+    """The fields chat and Responses spell alike (the token limit under ``limit_field``)."""
     if req.max_tokens is not None:
         out[limit_field] = req.max_tokens
     if req.temperature is not None:

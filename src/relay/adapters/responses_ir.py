@@ -22,7 +22,7 @@ import time
 from typing import Any, Final
 
 from . import ir
-from .chat_ir import append
+from .chat_ir import append, openai_common
 from .params import check_rest, invalid, obj, unsupported
 
 ADAPTER: Final = "openai_responses"
@@ -241,16 +241,7 @@ def request_to_responses(req: ir.Request) -> dict[str, Any]:
         out["tool_choice"] = req.tool_choice
     if req.parallel_tool_calls is False:
         out["parallel_tool_calls"] = False
-    if req.max_tokens is not None:
-        out["max_output_tokens"] = req.max_tokens
-    if req.temperature is not None:
-        out["temperature"] = req.temperature
-    if req.top_p is not None:
-        out["top_p"] = req.top_p
-    if req.user is not None:
-        out["user"] = req.user
-    if req.stream:
-        out["stream"] = True
+    openai_common(req, out, "max_output_tokens")
     out["store"] = False
     return out
 
