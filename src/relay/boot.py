@@ -174,7 +174,9 @@ def build_runtime(settings: Settings) -> Runtime:
 
     # Both stores: new batches go to the configured one, each batch is read from the one it recorded.
     payloads = PayloadStores(
-        FileStore(settings.batch_payload_dir), DatabaseStore(engine), settings.batch_payload_store
+        FileStore(settings.batch_payload_dir, group_readable=settings.batch_payload_group_readable),
+        DatabaseStore(engine),
+        settings.batch_payload_store,
     )
     batch_metrics = BatchMetrics(registry, settings.batch_workers) if settings.batch_workers > 0 else None
     if settings.batch_workers > 0:
