@@ -221,7 +221,8 @@ def build_runtime(settings: Settings) -> Runtime:
     )
 
     admin_batches = BatchAdmin(engine, batches)
-    login_throttle = LoginThrottle()  # one for POST /api/auth/login and the dashboard's sign-in
+    # One for POST /api/auth/login and the dashboard's sign-in; counted across replicas with Redis.
+    login_throttle = LoginThrottle(state if settings.redis_url else None)
     dashboard = Dashboard(
         admin_token=secrets.admin_token,
         catalog=catalog,
