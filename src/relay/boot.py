@@ -37,7 +37,7 @@ from relay.control.dashboard import Dashboard, mount_dashboard
 from relay.control.guard import ControlGuard
 from relay.control.health import HealthService
 from relay.control.keys import KeyService
-from relay.control.spend_routes import mount_spend_routes
+from relay.control.spend_routes import mount_spend_routes, spend_reader
 from relay.control.throttle import LoginThrottle
 from relay.control.tokens import TokenService, load_signer
 from relay.control.usage_routes import UsageQueries, mount_usage_routes
@@ -234,6 +234,7 @@ def build_runtime(settings: Settings) -> Runtime:
         health=HealthService(snapshot, state),
         secure_cookies=(settings.public_url or "").startswith("https://"),
         login_throttle=login_throttle,
+        spend=spend_reader(limiter, snapshot),
     )
 
     def control_routes(app: FastAPI, admin: Any) -> None:
