@@ -37,7 +37,7 @@ from relay.control.dashboard import Dashboard, mount_dashboard
 from relay.control.guard import ControlGuard
 from relay.control.health import HealthService
 from relay.control.keys import KeyService
-from relay.control.spend_routes import mount_spend_routes
+from relay.control.spend_routes import mount_spend_routes, spend_reader
 from relay.control.throttle import LoginThrottle
 from relay.control.tokens import TokenService, load_signer
 from relay.control.usage_routes import UsageQueries, mount_usage_routes
@@ -174,7 +174,9 @@ def build_runtime(settings: Settings) -> Runtime:
 
     # Both stores: new batches go to the configured one, each batch is read from the one it recorded.
     payloads = PayloadStores(
-        FileStore(settings.batch_payload_dir), DatabaseStore(engine), settings.batch_payload_store
+        FileStore(settings.batch_payload_dir, group_readable=settings.batch_payload_group_readable),
+        DatabaseStore(engine),
+        settings.batch_payload_store,
     )
     batch_metrics = BatchMetrics(registry, settings.batch_workers) if settings.batch_workers > 0 else None
     if settings.batch_workers > 0:
@@ -219,7 +221,8 @@ def build_runtime(settings: Settings) -> Runtime:
     )
 
     admin_batches = BatchAdmin(engine, batches)
-    login_throttle = LoginThrottle()  # one for POST /api/auth/login and the dashboard's sign-in
+    # One for POST /api/auth/login and the dashboard's sign-in; counted across replicas with Redis.
+    login_throttle = LoginThrottle(state if settings.redis_url else None)
     dashboard = Dashboard(
         admin_token=secrets.admin_token,
         catalog=catalog,
@@ -231,6 +234,7 @@ def build_runtime(settings: Settings) -> Runtime:
         health=HealthService(snapshot, state),
         secure_cookies=(settings.public_url or "").startswith("https://"),
         login_throttle=login_throttle,
+        spend=spend_reader(limiter, snapshot),
     )
 
     def control_routes(app: FastAPI, admin: Any) -> None:

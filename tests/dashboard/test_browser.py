@@ -7,6 +7,7 @@ import io
 import json
 import re
 import time
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -259,6 +260,32 @@ def test_a_tripped_host_key_shows_open(page: Any, dash_gw: Gateway) -> None:
     healthy = page.locator("tr[data-host-key='live-openai-k1'] [data-testid=breaker]")
     assert healthy.inner_text() == "closed"
     shot(page, "catalog")
+
+
+def test_the_catalog_shows_policy_rules_and_current_spend(page: Any, dash_gw: Gateway) -> None:
+    """SPEC §16: the catalog page lists each policy's rules and, for budget rules, the current
+    window's spend exactly as ``GET /api/policies/{ref}/spend`` answers it."""
+    scenario = dash_gw.scenario(rules=[{"meter": "cost_usd", "limit": 5, "window": "1d"}])
+    assert dash_gw.chat(scenario.model, key=scenario.key).status_code == 200
+    deadline = time.monotonic() + 10
+    while True:  # the spend is committed once the answer is out
+        rule = dash_gw.relay.api("GET", f"/api/policies/{scenario.policy}/spend").json()["rules"][0]
+        if rule["entries"][0]["spent_usd"] > 0:
+            break
+        assert time.monotonic() < deadline, rule
+        time.sleep(0.05)
+    entry = rule["entries"][0]
+    sign_in(page)
+    page.goto("/ui/catalog")
+    row = page.locator(f"tr[data-policy='{scenario.policy}']")
+    assert "cost_usd" in row.inner_text()  # the rule itself
+    spend = row.locator("[data-testid=spend]").inner_text()
+    spent = format(Decimal(str(entry["spent_usd"])).normalize(), "f")
+    assert f"${spent} of $5 per 1d" in spend, spend
+    assert entry["resets_at"] in spend
+    plain = page.locator("tr[data-policy='live-main'] [data-testid=spend]")
+    assert plain.inner_text() == ""  # no budget rule: nothing to show
+    shot(page, "catalog-spend")
 
 
 def test_every_page_is_clean_and_accessible(page: Any, dash_gw: Gateway) -> None:

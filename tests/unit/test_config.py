@@ -22,8 +22,13 @@ def test_defaults_match_the_spec() -> None:
     assert s.max_request_bytes == 32 * 1024 * 1024 and s.upstream_timeout_s == 300
     assert (s.batch_workers, s.batch_max_items, s.batch_max_bytes) == (16, 50_000, 200 * 1024 * 1024)
     assert (s.batch_item_timeout_s, s.batch_rescue_after_s, s.shutdown_grace_s) == (300, 900, 30)
-    assert s.batch_payload_dir == "relay-batch-payloads"
+    assert s.batch_payload_dir == "relay-batch-payloads" and s.batch_payload_group_readable is False
     assert s.instance_id  # <hostname>-<pid>
+
+
+@pytest.mark.parametrize(("raw", "value"), [("true", True), ("1", True), ("false", False), ("0", False)])
+def test_payload_group_readable_is_a_boolean(raw: str, value: bool) -> None:
+    assert load_settings({"RELAY_BATCH_PAYLOAD_GROUP_READABLE": raw}).batch_payload_group_readable is value
 
 
 def test_control_port_off_and_case_insensitive_enums() -> None:
@@ -49,6 +54,7 @@ def test_control_port_off_and_case_insensitive_enums() -> None:
         ({"RELAY_BATCH_WORKERS": "-1"}, "RELAY_BATCH_WORKERS"),
         ({"RELAY_BATCH_ITEM_TIMEOUT_S": "1000"}, "RELAY_BATCH_RESCUE_AFTER_S"),
         ({"RELAY_MIGRATE_ON_BOOT": "maybe"}, "RELAY_MIGRATE_ON_BOOT"),
+        ({"RELAY_BATCH_PAYLOAD_GROUP_READABLE": "group"}, "RELAY_BATCH_PAYLOAD_GROUP_READABLE"),
         ({"RELAY_ADMIN_TOKEN": "short"}, "RELAY_ADMIN_TOKEN"),
         ({"RELAY_UPSTREAM_TIMEOUT_S": "0"}, "RELAY_UPSTREAM_TIMEOUT_S"),
     ],

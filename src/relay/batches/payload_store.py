@@ -77,8 +77,8 @@ class FileStore:
 
     name: StoreName = "files"
 
-    def __init__(self, root: str | Path) -> None:
-        self.dir = PayloadDir(root)
+    def __init__(self, root: str | Path, *, group_readable: bool = False) -> None:
+        self.dir = PayloadDir(root, group_readable=group_readable)
 
     async def write_requests(self, batch_id: str, bodies: Iterable[bytes]) -> int:
         return await asyncio.to_thread(self.dir.write_requests, batch_id, bodies)

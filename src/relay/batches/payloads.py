@@ -25,6 +25,11 @@ only from a batch id (validated: ``b_`` + base32), an integer index and a file n
 ``responses-<16 hex>.data``, so nothing a client sends can escape the directory. Files are never
 removed here.
 
+Modes: directories 0700 and files 0600 by default, as private as the database and ``master.key``;
+``group_readable`` (``RELAY_BATCH_PAYLOAD_GROUP_READABLE``) makes what is created from then on 0750 and
+0640, for a sidecar or backup job running in Relay's group. Nothing is ever world-readable, and modes
+hold whatever the umask (they are set explicitly); files created before a change keep their mode.
+
 The directory must be shared by every replica that runs items; when it is not, ``read_request``
 raises ``FileNotFoundError`` and the runner fails the item with ``load input: …`` (§10.7).
 """
@@ -39,6 +44,7 @@ import struct
 import sys
 from array import array
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -59,8 +65,9 @@ class PayloadDir:
     :func:`sync_descriptors`, is given to a worker thread by the caller); the rest is safe from any
     thread."""
 
-    def __init__(self, root: str | Path) -> None:
+    def __init__(self, root: str | Path, *, group_readable: bool = False) -> None:
         self.root = Path(root).resolve()
+        self.modes = GROUP_READABLE if group_readable else PRIVATE
         self._responses_file = f"responses-{secrets.token_hex(8)}.data"
         self._open: dict[str, _Appender] = {}  # batch id → its responses file, least recently used first
         self._retired: list[int] = []  # evicted descriptors with unsynced bytes: the next sync closes them
@@ -79,11 +86,11 @@ class PayloadDir:
         Returns the number of bodies written."""
         directory = self._dir(batch_id)
         created = not directory.exists()
-        _make_dir(directory)
+        _make_dir(directory, self.modes)
         offsets = array("Q", [0])
         position = 0
         try:
-            with _atomic(directory / REQUESTS_FILE) as handle:
+            with _atomic(directory / REQUESTS_FILE, self.modes) as handle:
                 for body in bodies:
                     handle.write(body)
                     handle.write(b"\n")
@@ -96,7 +103,7 @@ class PayloadDir:
             raise
         if sys.byteorder != "little":
             offsets.byteswap()
-        with _atomic(directory / OFFSETS_FILE) as handle:
+        with _atomic(directory / OFFSETS_FILE, self.modes) as handle:
             handle.write(offsets.tobytes())
         _fsync_dir(directory)
         if created:
@@ -108,7 +115,7 @@ class PayloadDir:
         Durable once the descriptors :meth:`responses_to_sync` returns next have been synced."""
         appender = self._open.pop(batch_id, None)
         if appender is None:
-            appender, created = _Appender.open(self._dir(batch_id), self._responses_file)
+            appender, created = _Appender.open(self._dir(batch_id), self._responses_file, self.modes)
             if created:  # its directory entry must reach the disk too: the next sync flushes it
                 self._retired.append(os.open(appender.directory, os.O_RDONLY | os.O_DIRECTORY))
         try:
@@ -220,12 +227,13 @@ class _Appender:
         self.dirty = False
 
     @classmethod
-    def open(cls, directory: Path, name: str) -> tuple[_Appender, bool]:
+    def open(cls, directory: Path, name: str, modes: Modes) -> tuple[_Appender, bool]:
         """The file opened for appending, and whether this created it."""
-        _make_dir(directory)
+        _make_dir(directory, modes)
         flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
         try:
-            fd, created = os.open(directory / name, flags | os.O_CREAT | os.O_EXCL, FILE_MODE), True
+            fd, created = os.open(directory / name, flags | os.O_CREAT | os.O_EXCL, modes.file), True
+            os.fchmod(fd, modes.file)  # open's mode is filtered by the umask
         except FileExistsError:
             fd, created = os.open(directory / name, flags), False
         return cls(directory, fd, os.lseek(fd, 0, os.SEEK_END)), created
@@ -260,26 +268,39 @@ def _read_file(path: Path) -> bytes | None:
         return None
 
 
+@dataclass(frozen=True, slots=True)
+class Modes:
+    """The permission bits of what this module creates: directories and files."""
+
+    dir: int
+    file: int
+
+
 DIR_MODE = 0o700
 FILE_MODE = 0o600
-"""Prompts and completions are as private as the database and ``master.key`` (SPEC §10.7)."""
+#: The default: prompts and completions are as private as the database and ``master.key`` (SPEC §10.7).
+PRIVATE = Modes(DIR_MODE, FILE_MODE)
+#: ``RELAY_BATCH_PAYLOAD_GROUP_READABLE=true``: Relay's group may read (a sidecar, a backup job), never write.
+GROUP_READABLE = Modes(0o750, 0o640)
 
 
-def _make_dir(directory: Path) -> None:
-    """The batch's directory and any missing parent (the payload root included), mode 0700."""
+def _make_dir(directory: Path, modes: Modes = PRIVATE) -> None:
+    """The batch's directory and any missing parent (the payload root included), mode ``modes.dir``."""
     missing = [p for p in (directory, *directory.parents) if not p.exists()]
     for path in reversed(missing):
         with contextlib.suppress(FileExistsError):
-            path.mkdir(mode=DIR_MODE)
-            os.chmod(path, DIR_MODE)  # mkdir's mode is filtered by the umask; 0700 must hold as said
+            path.mkdir(mode=modes.dir)
+            os.chmod(path, modes.dir)  # mkdir's mode is filtered by the umask; the mode must hold as said
 
 
 @contextlib.contextmanager
-def _atomic(path: Path) -> Iterator[BinaryIO]:
-    """A file written under a temporary name, flushed to disk, then renamed to ``path``."""
+def _atomic(path: Path, modes: Modes = PRIVATE) -> Iterator[BinaryIO]:
+    """A file written under a temporary name (mode ``modes.file``), flushed to disk, then renamed to
+    ``path``."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, modes.file)
+        os.fchmod(fd, modes.file)  # open's mode is filtered by the umask (and kept if tmp existed)
         with open(fd, "wb", buffering=_WRITE_BUFFER) as handle:
             yield handle
             handle.flush()

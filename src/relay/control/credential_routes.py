@@ -85,13 +85,13 @@ def mount_credential_routes(
         Failed logins are throttled per email and per client address (429 with ``Retry-After``)."""
         email = str(payload.get("email", ""))[:320]
         address = request.client.host if request.client else "unknown"
-        login_throttle.check(email, address)  # before any password is hashed
+        await login_throttle.check(email, address)  # before any password is hashed
         try:
             session = await tokens.login(payload)
         except Unauthenticated:
-            login_throttle.failed(email, address)
+            await login_throttle.failed(email, address)
             raise
-        login_throttle.succeeded(email)
+        await login_throttle.succeeded(email)
         response = JSONResponse({"session": session})
         response.set_cookie(
             SESSION_COOKIE,

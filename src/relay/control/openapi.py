@@ -4,8 +4,10 @@ FastAPI derives the document from the routes, which knows only the 2xx of each h
 validation — but Relay answers validation failures with 400, uses 422 for a reference to nothing, and
 answers 401, 404, 408, 409, 413, 429, 431 and 500 in one error shape. This module rewrites the generated
 document once: every operation lists every status it can answer, each error with the ``Error`` schema,
-and catalog routes get their real response schemas (the object as rendered: the kind's fields without
-its write-only ones, plus ``id``, ``created_at``, ``updated_at`` and each reference's ``<field>_id``).
+catalog routes get their real response schemas (the object as rendered: the kind's fields without
+its write-only ones, plus ``id``, ``created_at``, ``updated_at`` and each reference's ``<field>_id``), and
+every other route the model of its answer from :mod:`relay.control.answers` (FastAPI only knows them
+as "an object": the handlers return plain dicts).
 
 What it deliberately does not know: how the routes work (only paths and methods).
 """
@@ -18,6 +20,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
+from relay.control.answers import ANSWERS, Answer
 from relay.control.kinds import KINDS, Kind
 
 ERROR = {"$ref": "#/components/schemas/Error"}
@@ -73,7 +76,7 @@ def rewrite(document: dict[str, Any]) -> dict[str, Any]:
             if method not in ("get", "post", "put", "patch", "delete"):
                 continue
             _errors(path, method, operation)
-            _known_answers(path, method, operation)
+            _known_answers(path, method, operation, schemas)
             base = path.removesuffix("/{ref}")
             owner = kinds.get(base)
             if owner is not None:
@@ -98,42 +101,25 @@ def _errors(path: str, method: str, operation: dict[str, Any]) -> None:
         responses[code] = _json(WHY[code], ERROR)
 
 
-_STR = {"type": "string"}
-_TOKEN = {
-    "type": "object",
-    "required": ["token", "jti", "expires_at"],
-    "properties": {"token": _STR, "jti": _STR, "expires_at": {"type": "string", "format": "date-time"}},
-}
-KNOWN: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {
-    ("post", "/api/keys"): (
-        "201",
-        {
-            "type": "object",
-            "required": ["key", "plaintext"],
-            "properties": {
-                "key": {"type": "object"},
-                "plaintext": {"type": "string", "pattern": "^sk-relay-"},
-            },
-        },
-    ),
-    ("post", "/api/users/{ref}/tokens"): ("201", _TOKEN),
-    ("post", "/api/auth/token"): ("201", _TOKEN),
-    ("post", "/api/auth/login"): (
-        "200",
-        {"type": "object", "required": ["session"], "properties": {"session": _STR}},
-    ),
-}
-
-
-def _known_answers(path: str, method: str, operation: dict[str, Any]) -> None:
+def _known_answers(path: str, method: str, operation: dict[str, Any], schemas: dict[str, Any]) -> None:
     responses = operation["responses"]
     for code, answer in responses.items():
         if code == "204":
             answer.pop("content", None)  # no body
-    known = KNOWN.get((method, path))
+    known = ANSWERS.get((method, path))
     if known is not None:
-        code, schema = known
-        responses[code] = _json(responses.get(code, {}).get("description", "success"), schema)
+        code, model = known
+        description = responses.get(code, {}).get("description", "success")
+        responses[code] = _json(description, answer_schema(model, schemas))
+
+
+def answer_schema(model: type[Answer], schemas: dict[str, Any]) -> dict[str, Any]:
+    """A reference to ``model``'s schema, registered (with the models it nests) in ``schemas``."""
+    schema = model.model_json_schema(ref_template="#/components/schemas/{model}", mode="serialization")
+    for name, definition in [*schema.pop("$defs", {}).items(), (model.__name__, schema)]:
+        if schemas.setdefault(name, definition) != definition:
+            raise RuntimeError(f"two schemas are named {name!r} in the OpenAPI document")
+    return {"$ref": f"#/components/schemas/{model.__name__}"}
 
 
 def object_schema(kind: Kind, schemas: dict[str, Any]) -> dict[str, Any]:
@@ -145,6 +131,21 @@ def object_schema(kind: Kind, schemas: dict[str, Any]) -> dict[str, Any]:
     properties = {k: v for k, v in spec.get("properties", {}).items() if k not in kind.write_only}
     for ref in kind.refs:
         properties[f"{ref.field}_id"] = {"type": ["string", "null"]}
+    for child in kind.children:
+        if child.ref_fields:  # each entry: its references by name, and by id beside them
+            entry = {
+                "type": "object",
+                "required": [name for ref in child.ref_fields for name in (ref.field, f"{ref.field}_id")],
+                "properties": {
+                    name: {"type": ["string", "null"]}
+                    for ref in child.ref_fields
+                    for name in (ref.field, f"{ref.field}_id")
+                },
+                "additionalProperties": False,
+            }
+            properties[child.field] = {"type": "array", "items": entry}
+    if kind.name == "HostKey":
+        properties["has_value"] = {"type": "boolean", "description": "a value is stored (never shown)"}
     for name in kind.read_only:
         properties.setdefault(name, {})
     common = {
@@ -158,6 +159,7 @@ def object_schema(kind: Kind, schemas: dict[str, Any]) -> dict[str, Any]:
         "title": f"{kind.name}Object",
         "required": list(common),
         "properties": {**common, **properties},
+        "additionalProperties": False,
     }
 
 
@@ -165,7 +167,12 @@ def _kind_response(kind: Kind, one: bool, method: str, operation: dict[str, Any]
     ref = {"$ref": f"#/components/schemas/{kind.name}Object"}
     responses = operation["responses"]
     if method == "get" and not one:
-        listing = {"type": "object", "properties": {"items": {"type": "array", "items": ref}}}
+        listing = {
+            "type": "object",
+            "required": ["items"],
+            "properties": {"items": {"type": "array", "items": ref}},
+            "additionalProperties": False,
+        }
         responses["200"] = _json(f"every {kind.name}", listing)
     elif method == "post" and not one:
         responses["201"] = _json(f"the created {kind.name}", ref)

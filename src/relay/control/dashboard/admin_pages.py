@@ -1,4 +1,6 @@
-"""The admin-only pages (SPEC §16): relay keys, and the catalog with each host key's breaker.
+"""The admin-only pages (SPEC §16): relay keys, and the catalog with each host key's breaker and each
+policy's rules and current budget spend (as ``GET /api/policies/{ref}/spend`` answers it; a shared state
+that does not answer shows as unknown, the page still renders).
 
 Keys: create (the plaintext is in that one answer and nowhere else: the page is ``no-store`` and the
 next visit shows only the prefix), rotate with a grace period, revoke, disable and enable, each
@@ -16,6 +18,7 @@ from fastapi.responses import Response
 from relay.control.dashboard.web import Dashboard, with_errors
 from relay.control.kinds import KINDS
 from relay.errors import RelayError
+from relay.state import StateUnavailable
 
 CATALOG_KINDS = ("hosts", "models", "bindings", "policies")
 
@@ -103,7 +106,16 @@ def mount_admin_pages(router: APIRouter, dash: Dashboard) -> None:
         viewer = await dash.require(request, admin=True)
         lists = {plural: await dash.catalog.list_all(kinds[plural]) for plural in CATALOG_KINDS}
         health = await dash.health.host_keys()
-        return dash.page("catalog.html", request, viewer, lists=lists, health=health)
+        spend, spend_unknown = await _spend(dash, lists["policies"])
+        return dash.page(
+            "catalog.html",
+            request,
+            viewer,
+            lists=lists,
+            health=health,
+            spend=spend,
+            spend_unknown=spend_unknown,
+        )
 
     router.add_api_route("/ui/keys", with_errors(dash, keys), methods=["GET"], include_in_schema=False)
     router.add_api_route("/ui/keys", with_errors(dash, create), methods=["POST"], include_in_schema=False)
@@ -111,3 +123,22 @@ def mount_admin_pages(router: APIRouter, dash: Dashboard) -> None:
         "/ui/keys/{key_id}/{action}", with_errors(dash, act), methods=["POST"], include_in_schema=False
     )
     router.add_api_route("/ui/catalog", with_errors(dash, catalog), methods=["GET"], include_in_schema=False)
+
+
+async def _spend(dash: Dashboard, policies: list[dict[str, Any]]) -> tuple[dict[str, Any], bool]:
+    """Policy id → its budget rules' spend, for the policies that have budget rules; and whether the
+    shared state failed to answer (then the spend is unknown, not zero)."""
+    spend: dict[str, Any] = {}
+    if dash.spend is None:
+        return spend, False
+    for policy in policies:
+        rules = (policy.get("rate_limit") or {}).get("rules", [])
+        if not any(rule.get("meter") == "cost_usd" for rule in rules):
+            continue
+        try:
+            spend[policy["id"]] = await dash.spend(policy["id"])
+        except StateUnavailable:
+            return {}, True
+        except RelayError:
+            continue  # created a moment ago: not in this replica's snapshot yet
+    return spend, False

@@ -79,12 +79,12 @@ def mount_pages(router: APIRouter, dash: Dashboard) -> None:
         address = request.client.host if request.client else "unknown"
         email = "(admin token)" if fields.get("admin_token") else fields.get("email", "")[:320]
         try:
-            dash.login_throttle.check(email, address)
+            await dash.login_throttle.check(email, address)
         except RelayError as exc:
             return await signin_page(request, exc.status, exc.message)
         if fields.get("admin_token"):
             if not constant_time_equal(fields["admin_token"].strip(), dash.admin_token):
-                dash.login_throttle.failed(email, address)
+                await dash.login_throttle.failed(email, address)
                 return await signin_page(request, 401, "invalid admin token")
             value, max_age = dash.signer.admin_cookie(), ADMIN_TTL_S
         else:
@@ -92,10 +92,10 @@ def mount_pages(router: APIRouter, dash: Dashboard) -> None:
                 session = await dash.tokens.login({"email": email, "password": fields.get("password", "")})
             except RelayError as exc:
                 if exc.status == 401:
-                    dash.login_throttle.failed(email, address)
+                    await dash.login_throttle.failed(email, address)
                 return await signin_page(request, exc.status, exc.message)
             value, max_age = "u." + session, 12 * 3600
-        dash.login_throttle.succeeded(email)
+        await dash.login_throttle.succeeded(email)
         response = dash.redirect("/ui/")
         cookie(response, COOKIE, value, max_age)
         response.delete_cookie(PRE_COOKIE, path="/ui")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Final
 from urllib.parse import parse_qsl, urlencode
 
@@ -25,6 +26,7 @@ from relay.control.catalog import CatalogService
 from relay.control.dashboard.session import COOKIE, Signer, Viewer
 from relay.control.health import HealthService
 from relay.control.keys import KeyService
+from relay.control.spend_routes import SpendReader
 from relay.control.throttle import LoginThrottle
 from relay.control.tokens import TokenService
 from relay.control.usage_routes import UsageQueries
@@ -68,6 +70,8 @@ class Dashboard:
     secure_cookies: bool = False
     # One throttle with POST /api/auth/login: a guess through either door counts against the same limit.
     login_throttle: LoginThrottle = field(default_factory=LoginThrottle)
+    # A policy's budget spend, as GET /api/policies/{ref}/spend answers it (None: not shown).
+    spend: SpendReader | None = None
 
     def __post_init__(self) -> None:
         self.signer = Signer(self.admin_token)
@@ -78,6 +82,7 @@ class Dashboard:
             lstrip_blocks=True,
         )
         self.env.filters["usd"] = usd
+        self.env.filters["dollars"] = dollars
         self.env.filters["num"] = lambda n: "–" if n is None else f"{int(n):,}"
         self.env.globals["qs"] = query_string
 
@@ -145,6 +150,11 @@ def usd(nanos: int | None) -> str:
     if dollars and dollars < 0.01:
         return f"${dollars:.6f}"
     return f"${dollars:,.4f}" if dollars < 100 else f"${dollars:,.2f}"
+
+
+def dollars(amount: float) -> str:
+    """A JSON number of dollars (the spend API's) in plain digits: ``1.5e-05`` → ``$0.000015``."""
+    return "$" + format(Decimal(str(amount)).normalize(), "f")
 
 
 def query_string(params: dict[str, Any], **changes: Any) -> str:

@@ -1,0 +1,270 @@
+"""What the control API's non-catalog routes answer, as pydantic models, for the OpenAPI document
+(SPEC §11: ``GET /api/openapi.json`` declares real response schemas).
+
+The routes build plain dicts (fast, and shaped by the services); these models describe those dicts
+field for field, so the document can tell a client exactly what comes back. They are strict
+(``extra="forbid"``: ``additionalProperties: false``), so ``tests/hostile/test_openapi_answers.py``,
+which validates real answers of every route against the document, fails on a field that is answered
+but not declared as well as on a declared one that is missing or of another type.
+
+What it deliberately does not know: how the answers are built; nothing here is used at request time
+(the routes do not validate their output against these models: the test does).
+
+Invariants: a field that is always present but may be null is required and nullable; a field that
+only some answers carry (a summary row's ``name``) has a default, so it is not required.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from relay.control.kinds import KINDS
+
+
+class Answer(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# -- operations ---------------------------------------------------------------------------------------
+
+
+class ExportDocument(Answer):
+    kind: str = Field(json_schema_extra={"enum": [kind.name for kind in KINDS]})
+    name: str
+    spec: dict[str, Any] = Field(description="the kind's fields, references by name, no secret")
+
+
+class Export(Answer):
+    documents: list[ExportDocument]
+
+
+class Revision(Answer):
+    revision: int
+
+
+class SnapshotStatus(Answer):
+    revision: int
+    loaded_at: float = Field(description="Unix time of the rebuild")
+    counts: dict[str, int]
+    problems: list[str]
+
+
+# -- credentials --------------------------------------------------------------------------------------
+
+
+class RelayKey(Answer):
+    id: str
+    name: str | None
+    prefix: str
+    principal_kind: Literal["serviceaccount", "user"]
+    principal: str | None
+    principal_id: str
+    project: str | None
+    project_id: str | None
+    policy: str | None
+    policy_id: str | None
+    enabled: bool
+    expires_at: datetime | None
+    revoked_at: datetime | None
+    grace_until: datetime | None
+    payload_logging: bool
+    created_at: datetime
+    updated_at: datetime
+
+
+class RelayKeys(Answer):
+    items: list[RelayKey]
+
+
+class NewRelayKey(Answer):
+    key: RelayKey
+    plaintext: str = Field(pattern="^sk-relay-", description="shown once")
+
+
+class InferenceToken(Answer):
+    token: str
+    jti: str
+    expires_at: datetime
+
+
+class Session(Answer):
+    session: str
+
+
+class TokensRevoked(Answer):
+    user_id: str
+    token_version: int
+
+
+class TokenRevoked(Answer):
+    jti: str
+    revoked: Literal[True]
+    expires_at: datetime
+
+
+# -- usage and settings -------------------------------------------------------------------------------
+
+
+class UsageEvent(Answer):
+    id: str
+    ts: datetime
+    request_id: str
+    source: Literal["live", "batch"]
+    batch_id: str | None
+    batch_idx: int | None
+    status: int = Field(description="upstream HTTP status; 0: never reached")
+    error_kind: str | None
+    error_message: str | None
+    model: str
+    requested_model: str
+    upstream_model: str
+    host: str
+    adapter: str
+    inbound_shape: str
+    host_key_id: str | None
+    attempts: int
+    streamed: bool
+    input_tokens: int
+    output_tokens: int
+    cached_input_tokens: int
+    cost_nanos: int | None
+    latency_ms: int
+    ttft_ms: int | None
+    policy_id: str
+    project_id: str
+    team_id: str
+    principal_kind: str
+    principal_id: str
+    credential_kind: str
+    credential_id: str
+    relay_key_hash: str | None
+
+
+class UsageEvents(Answer):
+    events: list[UsageEvent]
+    next_cursor: str | None
+
+
+class SummaryRow(Answer):
+    group: str
+    name: str | None = Field(None, description="project, team, policy and credential groups only")
+    requests: int
+    errors: int
+    input_tokens: int
+    output_tokens: int
+    cached_input_tokens: int
+    cost_nanos: int | None
+    p50_latency_ms: float | None
+    p95_latency_ms: float | None
+
+
+class UsageSummary(Answer):
+    rows: list[SummaryRow]
+
+
+class CapturedPayload(Answer):
+    request_id: str
+    ts: datetime
+    request: Any = Field(description="JSON when the body parses, else text")
+    response: Any = Field(description="JSON when the body parses, else text (an SSE stream)")
+    request_truncated: bool
+    response_truncated: bool
+
+
+class PayloadLogging(Answer):
+    enabled: bool
+    max_bytes: int
+
+
+class SpendEntry(Answer):
+    key: str = Field(description="the policy id (per: policy), else the credential, project or team id")
+    spent_usd: float
+    remaining_usd: float
+    resets_at: datetime
+
+
+class SpendRule(Answer):
+    index: int = Field(description="the rule's position in the policy's rate_limits")
+    window: str
+    per: str
+    limit_usd: float
+    entries: list[SpendEntry]
+
+
+class PolicySpend(Answer):
+    rules: list[SpendRule]
+
+
+# -- batches of every owner ---------------------------------------------------------------------------
+
+
+class AdminBatch(Answer):
+    id: str
+    api: str
+    owner: str = Field(description="user:<user id> or key:<relay key id>, never a key's hash")
+    state: Literal["in_progress", "completed", "cancelled"]
+    status: Literal["queued", "cancelled"]
+    inbound_shape: str
+    project_id: str
+    team_id: str
+    policy_id: str
+    policy_name: str
+    principal_kind: str
+    principal_id: str
+    credential_kind: str
+    credential_id: str
+    total_items: int
+    finished_items: int
+    counts: dict[str, int]
+    created_at: datetime
+    completed_at: datetime | None
+
+
+class AdminBatches(Answer):
+    items: list[AdminBatch]
+    next_cursor: str | None
+
+
+class FailureGroup(Answer):
+    cause: str
+    count: int
+    examples: list[str]
+
+
+class AdminBatchDetail(AdminBatch):
+    failures: list[FailureGroup]
+
+
+class Cancelled(Answer):
+    status: Literal["cancelled"]
+
+
+#: (method, path) → (status, model) of every non-catalog route's success answer.
+ANSWERS: dict[tuple[str, str], tuple[str, type[Answer]]] = {
+    ("get", "/api/export"): ("200", Export),
+    ("post", "/api/reload"): ("200", Revision),
+    ("get", "/api/snapshot"): ("200", SnapshotStatus),
+    ("get", "/api/keys"): ("200", RelayKeys),
+    ("post", "/api/keys"): ("201", NewRelayKey),
+    ("get", "/api/keys/{ref}"): ("200", RelayKey),
+    ("patch", "/api/keys/{ref}"): ("200", RelayKey),
+    ("post", "/api/keys/{ref}/rotate"): ("200", NewRelayKey),
+    ("post", "/api/keys/{ref}/revoke"): ("200", RelayKey),
+    ("post", "/api/users/{ref}/tokens"): ("201", InferenceToken),
+    ("post", "/api/users/{ref}/revoke-tokens"): ("200", TokensRevoked),
+    ("delete", "/api/tokens/{jti}"): ("200", TokenRevoked),
+    ("post", "/api/auth/login"): ("200", Session),
+    ("post", "/api/auth/token"): ("201", InferenceToken),
+    ("get", "/api/usage/events"): ("200", UsageEvents),
+    ("get", "/api/usage/summary"): ("200", UsageSummary),
+    ("get", "/api/payloads/{request_id}"): ("200", CapturedPayload),
+    ("get", "/api/settings/payload_logging"): ("200", PayloadLogging),
+    ("put", "/api/settings/payload_logging"): ("200", PayloadLogging),
+    ("get", "/api/policies/{ref}/spend"): ("200", PolicySpend),
+    ("get", "/api/batches"): ("200", AdminBatches),
+    ("get", "/api/batches/{batch_id}"): ("200", AdminBatchDetail),
+    ("post", "/api/batches/{batch_id}/cancel"): ("200", Cancelled),
+}
