@@ -86,6 +86,7 @@ class Settings(BaseModel):
     batch_heartbeat_s: float = Field(5.0, gt=0, le=60)
     batch_payload_dir: str = "relay-batch-payloads"
     batch_payload_store: Literal["files", "database"] = "files"
+    files_sweep_s: float = Field(60.0, gt=0, le=3600)
     shutdown_grace_s: float = Field(30.0, ge=0)
     data_dir: str = DEFAULT_DATA_DIR
 
@@ -285,6 +286,7 @@ SETTING_HELP: dict[str, str] = {
     "batch_rescue_after_s": "an item running this long on a silent replica is taken over",
     "batch_heartbeat_s": "how often a replica says it is alive",
     "batch_payload_dir": "where batch request and response bodies are kept (shared by replicas)",
+    "files_sweep_s": "how often a replica removes expired Files API files",
     "shutdown_grace_s": "how long a stop lets running requests and batch items finish",
     "data_dir": "embedded mode's directory (SQLite file, generated master key and admin token)",
 }

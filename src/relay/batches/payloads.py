@@ -79,7 +79,7 @@ class PayloadDir:
         Returns the number of bodies written."""
         directory = self._dir(batch_id)
         created = not directory.exists()
-        _make_dir(directory)
+        make_private_dir(directory)
         offsets = array("Q", [0])
         position = 0
         try:
@@ -98,9 +98,9 @@ class PayloadDir:
             offsets.byteswap()
         with _atomic(directory / OFFSETS_FILE) as handle:
             handle.write(offsets.tobytes())
-        _fsync_dir(directory)
+        fsync_dir(directory)
         if created:
-            _fsync_dir(directory.parent)
+            fsync_dir(directory.parent)
         return len(offsets) - 1
 
     def append_response(self, batch_id: str, body: bytes) -> ResponseRef:
@@ -222,7 +222,7 @@ class _Appender:
     @classmethod
     def open(cls, directory: Path, name: str) -> tuple[_Appender, bool]:
         """The file opened for appending, and whether this created it."""
-        _make_dir(directory)
+        make_private_dir(directory)
         flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
         try:
             fd, created = os.open(directory / name, flags | os.O_CREAT | os.O_EXCL, FILE_MODE), True
@@ -265,7 +265,7 @@ FILE_MODE = 0o600
 """Prompts and completions are as private as the database and ``master.key`` (SPEC §10.7)."""
 
 
-def _make_dir(directory: Path) -> None:
+def make_private_dir(directory: Path) -> None:
     """The batch's directory and any missing parent (the payload root included), mode 0700."""
     missing = [p for p in (directory, *directory.parents) if not p.exists()]
     for path in reversed(missing):
@@ -291,7 +291,7 @@ def _atomic(path: Path) -> Iterator[BinaryIO]:
         raise
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
