@@ -70,9 +70,9 @@ def test_list_pages_newest_first_and_auto_paginates(files_relay: FilesRelay) -> 
     assert [f.id for f in client.files.list()] == newest_first  # default limit: one page
     assert [f.id for f in client.files.list(purpose="batch")] == newest_first
     assert list(client.files.list(purpose="batch_output")) == []
-    last = fr.http().get(
-        "/openai/v1/files", params={"after": newest_first[2]}, headers=fr.gw.auth(key)
-    ).json()
+    last = (
+        fr.http().get("/openai/v1/files", params={"after": newest_first[2]}, headers=fr.gw.auth(key)).json()
+    )
     assert [f["id"] for f in last["data"]] == newest_first[3:] and last["has_more"] is False
     empty = fr.http().get("/openai/v1/files", params={"after": ids[0]}, headers=fr.gw.auth(key)).json()
     assert empty == {"object": "list", "data": [], "first_id": None, "last_id": None, "has_more": False}
