@@ -1,4 +1,4 @@
-"""The Files API's ``files`` table (SPEC §14).
+"""The Files API's ``files`` table: uploads and the output files Relay writes.
 
 Revision ID: 0009
 Revises: 0007
