@@ -68,6 +68,8 @@ async def test_an_output_file_from_lines_reads_back_line_by_line(service: FileSe
     plain = await service.create_output("owner-a", [b"one\n", b"two"], filename="e.jsonl")
     assert [line async for line in await service.lines("owner-a", plain["id"])] == [b"one", b"two"]
     assert plain["expires_at"] is None
+    later = await service.create_output("owner-a", [b"x"], filename="l.jsonl", expires_after_s=7200)
+    assert later["expires_at"] == later["created_at"] + 7200
 
 
 async def test_uploads_past_the_limit_and_aborted_ones_leave_nothing(

@@ -170,9 +170,12 @@ class FileService:
         *,
         filename: str,
         expires_at: datetime | None = None,
+        expires_after_s: int | None = None,
     ) -> dict[str, Any]:
         """A ``batch_output`` file of ``owner`` made of ``lines`` (each gets a ``\\n`` unless it ends
         with one), for the OpenAI Batches façade's output and error files; returns its File object.
+        ``expires_at`` (an instant) or ``expires_after_s`` (seconds after its ``created_at``) sets
+        when it expires; neither: never.
         Not bounded by ``RELAY_BATCH_MAX_BYTES`` (Relay writes it, nobody uploads it)."""
         upload = await self.begin_upload(owner, limit=False)
         try:
@@ -182,7 +185,12 @@ class FileService:
             else:
                 for line in lines:
                     await upload.write(line if line.endswith(b"\n") else line + b"\n")
-            row = await upload.finish(purpose="batch_output", filename=filename, expires_at=expires_at)
+            row = await upload.finish(
+                purpose="batch_output",
+                filename=filename,
+                expires_at=expires_at,
+                expires_after_s=expires_after_s,
+            )
         except BaseException:
             await upload.abort()
             raise

@@ -36,6 +36,7 @@ from relay.batches.files import PURPOSES, FileService, Upload, file_object
 from relay.catalog import Snapshot
 from relay.domain.credentials import read_credential
 from relay.errors import InvalidRequest, NotFound, PayloadTooLarge, RelayError
+from relay.store.files import FileRow
 from relay.store.outage import unavailable_or_internal
 
 log = logging.getLogger("relay.files")
@@ -104,7 +105,7 @@ class FilesApp:
             body_out = error_body(OPENAI, status=status, code=code, message=message)
             await _send(send, status, "application/json", body_out, request_id, extra)
 
-    async def _upload(self, owner: str, headers: dict[str, str], body: _Body) -> Any:
+    async def _upload(self, owner: str, headers: dict[str, str], body: _Body) -> FileRow:
         kind, options = parse_options_header(headers.get("content-type", ""))
         boundary = options.get(b"boundary")
         if kind != b"multipart/form-data" or not boundary:
@@ -278,7 +279,7 @@ class _StreamedForm:
             _check_field(self._part, value)  # refused as soon as it arrives, before any file bytes
         self._part = None
 
-    async def finish(self) -> Any:
+    async def finish(self) -> FileRow:
         if not self._ended:
             if self.upload is None:
                 raise BadParam("file", "file is required")
