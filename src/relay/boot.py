@@ -21,6 +21,9 @@ from starlette.types import ASGIApp
 
 from relay.batches.api import PREFIX as BATCHES_PREFIX
 from relay.batches.api import BatchesApp
+from relay.batches.files import FileService
+from relay.batches.files_api import PREFIXES as FILES_PREFIXES
+from relay.batches.files_api import FilesApp
 from relay.batches.payload_store import DatabaseStore, FileStore, PayloadStores
 from relay.batches.runner import ItemRunner
 from relay.batches.service import BatchService
@@ -78,6 +81,7 @@ class Runtime:
     inference_app: ASGIApp = field(init=False)
     control_app: ASGIApp = field(init=False)
     batch_workers: WorkerPool | None = None  # None when RELAY_BATCH_WORKERS=0
+    files: FileService | None = None  # the Files API (SPEC §14), its expiry sweep on every replica
 
     async def database_ok(self) -> bool:
         try:
@@ -99,6 +103,8 @@ class Runtime:
         await self.writer.start()
         if self.batch_workers is not None:
             await self.batch_workers.start()
+        if self.files is not None:
+            self.files.start()
 
     async def stop_batch_workers(self) -> None:
         """Stop claiming batch items, let running ones finish (grace), put the rest back; idempotent."""
@@ -107,6 +113,8 @@ class Runtime:
 
     async def stop(self) -> None:
         await self.stop_batch_workers()
+        if self.files is not None:
+            await self.files.stop()
         await self.writer.stop()
         await self.upstream.close()
         await self.state.close()
@@ -205,6 +213,14 @@ def build_runtime(settings: Settings) -> Runtime:
         on_cancelled=batch_metrics.finished.labels("cancelled").inc if batch_metrics is not None else None,
     )
 
+    runtime.files = FileService(
+        engine, payloads, max_bytes=settings.batch_max_bytes, sweep_every_s=settings.files_sweep_s
+    )
+    files_apps = {
+        prefix: FilesApp(runtime.files, snapshot, settings.batch_max_bytes, prefix)
+        for prefix in FILES_PREFIXES
+    }
+
     runtime.inference_app = InferenceApp(
         live=LiveHandler(
             snapshot=snapshot,
@@ -217,7 +233,7 @@ def build_runtime(settings: Settings) -> Runtime:
         database_ok=runtime.database_ok,
         max_request_bytes=settings.max_request_bytes,
         metrics=metrics,
-        mounts={BATCHES_PREFIX: BatchesApp(batches, snapshot, settings.batch_max_bytes)},
+        mounts={BATCHES_PREFIX: BatchesApp(batches, snapshot, settings.batch_max_bytes), **files_apps},
     )
 
     admin_batches = BatchAdmin(engine, batches)

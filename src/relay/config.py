@@ -87,6 +87,7 @@ class Settings(BaseModel):
     batch_payload_dir: str = "relay-batch-payloads"
     batch_payload_store: Literal["files", "database"] = "files"
     batch_payload_group_readable: bool = False
+    files_sweep_s: float = Field(60.0, gt=0, le=3600)
     shutdown_grace_s: float = Field(30.0, ge=0)
     data_dir: str = DEFAULT_DATA_DIR
 
@@ -288,6 +289,7 @@ SETTING_HELP: dict[str, str] = {
     "batch_payload_dir": "where batch request and response bodies are kept (shared by replicas)",
     "batch_payload_group_readable": "payload directories 0750 and files 0640 instead of 0700/0600 "
     "(for a sidecar or backup job in Relay's group)",
+    "files_sweep_s": "how often a replica removes expired Files API files",
     "shutdown_grace_s": "how long a stop lets running requests and batch items finish",
     "data_dir": "embedded mode's directory (SQLite file, generated master key and admin token)",
 }

@@ -157,3 +157,38 @@ async def test_the_database_store_writes_nothing_to_disk_and_chunks_big_bodies(
     assert await stores.of("database").read_responses(batch_id, {0: None}) == {0: b"b" * (2 * CHUNK)}
     assert not os.path.exists(payload_dir)  # noqa: ASYNC240  (a test check, not I/O on a hot path)
     stores.close()
+
+
+async def test_files_stream_in_and_out_and_leave_nothing_when_discarded_or_removed(
+    store: PayloadStore, engine: AsyncEngine, tmp_path: Path
+) -> None:
+    """The Files API's calls (SPEC §14): bytes written in pieces of any size read back exactly, in
+    chunks; a discarded file and a removed one leave neither rows nor files; a missing file on the
+    ``files`` store raises ``FileNotFoundError``, on the ``database`` store reads as nothing."""
+    body = os.urandom(5 * CHUNK + 123)
+    file_id = "file-" + mint_id("f")[2:]
+    sink = await store.open_file(file_id)
+    for start in range(0, len(body), 700):
+        await sink.write(body[start : start + 700])
+    await sink.commit()
+    chunks = [chunk async for chunk in store.read_file(file_id)]
+    assert b"".join(chunks) == body
+    assert [chunk async for chunk in twin(store, engine).read_file(file_id)] == chunks  # any replica
+    if isinstance(store, FileStore):
+        assert (tmp_path / "payloads" / "files" / file_id).stat().st_mode & 0o777 == 0o600
+    await store.remove_file(file_id)
+    await store.remove_file(file_id)  # removing twice is fine
+    dropped = "file-" + mint_id("f")[2:]
+    sink = await store.open_file(dropped)
+    await sink.write(b"x" * (2 * CHUNK + 1))
+    await sink.discard()
+    async with engine.connect() as conn:
+        assert (await conn.execute(select(func.count()).select_from(t.payload_chunks))).scalar() == 0
+    files_dir = tmp_path / "payloads" / "files"
+    assert not files_dir.exists() or list(files_dir.iterdir()) == []
+    if isinstance(store, FileStore):
+        assert files_dir.stat().st_mode & 0o777 == 0o700
+        with pytest.raises(FileNotFoundError):
+            [chunk async for chunk in store.read_file(file_id)]
+    else:
+        assert [chunk async for chunk in store.read_file(file_id)] == []

@@ -17,6 +17,11 @@ The contract (one test suite runs it against both: tests/batches/test_payload_st
   :meth:`~PayloadStore.save_responses` (inside it: the database store inserts the body, so state and
   body commit together). :meth:`~PayloadStore.read_responses` reads them back by idx, ``None`` where
   this replica cannot.
+* The Files API's files (SPEC §14): :meth:`~PayloadStore.open_file` gives a :class:`FileSink` that
+  takes the bytes a chunk at a time (nothing whole in memory) and ends with ``commit`` (the bytes are
+  durable and whole) or ``discard`` (nothing stays); :meth:`~PayloadStore.read_file` streams them back
+  in chunks (``FileNotFoundError`` when this replica does not have them); :meth:`~PayloadStore.remove_file`
+  removes them (a no-op when they are gone).
 
 What it deliberately does not know. Item states and who may read a batch.
 """
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,8 +38,10 @@ from typing import Literal, Protocol
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from relay.batches.file_payloads import READ_CHUNK, FileBytesDir
 from relay.batches.payloads import PayloadDir, sync_descriptors
 from relay.domain.batches import ResponseRef
+from relay.store import files as file_rows
 from relay.store import payloads as db
 
 StoreName = Literal["files", "database"]
@@ -68,7 +76,93 @@ class PayloadStore(Protocol):
         self, batch_id: str, refs: Mapping[int, ResponseRef | None]
     ) -> dict[int, bytes | None]: ...
 
+    async def open_file(self, file_id: str) -> FileSink: ...
+
+    def read_file(self, file_id: str) -> AsyncIterator[bytes]: ...
+
+    async def remove_file(self, file_id: str) -> None: ...
+
     def close(self) -> None: ...
+
+
+class FileSink(Protocol):
+    """One file being written: ``write`` its bytes in order, then ``commit`` or ``discard``."""
+
+    async def write(self, data: bytes) -> None: ...
+
+    async def commit(self) -> None: ...
+
+    async def discard(self) -> None: ...
+
+
+class _Buffered:
+    """Bytes gathered until ``size`` of them make one write (one disk write, one database row)."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._parts: list[bytes] = []
+        self._held = 0
+
+    def add(self, data: bytes) -> bytes | None:
+        self._parts.append(data)
+        self._held += len(data)
+        return self.take() if self._held >= self._size else None
+
+    def take(self) -> bytes:
+        data = b"".join(self._parts)
+        self._parts, self._held = [], 0
+        return data
+
+
+class _DiskSink:
+    def __init__(self, directory: FileBytesDir, file_id: str, fd: int) -> None:
+        self._directory, self._file_id, self._fd = directory, file_id, fd
+        self._buffer = _Buffered(READ_CHUNK)
+
+    async def write(self, data: bytes) -> None:
+        full = self._buffer.add(data)
+        if full is not None:
+            await asyncio.to_thread(self._directory.append, self._fd, full)
+
+    async def commit(self) -> None:
+        rest = self._buffer.take()
+        if rest:
+            await asyncio.to_thread(self._directory.append, self._fd, rest)
+        await asyncio.to_thread(self._directory.commit, self._file_id, self._fd)
+
+    async def discard(self) -> None:
+        await asyncio.to_thread(self._directory.discard, self._file_id, self._fd)
+
+
+class _ChunkSink:
+    def __init__(self, engine: AsyncEngine, file_id: str, chunk_bytes: int) -> None:
+        self._engine, self._file_id, self._chunk_bytes = engine, file_id, chunk_bytes
+        self._buffer = _Buffered(chunk_bytes)
+        self._seq = 0
+
+    async def write(self, data: bytes) -> None:
+        full = self._buffer.add(data)
+        if full is None:
+            return
+        size = self._chunk_bytes
+        whole = len(full) // size * size  # rows of exactly chunk_bytes; the rest waits for more
+        view = memoryview(full)
+        for start in range(0, whole, size):
+            await self._insert(bytes(view[start : start + size]))
+        if whole < len(full):
+            self._buffer.add(bytes(view[whole:]))
+
+    async def _insert(self, data: bytes) -> None:
+        await file_rows.insert_chunk(self._engine, self._file_id, self._seq, data)
+        self._seq += 1
+
+    async def commit(self) -> None:
+        rest = self._buffer.take()
+        if rest:
+            await self._insert(rest)
+
+    async def discard(self) -> None:
+        await file_rows.delete_chunks(self._engine, self._file_id)
 
 
 class FileStore:
@@ -79,6 +173,7 @@ class FileStore:
 
     def __init__(self, root: str | Path, *, group_readable: bool = False) -> None:
         self.dir = PayloadDir(root, group_readable=group_readable)
+        self.file_bytes = FileBytesDir(root, self.dir.modes)
 
     async def write_requests(self, batch_id: str, bodies: Iterable[bytes]) -> int:
         return await asyncio.to_thread(self.dir.write_requests, batch_id, bodies)
@@ -103,6 +198,20 @@ class FileStore:
         self, batch_id: str, refs: Mapping[int, ResponseRef | None]
     ) -> dict[int, bytes | None]:
         return await asyncio.to_thread(self.dir.read_responses, batch_id, refs)
+
+    async def open_file(self, file_id: str) -> FileSink:
+        return _DiskSink(self.file_bytes, file_id, await asyncio.to_thread(self.file_bytes.create, file_id))
+
+    async def read_file(self, file_id: str) -> AsyncIterator[bytes]:
+        fd = await asyncio.to_thread(self.file_bytes.open_for_reading, file_id)
+        try:
+            while chunk := await asyncio.to_thread(os.read, fd, READ_CHUNK):
+                yield chunk
+        finally:
+            os.close(fd)
+
+    async def remove_file(self, file_id: str) -> None:
+        await asyncio.to_thread(self.file_bytes.remove, file_id)
 
     def close(self) -> None:
         self.dir.close()
@@ -171,6 +280,18 @@ class DatabaseStore:
     ) -> dict[int, bytes | None]:
         found = await db.read_bodies(self._engine, batch_id, db.RESPONSE, list(refs))
         return {idx: found.get(idx) for idx in refs}
+
+    async def open_file(self, file_id: str) -> FileSink:
+        return _ChunkSink(self._engine, file_id, self._chunk_bytes)
+
+    async def read_file(self, file_id: str) -> AsyncIterator[bytes]:
+        seq = 0
+        while (chunk := await file_rows.read_chunk(self._engine, file_id, seq)) is not None:
+            yield chunk
+            seq += 1
+
+    async def remove_file(self, file_id: str) -> None:
+        await file_rows.delete_chunks(self._engine, file_id)
 
     def close(self) -> None:
         return None

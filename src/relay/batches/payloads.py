@@ -86,7 +86,7 @@ class PayloadDir:
         Returns the number of bodies written."""
         directory = self._dir(batch_id)
         created = not directory.exists()
-        _make_dir(directory, self.modes)
+        make_dir(directory, self.modes)
         offsets = array("Q", [0])
         position = 0
         try:
@@ -105,9 +105,9 @@ class PayloadDir:
             offsets.byteswap()
         with _atomic(directory / OFFSETS_FILE, self.modes) as handle:
             handle.write(offsets.tobytes())
-        _fsync_dir(directory)
+        fsync_dir(directory)
         if created:
-            _fsync_dir(directory.parent)
+            fsync_dir(directory.parent)
         return len(offsets) - 1
 
     def append_response(self, batch_id: str, body: bytes) -> ResponseRef:
@@ -229,7 +229,7 @@ class _Appender:
     @classmethod
     def open(cls, directory: Path, name: str, modes: Modes) -> tuple[_Appender, bool]:
         """The file opened for appending, and whether this created it."""
-        _make_dir(directory, modes)
+        make_dir(directory, modes)
         flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
         try:
             fd, created = os.open(directory / name, flags | os.O_CREAT | os.O_EXCL, modes.file), True
@@ -284,8 +284,8 @@ PRIVATE = Modes(DIR_MODE, FILE_MODE)
 GROUP_READABLE = Modes(0o750, 0o640)
 
 
-def _make_dir(directory: Path, modes: Modes = PRIVATE) -> None:
-    """The batch's directory and any missing parent (the payload root included), mode ``modes.dir``."""
+def make_dir(directory: Path, modes: Modes = PRIVATE) -> None:
+    """The directory and any missing parent (the payload root included), mode ``modes.dir``."""
     missing = [p for p in (directory, *directory.parents) if not p.exists()]
     for path in reversed(missing):
         with contextlib.suppress(FileExistsError):
@@ -312,7 +312,7 @@ def _atomic(path: Path, modes: Modes = PRIVATE) -> Iterator[BinaryIO]:
         raise
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)

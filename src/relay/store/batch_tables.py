@@ -145,3 +145,30 @@ batch_workers = Table(
     _ts("started_at"),
     _ts("heartbeat_at"),
 )
+
+# The Files API's files (SPEC §14): uploads (purpose ``batch``) and the output and error files Relay
+# writes (``batch_output``). The bytes live in the payload store the row names (``files``: a file under
+# the payload directory; ``database``: ``payload_chunks`` kind ``file``). A row is ``uploading`` while
+# its bytes are being written and ``processed`` once they are whole; only ``processed`` rows that have
+# not expired are ever shown. ``owner``: the uploader as in §10.8 (key sha256, or ``user:<id>``).
+files = Table(
+    "files",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("owner", String(80), nullable=False),
+    Column("purpose", String(16), nullable=False),
+    Column("filename", Text, nullable=False),
+    Column("bytes", BigInteger, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("payload_store", String(16), nullable=False),
+    _ts("created_at"),
+    _ts("expires_at", nullable=True),
+    CheckConstraint("purpose IN ('batch', 'batch_output')", name="purpose"),
+    CheckConstraint("status IN ('uploading', 'processed')", name="status"),
+    CheckConstraint("payload_store IN ('files', 'database')", name="payload_store"),
+    CheckConstraint("bytes >= 0", name="bytes_not_negative"),
+    # The list (SPEC §14): one owner's files in id order (ids sort by creation time).
+    Index("ix_files_owner", "owner", "id"),
+    # The expiry sweep.
+    Index("ix_files_expires_at", "expires_at", **_where("expires_at IS NOT NULL")),
+)

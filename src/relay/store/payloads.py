@@ -10,7 +10,8 @@ query. A body longer than ``chunk_bytes`` is cut into several rows (``seq`` 0, 1
 value is ever huge and a reader can go row by row.
 
 What it deliberately does not know. Batches, item states and whether a batch uses this store at all
-(``relay.batches.payload_store`` decides); files of §14 will use ``kind='file'`` with ``idx`` 0.
+(``relay.batches.payload_store`` decides); the Files API's chunks (``kind='file'``, ``idx`` 0) are
+``relay.store.files``' business.
 
 Invariants. A body reads back exactly as written, or not at all (written in one transaction). Rows
 are never updated; nothing here deletes (bodies live as long as their batch, like payload files).

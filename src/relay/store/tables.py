@@ -314,7 +314,7 @@ CATALOG_TABLES = (
 
 # The batch engine's tables live in their own module (same metadata): imported here so that
 # ``tables.<name>`` and the Alembic target keep covering every table.
-from relay.store.batch_tables import batch_items, batch_workers, batches, payload_chunks  # noqa: E402
+from relay.store.batch_tables import batch_items, batch_workers, batches, files, payload_chunks  # noqa: E402
 
 __all__ = [
     "ID",
@@ -324,6 +324,7 @@ __all__ = [
     "batch_items",
     "batch_workers",
     "batches",
+    "files",
     "metadata",
     "payload_chunks",
 ]
