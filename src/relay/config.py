@@ -84,6 +84,7 @@ class Settings(BaseModel):
     batch_item_timeout_s: float = Field(300.0, gt=0)
     batch_rescue_after_s: float = Field(900.0, gt=0)
     batch_heartbeat_s: float = Field(5.0, gt=0, le=60)
+    batch_expiry_sweep_s: float = Field(30.0, gt=0, le=3600)
     batch_payload_dir: str = "relay-batch-payloads"
     batch_payload_store: Literal["files", "database"] = "files"
     shutdown_grace_s: float = Field(30.0, ge=0)
@@ -284,6 +285,7 @@ SETTING_HELP: dict[str, str] = {
     "batch_item_timeout_s": "longest run of one batch item",
     "batch_rescue_after_s": "an item running this long on a silent replica is taken over",
     "batch_heartbeat_s": "how often a replica says it is alive",
+    "batch_expiry_sweep_s": "how often every replica cancels the open items of batches past expires_at",
     "batch_payload_dir": "where batch request and response bodies are kept (shared by replicas)",
     "shutdown_grace_s": "how long a stop lets running requests and batch items finish",
     "data_dir": "embedded mode's directory (SQLite file, generated master key and admin token)",

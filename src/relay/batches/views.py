@@ -63,6 +63,10 @@ class BatchRecord:
     created_at: datetime
     completed_at: datetime | None
     payload_store: str = "files"  # where its bodies are (SPEC §10.7): "files" | "database"
+    api: str = "relay"  # the API that created it (§10.10); the runner never looks at it
+    expires_at: datetime | None = None
+    cancel_requested_at: datetime | None = None  # set by every cancel
+    api_status: str | None = None  # façade-owned (e.g. OpenAI's "validating"); the engine only stores it
 
 
 class ItemState(NamedTuple):
