@@ -24,10 +24,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Final
+from typing import Any, Final
 
-from sqlalchemy import select, update
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy import Select, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from relay.batches.queue import _check_events, _complete_if_done, _lock_batches, _now, _write
 from relay.batches.runner import item_event
@@ -42,15 +42,13 @@ SWEEP_BATCHES: Final = 100  # batches expired per transaction
 async def expire_due(engine: AsyncEngine) -> list[BatchRecord]:
     """Cancel the open items of up to :data:`SWEEP_BATCHES` batches past their ``expires_at`` (with
     their usage events) and finish those with nothing running; returns the batches swept (some may
-    still have running items)."""
+    still have running items). Nothing due (the usual case) costs one read, no write transaction."""
+    async with engine.connect() as conn:
+        if (await conn.execute(_due(conn).limit(1))).first() is None:
+            return []
     async with _write(engine) as conn:
         now = _now(conn)
-        rows = await conn.execute(
-            select(B)
-            .where(B.c.completed_at.is_(None), B.c.expires_at.is_not(None), B.c.expires_at <= now)
-            .order_by(B.c.expires_at)
-            .limit(SWEEP_BATCHES)
-        )
+        rows = await conn.execute(_due(conn).limit(SWEEP_BATCHES))
         records = {row.id: record_from_row(row._mapping) for row in rows}
         if not records:
             return []
@@ -73,6 +71,15 @@ async def expire_due(engine: AsyncEngine) -> list[BatchRecord]:
                 await insert_events(conn, [event.to_row() for event in events])
         await _complete_if_done(conn, ids)
     return [records[batch_id] for batch_id in ids]
+
+
+def _due(conn: AsyncConnection) -> Select[Any]:
+    """Open batches past their ``expires_at``, the earliest deadline first (``ix_batches_expiring``)."""
+    return (
+        select(B)
+        .where(B.c.completed_at.is_(None), B.c.expires_at.is_not(None), B.c.expires_at <= _now(conn))
+        .order_by(B.c.expires_at)
+    )
 
 
 async def running_batches(engine: AsyncEngine, batch_ids: list[str]) -> set[str]:
