@@ -236,3 +236,49 @@ async def test_a_hook_that_fails_rolls_the_finish_back(engine: AsyncEngine) -> N
     record = await batch_record(engine, batch_id)
     assert record is not None and record.completed_at is None and record.status == "queued"
     assert await events(engine, batch_id) == []
+
+
+async def test_owner_pages_by_api_after_and_before(engine: AsyncEngine) -> None:
+    start = datetime.now(UTC) - timedelta(hours=1)
+    ids = []
+    for n in range(4):
+        ids.append(
+            await submit(
+                engine, 1, id=mint_batch_id("openai"), api="openai", created_at=start + timedelta(minutes=n)
+            )
+        )
+    relay_id = await submit(engine, 1, created_at=start + timedelta(minutes=10))
+    await submit(engine, 1, id=mint_batch_id("openai"), api="openai", owner="user:someone-else")
+    newest_first = ids[::-1]
+    async with engine.connect() as conn:
+        page = await batch_store.owner_page(conn, batch_row()["owner"], limit=2, api="openai")
+        assert page is not None and [r["id"] for r in page[0]] == newest_first[:2] and page[1] is True
+        page = await batch_store.owner_page(
+            conn, batch_row()["owner"], limit=2, after=newest_first[1], api="openai"
+        )
+        assert page is not None and [r["id"] for r in page[0]] == newest_first[2:] and page[1] is False
+        page = await batch_store.owner_page(conn, batch_row()["owner"], limit=2, before=ids[0], api="openai")
+        assert page is not None and [r["id"] for r in page[0]] == [ids[2], ids[1]] and page[1] is True
+        every = await batch_store.owner_page(conn, batch_row()["owner"], limit=10)
+        assert every is not None and [r["id"] for r in every[0]] == [relay_id, *newest_first]
+        # The anchor must be the owner's batch of that API.
+        assert (
+            await batch_store.owner_page(conn, batch_row()["owner"], limit=2, after=relay_id, api="openai")
+            is None
+        )
+
+
+async def test_result_rows_carry_custom_ids_and_upstream_status(engine: AsyncEngine) -> None:
+    from relay.batches.views import result_rows
+
+    batch_id = mint_batch_id("anthropic")
+    await queue.insert_batch(
+        engine, batch_row(id=batch_id, api="anthropic"), 2, custom_ids=["first", "second"]
+    )
+    claimed = await claim_run(engine, "r1", 2)
+    assert await complete(engine, "r1", claimed[0])
+    rows = await result_rows(engine, batch_id, after_idx=-1, limit=10)
+    assert [(r.idx, r.custom_id, r.state, r.status) for r in rows] == [
+        (0, "first", "completed", 200),
+        (1, "second", "running", None),
+    ]

@@ -276,6 +276,14 @@ class BatchService:
 
     async def results(self, record: BatchRecord) -> AsyncIterator[list[bytes]]:
         """Pages of serialized §10.3 result objects, in idx order (call :meth:`owned` first)."""
+        async for page in self.result_pages(record):
+            yield [_result(row, body) for row, body in page]
+
+    async def result_pages(
+        self, record: BatchRecord
+    ) -> AsyncIterator[list[tuple[views.ResultRow, bytes | None]]]:
+        """Every item in idx order, a page at a time, each with its response body (completed items
+        whose body is readable here; else None): what any API renders its results from."""
         after = -1
         while True:
             rows = await views.result_rows(self._engine, record.id, after_idx=after, limit=RESULTS_PAGE)
@@ -284,7 +292,7 @@ class BatchService:
             completed = {row.idx: row.response for row in rows if row.state == COMPLETED}
             store = self._payloads.of(record.payload_store)
             bodies = await store.read_responses(record.id, completed) if completed else {}
-            yield [_result(row, bodies.get(row.idx)) for row in rows]
+            yield [(row, bodies.get(row.idx)) for row in rows]
             if len(rows) < RESULTS_PAGE:
                 return
             after = rows[-1].idx

@@ -123,31 +123,40 @@ async def list_batches(
 
 
 async def owner_page(
-    conn: AsyncConnection, owner: str, *, limit: int, after: str | None = None, api: str | None = None
+    conn: AsyncConnection,
+    owner: str,
+    *,
+    limit: int,
+    after: str | None = None,
+    before: str | None = None,
+    api: str | None = None,
 ) -> tuple[list[Row], bool] | None:
-    """One page of ``owner``'s batches, newest first (keyset on ``(created_at, id)`` after the batch
-    ``after``, itself the owner's), and whether more follow; None when ``after`` is not one of the
-    owner's batches (of ``api``, when given). Two queries (``ix_batches_owner_created``)."""
-    query = select(B).where(B.c.owner == owner)
-    if api is not None:
-        query = query.where(B.c.api == api)
-    if after is not None:
-        found = (
-            await conn.execute(
-                select(B.c.created_at, B.c.id).where(
-                    B.c.id == after, B.c.owner == owner, *([B.c.api == api] if api is not None else [])
-                )
-            )
-        ).first()
+    """One page of ``owner``'s batches, newest first, and whether more follow in the paging
+    direction. ``after``: the batches older than that batch (keyset on ``(created_at, id)``);
+    ``before`` (§15's ``before_id``): the ``limit`` batches just newer than it, still newest first.
+    None when the batch named is not one of the owner's (of ``api``, when given). Two queries
+    (``ix_batches_owner_created``)."""
+    if after is not None and before is not None:
+        raise ValueError("page after a batch or before one, not both")
+    scope = [B.c.owner == owner, *([B.c.api == api] if api is not None else [])]
+    query = select(B).where(*scope)
+    anchor = after if after is not None else before
+    newer = before is not None
+    if anchor is not None:
+        found = (await conn.execute(select(B.c.created_at, B.c.id).where(B.c.id == anchor, *scope))).first()
         if found is None:
             return None
-        query = query.where(
-            tuple_(B.c.created_at, B.c.id)
-            < tuple_(literal(found.created_at, t.UTCDateTime()), literal(found.id, B.c.id.type))
-        )
-    query = query.order_by(B.c.created_at.desc(), B.c.id.desc()).limit(limit + 1)
-    rows = [dict(r._mapping) for r in await conn.execute(query)]
-    return rows[:limit], len(rows) > limit
+        key = tuple_(B.c.created_at, B.c.id)
+        mark = tuple_(literal(found.created_at, t.UTCDateTime()), literal(found.id, B.c.id.type))
+        query = query.where(key > mark if newer else key < mark)
+    if newer:
+        query = query.order_by(B.c.created_at.asc(), B.c.id.asc())
+    else:
+        query = query.order_by(B.c.created_at.desc(), B.c.id.desc())
+    rows = [dict(r._mapping) for r in await conn.execute(query.limit(limit + 1))]
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return (rows[::-1] if newer else rows), more
 
 
 _UNSET: Any = object()
