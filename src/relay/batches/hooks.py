@@ -41,8 +41,10 @@ _HOOKS: list[FinishHook] = []
 
 
 def register_finish_hook(hook: FinishHook) -> Callable[[], None]:
-    """Call ``hook`` in every transaction that finishes batches, from now on; returns its unregister."""
-    _HOOKS.append(hook)
+    """Call ``hook`` in every transaction that finishes batches, from now on; returns its unregister.
+    Registering the same hook again (a second runtime in one process) changes nothing."""
+    if hook not in _HOOKS:
+        _HOOKS.append(hook)
 
     def unregister() -> None:
         if hook in _HOOKS:
