@@ -21,6 +21,7 @@ from starlette.types import ASGIApp
 
 from relay.batches.api import PREFIX as BATCHES_PREFIX
 from relay.batches.api import BatchesApp
+from relay.batches.expiry import ExpirySweeper
 from relay.batches.files import FileService
 from relay.batches.files_api import PREFIXES as FILES_PREFIXES
 from relay.batches.files_api import FilesApp
@@ -82,6 +83,7 @@ class Runtime:
     control_app: ASGIApp = field(init=False)
     batch_workers: WorkerPool | None = None  # None when RELAY_BATCH_WORKERS=0
     files: FileService | None = None  # the Files API (SPEC §14), its expiry sweep on every replica
+    batch_expiry: ExpirySweeper | None = None  # on every replica, whatever RELAY_BATCH_WORKERS
 
     async def database_ok(self) -> bool:
         try:
@@ -105,6 +107,8 @@ class Runtime:
             await self.batch_workers.start()
         if self.files is not None:
             self.files.start()
+        if self.batch_expiry is not None:
+            self.batch_expiry.start()
 
     async def stop_batch_workers(self) -> None:
         """Stop claiming batch items, let running ones finish (grace), put the rest back; idempotent."""
@@ -112,6 +116,8 @@ class Runtime:
             await self.batch_workers.stop(self.settings.shutdown_grace_s)
 
     async def stop(self) -> None:
+        if self.batch_expiry is not None:
+            await self.batch_expiry.close()
         await self.stop_batch_workers()
         if self.files is not None:
             await self.files.stop()
@@ -204,6 +210,13 @@ def build_runtime(settings: Settings) -> Runtime:
             heartbeat_s=settings.batch_heartbeat_s,
             metrics=batch_metrics,
         )
+    runtime.batch_expiry = ExpirySweeper(
+        engine,
+        settings.batch_expiry_sweep_s,
+        stop_running=runtime.batch_workers.cancel_batch if runtime.batch_workers is not None else None,
+    )
+    # Finish hooks (relay.batches.hooks: called inside the transaction that finishes a batch) are
+    # registered here by the packages that need them (webhooks' outbox, the §14 façade).
     batches = BatchService(
         engine,
         payloads,

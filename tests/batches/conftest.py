@@ -21,7 +21,7 @@ from relay.store.engine import create_engine
 async def engine(migrated_url: str) -> AsyncIterator[AsyncEngine]:
     engine = create_engine(migrated_url)
     async with engine.begin() as conn:
-        for table in (t.usage_events, t.batch_items, t.batches, t.batch_workers):
+        for table in (t.usage_events, t.batch_items, t.batches, t.batch_workers, t.idempotency_keys):
             await conn.execute(delete(table))
     try:
         yield engine

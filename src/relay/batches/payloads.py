@@ -21,9 +21,9 @@ file last, so its presence means the requests file is complete). A response is o
 reference its item's row holds, and the batch finalizer flushes the appended bytes to disk
 (:meth:`PayloadDir.responses_to_sync`, then :func:`sync_descriptors`) before that row commits, so
 a reader sees a whole body or none; bytes a crash left unreferenced are never read. Paths are built
-only from a batch id (validated: ``b_`` + base32), an integer index and a file name matched against
-``responses-<16 hex>.data``, so nothing a client sends can escape the directory. Files are never
-removed here.
+only from a batch id (validated: ``b_``, ``batch_`` or ``msgbatch_`` + base32), an integer index
+and a file name matched against ``responses-<16 hex>.data``, so nothing a client sends can escape
+the directory. Files are never removed here.
 
 Modes: directories 0700 and files 0600 by default, as private as the database and ``master.key``;
 ``group_readable`` (``RELAY_BATCH_PAYLOAD_GROUP_READABLE``) makes what is created from then on 0750 and
@@ -48,9 +48,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from relay.domain.batches import ResponseRef
+from relay.domain.batches import BATCH_ID_RE, ResponseRef
 
-_BATCH_ID = re.compile(r"^b_[0-9a-z]{26}$")
+_BATCH_ID = BATCH_ID_RE  # every API's batch ids (relay.domain.batches)
 _RESPONSES_FILE = re.compile(r"^responses-[0-9a-f]{16}\.data$")
 REQUESTS_FILE = "requests.jsonl"
 OFFSETS_FILE = "requests.offsets"

@@ -6,8 +6,10 @@ to ``limit`` available items of ONE batch for a replica (they stay ``available``
 ``relay.batches.starter.start`` makes reserved items ``running`` when a worker takes them (no
 transaction is held while an item runs); :func:`finalize_many` gives running items their final states
 with their usage events; :func:`cancel` cancels a batch's available items with their events. Replica
-liveness (heartbeats, rescue, put back) is in ``relay.batches.recovery``, the reads in
-``relay.batches.views``.
+liveness (heartbeats, rescue, put back) is in ``relay.batches.recovery``, expiry in
+``relay.batches.expiry``, the reads in ``relay.batches.views``, and the transaction primitives below
+(write transactions, the clock, advisory locks, the completion check that runs the finish hooks) in
+``relay.batches.txn``.
 
 What it deliberately does not know. What an item is or how it runs (``relay.batches.runner``), how
 usage events are built (callers pass them, or a callback that builds them for the idxs this module
@@ -47,17 +49,14 @@ Invariants.
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
 from sqlalchemy import (
     ColumnElement,
     Integer,
-    Interval,
     bindparam,
     exists,
     func,
@@ -74,6 +73,15 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from relay.batches.txn import (  # noqa: F401  (recovery and expiry import them from here)
+    _ago,
+    _complete_if_done,
+    _item_in,
+    _lock_batches,
+    _now,
+    _write,
+    is_expired,
+)
 from relay.batches.views import B, BatchRecord, I, in_state, record_from_row
 from relay.domain.batches import AVAILABLE, CANCELLED, FINAL_STATES, RUNNING, ResponseRef
 from relay.store import tables as t
@@ -85,8 +93,6 @@ from relay.usage import UsageEvent
 W = t.batch_workers
 FinalState = Literal["completed", "discarded", "cancelled"]
 CANCELLED_ERROR: Final = "cancelled"  # SPEC §10.3: a cancelled item carries "error": "cancelled"
-# Namespace (first key) of the per-batch advisory locks: the bytes "rbat", which fit a Postgres int4.
-_LOCK_NAMESPACE: Final = int.from_bytes(b"rbat", "big")
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,74 +107,9 @@ class ClaimedItem:
         return self.batch.id
 
 
-# ---------------------------------------------------------------------------------------------- helpers
-
-
-@asynccontextmanager
-async def _write(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
-    """A write transaction: ``BEGIN IMMEDIATE`` on SQLite (the write lock at BEGIN, so two processes
-    never both read "available" and then both write); the default READ COMMITTED on Postgres."""
-    async with engine.execution_options(sqlite_begin="IMMEDIATE").begin() as conn:
-        yield conn
-
-
-def _now(conn: AsyncConnection) -> ColumnElement[datetime]:
-    if conn.dialect.name == "postgresql":
-        return func.now(type_=UTCDateTime())  # the database's clock, the same for every replica
-    return literal(datetime.now(UTC), UTCDateTime())
-
-
-def _ago(conn: AsyncConnection, seconds: float) -> ColumnElement[datetime]:
-    if conn.dialect.name == "postgresql":
-        return func.now(type_=UTCDateTime()) - literal(timedelta(seconds=seconds), Interval())
-    return literal(datetime.now(UTC) - timedelta(seconds=seconds), UTCDateTime())
-
-
-def _lock_key(batch_id: str) -> int:
-    """A signed 32-bit key for ``batch_id`` (a collision only serialises two batches' finishers)."""
-    return int.from_bytes(hashlib.blake2b(batch_id.encode(), digest_size=4).digest(), "big", signed=True)
-
-
-async def _lock_batches(conn: AsyncConnection, batch_ids: Iterable[str]) -> None:
-    """Serialise this transaction's completion check with every other finisher of these batches.
-
-    Postgres only (SQLite's BEGIN IMMEDIATE already serialises every writer). Keys are taken in
-    ascending order, so two transactions locking several batches cannot deadlock on each other.
-    """
-    if conn.dialect.name != "postgresql":
-        return
-    for key in sorted({_lock_key(batch_id) for batch_id in batch_ids}):
-        await conn.execute(select(func.pg_advisory_xact_lock(_LOCK_NAMESPACE, key)))
-
-
-def _item_in(batch_id: Any, state: str) -> ColumnElement[bool]:
-    return exists().where(I.c.batch_id == batch_id, in_state(state))
-
-
 def _unreserved_in(batch_id: Any) -> ColumnElement[bool]:
     """The batch has an available item no replica has reserved (``ix_batch_items_unreserved``)."""
     return exists().where(I.c.batch_id == batch_id, in_state(AVAILABLE), I.c.claimed_by.is_(None))
-
-
-async def _complete_if_done(conn: AsyncConnection, batch_ids: Iterable[str]) -> None:
-    """Set ``completed_at`` on those batches that have nothing available or running any more.
-
-    Call after :func:`_lock_batches` for the same batches. Two EXISTS rather than one ``state IN (…)``:
-    each is answered by its own partial index.
-    """
-    ids = sorted(set(batch_ids))
-    if not ids:
-        return
-    await conn.execute(
-        update(B)
-        .where(
-            B.c.id.in_(ids),
-            B.c.completed_at.is_(None),
-            ~_item_in(B.c.id, AVAILABLE),
-            ~_item_in(B.c.id, RUNNING),
-        )
-        .values(completed_at=_now(conn))
-    )
 
 
 def _check_events(events: Sequence[UsageEvent], keys: Sequence[tuple[str, int]]) -> None:
@@ -192,25 +133,59 @@ def _check_final(final: FinalItem) -> None:
 # ---------------------------------------------------------------------------------------------- submit
 
 
-async def insert_batch(engine: AsyncEngine, row: Mapping[str, Any], total_items: int) -> None:
+#: Writes something in the submit's own transaction, before the batch (e.g. the idempotency row).
+InTransaction = Callable[[AsyncConnection], Awaitable[None]]
+
+
+async def insert_batch(
+    engine: AsyncEngine,
+    row: Mapping[str, Any],
+    total_items: int,
+    *,
+    custom_ids: Sequence[str | None] | None = None,
+    first: InTransaction | None = None,
+) -> None:
     """Write the batch row and its ``total_items`` items (all ``available``) in one transaction.
 
-    ``row`` holds the ``batches`` columns the service decided: ``id`` (``mint_id("b")``), ``created_at``,
-    ``owner``, ``key_hash`` or ``token_claims``, ``policy_id``, ``policy_name`` and the rest of the
-    attribution, ``inbound_shape``. ``status``, ``total_items``, ``completed_at`` and ``last_claimed_at``
-    are set here. The items are generated by the database in one statement (Postgres
-    ``generate_series``; SQLite a recursive CTE), so 50 000 items cost one round trip. Raises
-    ``IntegrityError`` (nothing written) for a duplicate id or a row the CHECKs refuse.
+    ``row`` holds the ``batches`` columns the service decided: ``id`` (``mint_batch_id``),
+    ``created_at``, ``owner``, ``key_hash`` or ``token_claims``, ``policy_id``, ``policy_name`` and the
+    rest of the attribution, ``inbound_shape``, and for the other APIs ``api``, ``expires_at``,
+    ``api_status``, ``api_data``. ``status``, ``total_items``, ``completed_at`` and ``last_claimed_at``
+    are set here. Without ``custom_ids`` the items are generated by the database in one statement
+    (Postgres ``generate_series``; SQLite a recursive CTE), so 50 000 items cost one round trip; with
+    them (one per item) they are inserted as one multi-row statement. A batch of another API may have
+    no items (an OpenAI batch that failed validation): it is finished at once, finish hooks included.
+    ``first`` runs in the same transaction before anything else (the idempotency row: a concurrent
+    duplicate then fails here, before writing 50 000 items). Raises ``IntegrityError`` (nothing
+    written) for a duplicate id, a duplicate idempotency row or a row the CHECKs refuse.
     """
-    if total_items < 1:
+    api = row.get("api", "relay")
+    if total_items < 1 and not (total_items == 0 and api != "relay"):
         raise ValueError("a batch has at least one item")
+    if custom_ids is not None and len(custom_ids) != total_items:
+        raise ValueError(f"{len(custom_ids)} custom ids for {total_items} items")
     values = {**row, "status": "queued", "total_items": total_items}
     values["completed_at"] = values["last_claimed_at"] = None
-    if values.get("token_claims") is None:
-        values["token_claims"] = null()  # SQL NULL, not the JSON value null (the CHECK tells them apart)
+    for nullable_json in ("token_claims", "api_data"):
+        if values.get(nullable_json) is None:
+            values[nullable_json] = null()  # SQL NULL, not the JSON value null (the CHECK tells them apart)
     batch_id = values["id"]
     async with _write(engine) as conn:
+        if first is not None:
+            await first(conn)
         await conn.execute(insert(B).values(**values))
+        if total_items == 0:
+            await _complete_if_done(conn, [batch_id])
+            return
+        if custom_ids is not None:
+            await conn.execute(
+                insert(I),
+                [
+                    {"batch_id": batch_id, "idx": idx, "state": AVAILABLE, "custom_id": custom_id}
+                    for idx, custom_id in enumerate(custom_ids)
+                ],
+            )
+            return
         if conn.dialect.name == "postgresql":
             idx = func.generate_series(0, total_items - 1).column_valued("idx")
             source = select(literal(batch_id, ID), idx, literal_column(f"'{AVAILABLE}'"))
@@ -437,7 +412,7 @@ async def _cancel(
         await conn.execute(
             update(B)
             .where(B.c.id == batch_id, B.c.status == literal_column("'queued'"))
-            .values(status="cancelled")
+            .values(status="cancelled", cancel_requested_at=_now(conn))
         )
         cancelled = await conn.execute(
             update(I)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import bindparam, delete, func, or_, select, tuple_, update
@@ -28,9 +29,10 @@ from relay.batches.queue import (
     _now,
     _upsert_worker,
     _write,
+    is_expired,
 )
 from relay.batches.views import B, BatchRecord, I, in_state, record_from_row
-from relay.domain.batches import AVAILABLE, CANCELLED, RUNNING
+from relay.domain.batches import AVAILABLE, CANCELLED, RUNNING, expired_error
 from relay.store.usage import insert_events
 from relay.usage import UsageEvent
 
@@ -174,6 +176,18 @@ async def rescue(
     return rescued
 
 
+def stop_error(record: BatchRecord) -> str:
+    """The error of an item of this batch stopped before it finished: ``cancelled``, or ``expired: …``
+    when the batch is past its ``expires_at`` without a cancel."""
+    if (
+        record.status == "queued"
+        and record.expires_at is not None
+        and is_expired(record.expires_at, datetime.now(UTC))
+    ):
+        return expired_error(record.expires_at)
+    return CANCELLED_ERROR
+
+
 def _lost_error(row: Any, rescue_after_s: float) -> str:
     if row.worker_lost:
         return f"worker lost: replica {row.claimed_by} stopped before finishing the item"
@@ -194,8 +208,9 @@ async def put_back(
     claimed by ``instance_id``, and release those of them it only reserved; returns how many went back
     (reservations released not counted).
 
-    An item whose batch was cancelled meanwhile (by another replica) does not go back, where no one
-    would ever claim it: it becomes ``cancelled`` with the usage event ``events_for`` builds for it
+    An item whose batch was cancelled (by another replica) or expired meanwhile does not go back, where
+    no one would ever claim it: it becomes ``cancelled`` (error :func:`stop_error`) with the usage
+    event ``events_for`` builds for it
     (called with those ``(batch record, idx)`` pairs in (batch_id, idx) order, only when there are any).
     """
     wanted = sorted(set(items))
@@ -230,8 +245,10 @@ async def put_back(
             row.id: record_from_row(row._mapping)
             for row in await conn.execute(select(B).where(B.c.id.in_(batch_ids)))
         }
-        back = [(b, i) for b, i in mine if records[b].status == "queued"]
-        gone = [(b, i) for b, i in mine if records[b].status != "queued"]
+        now = datetime.now(UTC)  # an expired batch's items do not go back either (relay.batches.expiry)
+        ended = {b for b, r in records.items() if r.status != "queued" or is_expired(r.expires_at, now)}
+        back = [(b, i) for b, i in mine if b not in ended]
+        gone = [(b, i) for b, i in mine if b in ended]
         if back:
             await conn.execute(
                 update(I)
@@ -239,11 +256,12 @@ async def put_back(
                 .values(state=AVAILABLE, claimed_by=None, claimed_at=None)
             )
         if gone:
-            await conn.execute(
-                update(I)
-                .where(tuple_(I.c.batch_id, I.c.idx).in_(gone))
-                .values(state=CANCELLED, finished_at=_now(conn), error=CANCELLED_ERROR)
-            )
+            for batch_id in sorted({b for b, _ in gone}):
+                await conn.execute(
+                    update(I)
+                    .where(tuple_(I.c.batch_id, I.c.idx).in_([key for key in gone if key[0] == batch_id]))
+                    .values(state=CANCELLED, finished_at=_now(conn), error=stop_error(records[batch_id]))
+                )
             events = events_for([(records[b], i) for b, i in gone])
             _check_events(events, gone)
             await insert_events(conn, [event.to_row() for event in events])

@@ -30,12 +30,13 @@ from datetime import UTC, datetime
 import orjson
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from relay.adapters import Dispatch, admit
+from relay.adapters import EMBEDDINGS, Dispatch, admit
 from relay.auth import Principal, recheck_key, recheck_token
 from relay.batches import queue
 from relay.batches.payload_store import KeptResponse, PayloadStores
 from relay.batches.views import BatchRecord
 from relay.catalog import Snapshot
+from relay.domain.batches import OPENAI_EMBEDDINGS
 from relay.domain.ids import mint_id
 from relay.errors import InvalidRequest, RateLimited, RelayError
 from relay.fallbacks import Route, fallbacks_for, reroute
@@ -216,8 +217,12 @@ class ItemRunner:
     def close(self) -> None:
         self._payloads.close()
 
-    def cancelled(self, item: queue.ClaimedItem) -> ItemResult:
-        return ItemResult("cancelled", None, queue.CANCELLED_ERROR, cancelled_event(item.batch, item.idx))
+    def cancelled(self, item: queue.ClaimedItem, error: str | None = None) -> ItemResult:
+        """An item stopped while it ran: by a cancel, or (``error`` ``expired: …``) by an expiry."""
+        if error is None:
+            return ItemResult("cancelled", None, queue.CANCELLED_ERROR, cancelled_event(item.batch, item.idx))
+        event = item_event(item.batch, item.idx, error_kind="expired", error_message=error)
+        return ItemResult("cancelled", None, error, event)
 
     def failed(self, item: queue.ClaimedItem, exc: BaseException) -> ItemResult:
         """An unexpected error inside Relay (a bug or an outage): the item is discarded, not left running."""
@@ -315,9 +320,12 @@ def _route(principal: Principal, body: dict, snap: Snapshot, inbound: str) -> Ro
 
 def _wire_shape(inbound: str, plan: Plan) -> str:
     """The shape sent upstream, by the one admission rule (items are never translated; §10.4's one
-    exception sends a Responses item as it is to host ``openai``'s Chat Completions path)."""
+    exception sends a Responses item as it is to host ``openai``'s Chat Completions path). The item's
+    shape is all it looks at, never the API that submitted the batch."""
     adapter = plan.binding.adapter
-    admission = admit(inbound, adapter, host=plan.host.name, batch=True)
+    # An ``openai_embeddings`` item is a live ``/v1/embeddings`` request (an ``openai`` binding only).
+    as_live = EMBEDDINGS if inbound == OPENAI_EMBEDDINGS else inbound
+    admission = admit(as_live, adapter, host=plan.host.name, batch=True)
     if admission.dispatch is Dispatch.PASS_THROUGH:
         return admission.wire_shape
     raise InvalidRequest(

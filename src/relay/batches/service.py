@@ -18,25 +18,60 @@ anyone else gets :class:`BatchNotFound`, never a 403 (SPEC §10.8). Ids and time
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import asdict
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.adapters.json_codec import DEFAULT_MAX_DEPTH, JsonRefused, loads_input
 from relay.auth import Principal
 from relay.batches import queue, views
+from relay.batches.idempotency import Answer, IdempotencyClaim, replay
 from relay.batches.payload_store import PayloadStores
 from relay.batches.runner import cancelled_event
 from relay.batches.views import BatchRecord
-from relay.domain.batches import CANCELLED, COMPLETED, DISCARDED, BatchRejected, validate_submission
-from relay.domain.ids import mint_id
-from relay.errors import NotFound
+from relay.domain.batches import (
+    APIS,
+    CANCELLED,
+    COMPLETED,
+    DISCARDED,
+    ENGINE_SHAPES,
+    ITEM_STATES,
+    Api,
+    BatchRejected,
+    mint_batch_id,
+    validate_submission,
+)
+from relay.errors import InvalidRequest, NotFound
+from relay.store import batches as batch_store
 
 RESULTS_PAGE = 500
+
+
+@dataclass(frozen=True, slots=True)
+class NewBatch:
+    """What an API submits to the engine (:meth:`BatchService.create`)."""
+
+    api: Api  # "relay" | "openai" | "anthropic": which id prefix, and which API lists it as its own
+    shape: str  # the items' shape, one of ENGINE_SHAPES (the runner's shape rule, §10.4)
+    requests: Sequence[Any]  # item bodies: JSON objects, or their JSON bytes as they are
+    custom_ids: Sequence[str | None] | None = None  # one per item (§14/§15), else none at all
+    expires_at: datetime | None = None  # items not final by then are cancelled with "expired: "
+    api_status: str | None = None  # the façade's own state (``validating``, ``failed``, …)
+    api_data: dict[str, Any] | None = None  # the façade's own fields (endpoint, metadata, …)
+
+
+@dataclass(frozen=True, slots=True)
+class CreatedBatch:
+    """What a create's ``render`` gets to build its answer from."""
+
+    id: str
+    created_at: datetime
+    total_items: int
 
 
 class BatchNotFound(NotFound):
@@ -72,17 +107,49 @@ class BatchService:
         # every final state this replica writes, bulk cancels included).
         self._on_cancelled = on_cancelled
 
-    async def submit(self, principal: Principal, raw: bytes) -> dict[str, Any]:
-        """SPEC §10.1: ``{"id", "status": "queued", "total_items"}`` once everything is durable."""
-        batch_id = mint_id("b")
+    async def submit(
+        self, principal: Principal, raw: bytes, *, idempotency: IdempotencyClaim | None = None
+    ) -> Answer:
+        """SPEC §10.1: 202 ``{"id", "status": "queued", "total_items"}`` once everything is durable
+        (with ``idempotency``, or the first answer of a concurrent duplicate)."""
         # Parsing and validating 50 000 items takes a second or more of CPU: off the event loop.
         shape, requests = await asyncio.to_thread(self._validate, raw)
+
+        def render(created: CreatedBatch) -> Answer:
+            body = {"id": created.id, "status": "queued", "total_items": created.total_items}
+            return Answer(202, orjson.dumps(body))
+
+        return await self.create(
+            principal, NewBatch(api="relay", shape=shape, requests=requests), render, idempotency=idempotency
+        )
+
+    async def create(
+        self,
+        principal: Principal,
+        new: NewBatch,
+        render: Callable[[CreatedBatch], Answer],
+        *,
+        idempotency: IdempotencyClaim | None = None,
+    ) -> Answer:
+        """Any API's create (the engine's one submit): the items' request bodies go to the current
+        payload store first, then the batch and all its items in one transaction (with the
+        idempotency row, when given, holding ``render``'s answer); returns that answer. A concurrent
+        duplicate of the same owner and key writes nothing and returns the first answer (or 409). Call
+        ``idempotency.replay`` before, to answer a plain repeat without doing any work."""
+        if new.shape not in ENGINE_SHAPES:
+            raise ValueError(f"{new.shape!r} is not an item shape the engine runs")
+        if new.api not in APIS:
+            raise ValueError(f"unknown batch API {new.api!r}")
+        batch_id = mint_batch_id(new.api)
+        created_at = datetime.now(UTC)
         store = self._payloads.current
-        total = await store.write_requests(batch_id, map(orjson.dumps, requests))
-        del requests
+        total = len(new.requests)
+        if total:
+            bodies = (body if isinstance(body, bytes) else orjson.dumps(body) for body in new.requests)
+            total = await store.write_requests(batch_id, bodies)
         row: dict[str, Any] = {
             "id": batch_id,
-            "created_at": datetime.now(UTC),
+            "created_at": created_at,
             "owner": principal.owner,
             "key_hash": principal.key_hash if principal.credential_kind == "key" else None,
             "token_claims": asdict(principal.token) if principal.token is not None else None,
@@ -94,11 +161,25 @@ class BatchService:
             "principal_id": principal.principal_id,
             "credential_kind": principal.credential_kind,
             "credential_id": principal.credential_id,
-            "inbound_shape": shape,
+            "inbound_shape": new.shape,
             "payload_store": store.name,
+            "api": new.api,
+            "expires_at": new.expires_at,
+            "api_status": new.api_status,
+            "api_data": new.api_data,
         }
-        await queue.insert_batch(self._engine, row, total)
-        return {"id": batch_id, "status": "queued", "total_items": total}
+        answer = render(CreatedBatch(batch_id, created_at, total))
+        first = idempotency.writer(answer, created_at) if idempotency is not None else None
+        try:
+            await queue.insert_batch(self._engine, row, total, custom_ids=new.custom_ids, first=first)
+        except IntegrityError:
+            if idempotency is None:
+                raise
+            prior = await replay(self._engine, idempotency)  # a concurrent duplicate committed first
+            if prior is None:
+                raise
+            return prior
+        return answer
 
     def _validate(self, raw: bytes) -> tuple[str, list[Any]]:
         """Parse and validate a submission (:class:`BatchRejected`, nothing written); ``(shape,
@@ -111,6 +192,39 @@ class BatchService:
         except ValueError:
             raise BatchRejected("the body must be a JSON object with shape and requests") from None
         return validate_submission(body, self._max_items)
+
+    async def replay(self, claim: IdempotencyClaim) -> Answer | None:
+        """The first answer to this idempotent create, to send again (None: create); 409 when the key
+        was used with another request (SPEC §10.10)."""
+        return await replay(self._engine, claim)
+
+    async def list_owned(
+        self, owner: str, limit: int, after: str | None = None, *, api: str | None = None
+    ) -> dict[str, Any]:
+        """SPEC §10.10: the owner's batches of every API (or of ``api``), newest first, ``limit`` per
+        page after the batch ``after`` (the previous page's ``next_cursor``; 400 naming ``after`` when it
+        is not one of the owner's batches). Three queries whatever the page size."""
+        async with self._engine.connect() as conn:
+            page = await batch_store.owner_page(conn, owner, limit=limit, after=after, api=api)
+            if page is None:
+                raise InvalidRequest("after must be the ID of one of your batches (a next_cursor)")
+            rows, more = page
+            counts = await batch_store.item_counts(conn, [row["id"] for row in rows])
+        batches = [
+            {
+                "ID": row["id"],
+                "InboundShape": row["inbound_shape"],
+                "Status": row["status"],
+                "TotalItems": row["total_items"],
+                "CreatedAt": rfc3339(row["created_at"]),
+                "CompletedAt": rfc3339(row["completed_at"]),
+                "counts": {
+                    state: counts[row["id"]][state] for state in ITEM_STATES if state in counts[row["id"]]
+                },
+            }
+            for row in rows
+        ]
+        return {"batches": batches, "next_cursor": rows[-1]["id"] if more and rows else None}
 
     async def owned(self, owner: str, batch_id: str) -> BatchRecord:
         record = await views.batch_record(self._engine, batch_id)
@@ -162,6 +276,14 @@ class BatchService:
 
     async def results(self, record: BatchRecord) -> AsyncIterator[list[bytes]]:
         """Pages of serialized §10.3 result objects, in idx order (call :meth:`owned` first)."""
+        async for page in self.result_pages(record):
+            yield [_result(row, body) for row, body in page]
+
+    async def result_pages(
+        self, record: BatchRecord
+    ) -> AsyncIterator[list[tuple[views.ResultRow, bytes | None]]]:
+        """Every item in idx order, a page at a time, each with its response body (completed items
+        whose body is readable here; else None): what any API renders its results from."""
         after = -1
         while True:
             rows = await views.result_rows(self._engine, record.id, after_idx=after, limit=RESULTS_PAGE)
@@ -170,7 +292,7 @@ class BatchService:
             completed = {row.idx: row.response for row in rows if row.state == COMPLETED}
             store = self._payloads.of(record.payload_store)
             bodies = await store.read_responses(record.id, completed) if completed else {}
-            yield [_result(row, bodies.get(row.idx)) for row in rows]
+            yield [(row, bodies.get(row.idx)) for row in rows]
             if len(rows) < RESULTS_PAGE:
                 return
             after = rows[-1].idx

@@ -63,6 +63,10 @@ class BatchRecord:
     created_at: datetime
     completed_at: datetime | None
     payload_store: str = "files"  # where its bodies are (SPEC §10.7): "files" | "database"
+    api: str = "relay"  # the API that created it (§10.10); the runner never looks at it
+    expires_at: datetime | None = None
+    cancel_requested_at: datetime | None = None  # set by every cancel
+    api_status: str | None = None  # façade-owned (e.g. OpenAI's "validating"); the engine only stores it
 
 
 class ItemState(NamedTuple):
@@ -75,6 +79,8 @@ class ResultRow(NamedTuple):
     state: str
     error: str | None  # discarded: why; cancelled: "cancelled"; otherwise None
     response: ResponseRef | None  # completed: where its body is (None: a per-item file of old versions)
+    custom_id: str | None = None  # the caller's name for the item (§14/§15), None for §10 items
+    status: int | None = None  # the upstream's HTTP status when one answered
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,12 +179,28 @@ async def result_rows(engine: AsyncEngine, batch_id: str, *, after_idx: int, lim
     ``after_idx=-1``, continue from the last idx returned, stop on a short page). One query per page."""
     async with engine.connect() as conn:
         rows = await conn.execute(
-            select(I.c.idx, I.c.state, I.c.error, I.c.response_file, I.c.response_offset, I.c.response_length)
+            select(
+                I.c.idx,
+                I.c.state,
+                I.c.error,
+                I.c.response_file,
+                I.c.response_offset,
+                I.c.response_length,
+                I.c.custom_id,
+                I.c.status,
+            )
             .where(I.c.batch_id == batch_id, I.c.idx > after_idx)
             .order_by(I.c.idx)
             .limit(limit)
         )
         return [
-            ResultRow(idx, state, error, ResponseRef(file, offset, length) if file is not None else None)
-            for idx, state, error, file, offset, length in rows
+            ResultRow(
+                idx,
+                state,
+                error,
+                ResponseRef(file, offset, length) if file is not None else None,
+                custom_id,
+                status,
+            )
+            for idx, state, error, file, offset, length, custom_id, status in rows
         ]

@@ -102,6 +102,7 @@ class WorkerPool:
         )
         self._starter = Starter(engine, instance_id)
         self._cancel_requested: set[_Key] = set()
+        self._stop_errors: dict[_Key, str] = {}  # a stop with another error than "cancelled" (expiry)
         self._wake = asyncio.Event()
         self._stopping = False
         self._dispatcher: asyncio.Task[None] | None = None
@@ -177,6 +178,7 @@ class WorkerPool:
         self._executing.discard(key)
         self._pacer.finished()
         self._cancel_requested.discard(key)
+        self._stop_errors.pop(key, None)
         self._start_ready()  # the slot takes its next item now, not at the dispatcher's next turn
         self._wake.set()
 
@@ -205,17 +207,18 @@ class WorkerPool:
                 current.uncancel()
             # Stopped by a cancel here; if its start had not committed, the finalizer finds it
             # cancelled already and writes nothing.
-            result = self._runner.cancelled(item)
+            result = self._runner.cancelled(item, self._stop_errors.get(key))
         except Exception as exc:
             log.exception("batch item %s/%d failed inside Relay", item.batch_id, item.idx)
             result = self._runner.failed(item, exc)
         self._executing.discard(key)
         self._finalizer.add(key, result)
 
-    async def cancel_batch(self, batch_id: str) -> int:
-        """After ``queue.cancel`` committed: stop this replica's running items of ``batch_id`` (each
-        becomes ``cancelled``) and forget its reserved ones (the cancel cancelled them, and their start
-        would fail anyway). Returns how many were stopped or forgotten."""
+    async def cancel_batch(self, batch_id: str, error: str | None = None) -> int:
+        """After ``queue.cancel`` (or an expiry) committed: stop this replica's running items of
+        ``batch_id`` (each becomes ``cancelled``, with ``error`` when given, else ``"cancelled"``) and
+        forget its reserved ones (the cancel cancelled them, and their start would fail anyway).
+        Returns how many were stopped or forgotten."""
         stopped = 0
         for item in self._ready.pop(batch_id, ()):  # reserved, not started
             self._ready_count -= 1
@@ -224,6 +227,8 @@ class WorkerPool:
         for key, task in list(self._tasks.items()):
             if key[0] == batch_id and key in self._executing and key not in self._cancel_requested:
                 self._cancel_requested.add(key)
+                if error is not None:
+                    self._stop_errors[key] = error
                 task.cancel()
                 stopped += 1
         if stopped:
@@ -338,7 +343,15 @@ class WorkerPool:
 
 
 def _cancelled_events(pairs: list[tuple[BatchRecord, int]]) -> list[UsageEvent]:
-    return [cancelled_event(record, idx) for record, idx in pairs]
+    """The events of items put back into a batch cancelled or expired meanwhile (``stop_error``)."""
+    events = []
+    for record, idx in pairs:
+        error = recovery.stop_error(record)
+        if error == queue.CANCELLED_ERROR:
+            events.append(cancelled_event(record, idx))
+        else:
+            events.append(item_event(record, idx, error_kind="expired", error_message=error))
+    return events
 
 
 def _log_failure(message: str, exc: BaseException) -> None:

@@ -135,7 +135,7 @@ def _render(row: Mapping[str, Any], counts: Mapping[str, int]) -> dict[str, Any]
     done = sum(n for state, n in counts.items() if state in ("completed", "discarded", "cancelled"))
     return {
         "id": out["id"],
-        "api": "relay",
+        "api": out["api"],
         "owner": store.owner_of(dict(row)),
         "state": store.state_of(dict(row)),
         "status": out["status"],

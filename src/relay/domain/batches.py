@@ -7,10 +7,41 @@ object" and "does it ask for a stream" — items are otherwise judged when they 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, Final, Literal
+
+from relay.domain.ids import mint_id
 
 BATCH_SHAPES = ("openai", "anthropic", "openai_responses")
+#: Every item shape the engine runs: §10.1's three, and §14's ``/v1/embeddings`` items.
+OPENAI_EMBEDDINGS: Final = "openai_embeddings"
+ENGINE_SHAPES: Final = (*BATCH_SHAPES, OPENAI_EMBEDDINGS)
+
+Api = Literal["relay", "openai", "anthropic"]
+APIS: Final[tuple[Api, ...]] = ("relay", "openai", "anthropic")
+#: The id prefix each API hands out (SPEC §10.10): ``b_…``, ``batch_…``, ``msgbatch_…``.
+BATCH_ID_PREFIXES: Final[dict[str, str]] = {"relay": "b", "openai": "batch", "anthropic": "msgbatch"}
+BATCH_ID_RE: Final = re.compile(r"^(?:b|batch|msgbatch)_[0-9a-z]{26}$")
+
+
+def expired_error(expires_at: datetime) -> str:
+    """The error of an item a batch's expiry cancelled (grouped as its own cause, "expired")."""
+    at = expires_at if expires_at.tzinfo is not None else expires_at.replace(tzinfo=UTC)
+    return f"expired: batch expired at {at.astimezone(UTC).isoformat().replace('+00:00', 'Z')}"
+
+
+def mint_batch_id(api: Api) -> str:
+    """A new batch id of ``api`` (the one place batch ids are minted)."""
+    return mint_id(BATCH_ID_PREFIXES[api])
+
+
+def is_batch_id(value: str) -> bool:
+    """True for an id of any API's batch: a known prefix and the base32 body of ``mint_id``."""
+    return bool(BATCH_ID_RE.match(value))
+
+
 AVAILABLE = "available"
 RUNNING = "running"
 COMPLETED = "completed"

@@ -26,6 +26,7 @@ _CAUSES: Final = (
     (re.compile(r"^timeout: "), "timeout"),
     (re.compile(r"^load input: "), "load input"),
     (re.compile(r"^worker lost: "), "worker lost"),
+    (re.compile(r"^expired: "), "expired"),  # §14/§15: not final when the batch expired
 )
 OTHER: Final = "other"
 EXAMPLES: Final = 3  # distinct error texts kept per cause

@@ -15,7 +15,6 @@ mounted by ``boot``.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -28,7 +27,15 @@ from relay.catalog import Snapshot
 from relay.domain.credentials import read_credential
 from relay.errors import RelayError
 from relay.inference.live import LiveHandler
-from relay.inference.wire import json_response, read_body, request_headers, send_bytes
+from relay.inference.wire import (
+    MethodNotAllowed,
+    error_headers,
+    json_response,
+    new_request_id,
+    read_body,
+    request_headers,
+    send_bytes,
+)
 from relay.metrics import Metrics
 from relay.routing import granted_models
 
@@ -76,7 +83,7 @@ class InferenceApp:
             # The last line of defence (SPEC §7: never text/plain, never a traceback to the caller): a
             # JSON 500 in the caller's shape if nothing was sent yet, else the stream just ends.
             log.exception("unhandled error on %s", scope.get("path", "?")[:256])
-            request_id = os.urandom(16).hex()
+            request_id = new_request_id()
             path = scope.get("path", "")
             shape = ANTHROPIC if path.startswith("/anthropic/") else OPENAI
             body = error_body(shape, status=500, code="internal_error", message="internal error")
@@ -88,7 +95,7 @@ class InferenceApp:
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope["path"]
         method: str = scope["method"]
-        request_id = os.urandom(16).hex()  # 128 random bits, as uuid4().hex spells them, 5× cheaper
+        request_id = new_request_id()
         started = time.perf_counter()
         route = INFERENCE_ROUTES.get(path)
         if route is not None:
@@ -96,7 +103,7 @@ class InferenceApp:
                 await self._error(
                     send,
                     route[1],
-                    RelayError("use POST", code="method_not_allowed", status=405),
+                    MethodNotAllowed("POST"),
                     request_id,
                     path,
                     started,
@@ -177,9 +184,7 @@ class InferenceApp:
         self, send: Send, shape: str, exc: RelayError, request_id: str, route: str, started: float
     ) -> None:
         body = error_body(shape, status=exc.status, code=exc.code, message=exc.message)
-        extra = [(b"allow", b"POST")] if exc.status == 405 else []
-        if exc.status == 413:
-            extra.append((b"connection", b"close"))  # the rest of the body is not worth receiving
+        extra = error_headers(exc)
         await send_bytes(send, exc.status, body, "application/json", request_id, extra)
         self._count(route, shape, exc.status, request_id, started, {"error": exc.code})
 

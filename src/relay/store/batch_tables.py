@@ -49,10 +49,23 @@ batches = Table(
     _ts("last_claimed_at", nullable=True),  # round-robin over batches: the least recently served first
     # The store holding its items' bodies (SPEC §10.7): the one it was submitted under, for good.
     Column("payload_store", String(16), nullable=False, server_default=text("'files'")),
+    # The API that created it (SPEC §10.10, §14, §15); the engine treats every API's batches alike.
+    Column("api", String(16), nullable=False, server_default=text("'relay'")),
+    _ts("expires_at", nullable=True),  # §14/§15: items not final by then are cancelled ("expired: ")
+    _ts("cancel_requested_at", nullable=True),  # set by every cancel, whatever the API
+    # Façade-owned state and fields (``validating``, ``finalizing``, …; OpenAI's endpoint, metadata,
+    # file ids, errors, per-state timestamps): the engine stores them, never reads them.
+    Column("api_status", String(16), nullable=True),
+    Column("api_data", JSONType, nullable=True),
     CheckConstraint("status IN ('queued', 'cancelled')", name="status"),
+    CheckConstraint("api IN ('relay', 'openai', 'anthropic')", name="api"),
     CheckConstraint("payload_store IN ('files', 'database')", name="payload_store"),
-    CheckConstraint("total_items > 0", name="total_items_positive"),
-    CheckConstraint("inbound_shape IN ('openai', 'anthropic', 'openai_responses')", name="inbound_shape"),
+    # An OpenAI batch that failed validation has no items; a §10 batch always has some.
+    CheckConstraint("total_items > 0 OR (total_items = 0 AND api <> 'relay')", name="total_items_allowed"),
+    CheckConstraint(
+        "inbound_shape IN ('openai', 'anthropic', 'openai_responses', 'openai_embeddings')",
+        name="inbound_shape",
+    ),
     CheckConstraint("principal_kind IN ('serviceaccount', 'user')", name="principal_kind"),
     # What the runner re-checks the credential with (SPEC §10.6): the key hash, or the token's claims.
     CheckConstraint(
@@ -62,6 +75,10 @@ batches = Table(
     ),
     # The claim query walks only open batches (completed ones accumulate forever).
     Index("ix_batches_open", "last_claimed_at", "created_at", **_where("completed_at IS NULL")),
+    # The owner's list (SPEC §10.10): keyset newest first.
+    Index("ix_batches_owner_created", "owner", "created_at", "id"),
+    # The expiry sweep: open batches with a deadline.
+    Index("ix_batches_expiring", "expires_at", **_where("completed_at IS NULL AND expires_at IS NOT NULL")),
 )
 
 # One row per item: its state (SPEC §10.2), once final its error. ``claimed_by``/``claimed_at``: on an
@@ -83,6 +100,7 @@ batch_items = Table(
     Column("response_file", String(40), nullable=True),
     Column("response_offset", BigInteger, nullable=True),
     Column("response_length", Integer, nullable=True),
+    Column("custom_id", Text, nullable=True),  # §14/§15: the caller's name for the item
     PrimaryKeyConstraint("batch_id", "idx"),
     CheckConstraint("idx >= 0", name="idx_not_negative"),
     CheckConstraint("state IN ('available', 'running', 'completed', 'discarded', 'cancelled')", name="state"),
@@ -171,4 +189,19 @@ files = Table(
     Index("ix_files_owner", "owner", "id"),
     # The expiry sweep.
     Index("ix_files_expires_at", "expires_at", **_where("expires_at IS NOT NULL")),
+)
+
+# Idempotent batch creates (SPEC §10.10): the first answer to ``(owner, key)``, written in the
+# transaction that created the batch, so a repeat within 24 h answers it again and creates nothing.
+# ``fingerprint``: sha256 of the route and the request body (a different body → 409).
+idempotency_keys = Table(
+    "idempotency_keys",
+    metadata,
+    Column("owner", String(80), nullable=False),
+    Column("key", String(255), nullable=False),
+    Column("fingerprint", String(64), nullable=False),
+    Column("status_code", Integer, nullable=False),
+    Column("body", LargeBinary, nullable=False),
+    _ts("created_at"),
+    PrimaryKeyConstraint("owner", "key"),
 )

@@ -4,11 +4,12 @@ What it does. :func:`list_batches` pages through batches newest first with filte
 ``(created_at, id)``, so page 1 000 costs what page 1 costs); :func:`item_counts` counts the item states
 of a page's batches in one GROUP BY; :func:`failure_errors` groups a batch's discarded items by their
 error text (the caller groups those by §10.4 cause). The batch writes stay in ``relay.batches.queue``
-and the owner-scoped reads of ``/v1/batches`` in ``relay.batches.views``.
+and the other owner-scoped reads of ``/v1/batches`` in ``relay.batches.views``; :func:`owner_page` is
+the owner's own list (SPEC §10.10), every API's batches together.
 
 Batch state, as filtered here: ``in_progress`` (items still open: ``completed_at`` is null),
 ``completed`` (finished without a cancel) and ``cancelled``. The §14/§15 batch APIs add their own rows
-and states; ``api`` tells which API a batch belongs to (today only ``relay``, the §10 API).
+and states; ``api`` tells which API a batch belongs to (``relay``, ``openai``, ``anthropic``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from sqlalchemy import ColumnElement, and_, func, literal, literal_column, select, tuple_
+from sqlalchemy import ColumnElement, and_, func, literal, literal_column, null, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from relay.store import tables as t
@@ -29,7 +30,7 @@ from relay.store.catalog import Row
 B = t.batches
 I = t.batch_items  # noqa: E741
 STATES: Final = ("in_progress", "completed", "cancelled")
-APIS: Final = ("relay",)  # §14 adds "openai", §15 "anthropic"
+APIS: Final = ("relay", "openai", "anthropic")
 MAX_ERROR_GROUPS: Final = 1000  # distinct error texts read per batch (causes group them further)
 
 
@@ -55,8 +56,8 @@ class BatchFilter:
                 out.append(B.c.owner == self.owner)
             else:
                 out.append(and_(B.c.credential_kind == literal_column("'key'"), B.c.credential_id == ident))
-        if self.api is not None and self.api != "relay":
-            out.append(literal(False))  # no batches of the other APIs are stored yet
+        if self.api is not None:
+            out.append(B.c.api == self.api)
         if self.state == "in_progress":
             out.append(B.c.completed_at.is_(None))
         elif self.state == "completed":
@@ -119,6 +120,73 @@ async def list_batches(
         return rows, None
     rows = rows[:limit]
     return rows, encode_cursor(rows[-1]["created_at"], rows[-1]["id"])
+
+
+async def owner_page(
+    conn: AsyncConnection,
+    owner: str,
+    *,
+    limit: int,
+    after: str | None = None,
+    before: str | None = None,
+    api: str | None = None,
+) -> tuple[list[Row], bool] | None:
+    """One page of ``owner``'s batches, newest first, and whether more follow in the paging
+    direction. ``after``: the batches older than that batch (keyset on ``(created_at, id)``);
+    ``before`` (§15's ``before_id``): the ``limit`` batches just newer than it, still newest first.
+    None when the batch named is not one of the owner's (of ``api``, when given). Two queries
+    (``ix_batches_owner_created``)."""
+    if after is not None and before is not None:
+        raise ValueError("page after a batch or before one, not both")
+    scope = [B.c.owner == owner, *([B.c.api == api] if api is not None else [])]
+    query = select(B).where(*scope)
+    anchor = after if after is not None else before
+    newer = before is not None
+    if anchor is not None:
+        found = (await conn.execute(select(B.c.created_at, B.c.id).where(B.c.id == anchor, *scope))).first()
+        if found is None:
+            return None
+        key = tuple_(B.c.created_at, B.c.id)
+        mark = tuple_(literal(found.created_at, t.UTCDateTime()), literal(found.id, B.c.id.type))
+        query = query.where(key > mark if newer else key < mark)
+    if newer:
+        query = query.order_by(B.c.created_at.asc(), B.c.id.asc())
+    else:
+        query = query.order_by(B.c.created_at.desc(), B.c.id.desc())
+    rows = [dict(r._mapping) for r in await conn.execute(query.limit(limit + 1))]
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return (rows[::-1] if newer else rows), more
+
+
+_UNSET: Any = object()
+
+
+async def set_api_state(
+    conn: AsyncConnection,
+    batch_id: str,
+    *,
+    api_status: str | None = _UNSET,
+    api_data: dict[str, Any] | None = _UNSET,
+    only_if_status: str | None = _UNSET,
+) -> bool:
+    """Set a batch's façade-owned ``api_status`` and/or ``api_data`` (either may be left out; None
+    clears it), in the caller's transaction (e.g. a finish hook's). ``only_if_status``: change only
+    while ``api_status`` is that value (None: while unset), a compare-and-set. True if the row changed."""
+    values: dict[str, Any] = {}
+    if api_status is not _UNSET:
+        values["api_status"] = api_status
+    if api_data is not _UNSET:
+        values["api_data"] = api_data if api_data is not None else null()
+    if not values:
+        raise ValueError("set_api_state needs api_status or api_data")
+    query = update(B).where(B.c.id == batch_id)
+    if only_if_status is not _UNSET:
+        query = query.where(
+            B.c.api_status.is_(None) if only_if_status is None else B.c.api_status == only_if_status
+        )
+    done = await conn.execute(query.values(**values))
+    return bool(done.rowcount)
 
 
 async def get_batch(conn: AsyncConnection, batch_id: str) -> Row | None:

@@ -314,7 +314,14 @@ CATALOG_TABLES = (
 
 # The batch engine's tables live in their own module (same metadata): imported here so that
 # ``tables.<name>`` and the Alembic target keep covering every table.
-from relay.store.batch_tables import batch_items, batch_workers, batches, files, payload_chunks  # noqa: E402
+from relay.store.batch_tables import (  # noqa: E402
+    batch_items,
+    batch_workers,
+    batches,
+    files,
+    idempotency_keys,
+    payload_chunks,
+)
 
 __all__ = [
     "ID",
@@ -325,6 +332,7 @@ __all__ = [
     "batch_workers",
     "batches",
     "files",
+    "idempotency_keys",
     "metadata",
     "payload_chunks",
 ]

@@ -1,7 +1,7 @@
 """The Files API's ``files`` table: uploads and the output files Relay writes.
 
 Revision ID: 0009
-Revises: 0007
+Revises: 0008
 Create Date: 2026-12-02
 
 One row per file: uploads (purpose ``batch``) and the output and error files Relay writes
@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0009"
-down_revision: str | None = "0007"
+down_revision: str | None = "0008"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,0 +1,108 @@
+"""Idempotent batch creates (SPEC §10.10): the ``Idempotency-Key`` header, for every batch API.
+
+What it does. :func:`claim_from` validates the header (1–255 printable ASCII characters, else 400
+naming ``Idempotency-Key``) and makes an :class:`IdempotencyClaim` of the owner, the key and a
+fingerprint of the route and the request body. A create first calls :func:`replay`: a first answer of
+the same owner and key within 24 h is answered again verbatim (same status and body), or, for a
+different fingerprint, refused with 409 ``idempotency_key_reused``. Otherwise the create passes
+:meth:`IdempotencyClaim.writer` (with its answer) to ``queue.insert_batch``, which writes the row in
+the SAME transaction as the batch: a repeat creates nothing, and a concurrent duplicate fails that
+transaction (nothing written) and resolves to the first answer with :func:`replay` again (the
+service does that).
+
+What it deliberately does not know. What the answer of a create is (each API renders its own), how
+a batch is written.
+
+Invariants. One owner's keys never meet another's (owners as in §10.8). The answer stored is the bytes
+sent, so a replay is byte-identical.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Final
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from relay.errors import Conflict, InvalidRequest
+from relay.store import idempotency as store
+from relay.store.idempotency import StoredAnswer
+
+HEADER: Final = "idempotency-key"
+WINDOW: Final = timedelta(hours=24)
+MAX_KEY: Final = 255
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A create's answer as sent: status code and body bytes."""
+
+    status_code: int
+    body: bytes
+
+
+class IdempotencyKeyReused(Conflict):
+    code = "idempotency_key_reused"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "Idempotency-Key was already used with a different request (route or body) by this caller"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class IdempotencyClaim:
+    owner: str
+    key: str
+    fingerprint: str
+
+    def writer(self, answer: Answer, created_at: datetime) -> Callable[[AsyncConnection], Awaitable[None]]:
+        """What ``queue.insert_batch(first=…)`` runs: records ``answer`` in the create's transaction."""
+
+        async def write(conn: AsyncConnection) -> None:
+            stored = StoredAnswer(self.fingerprint, answer.status_code, answer.body)
+            await store.record_answer(
+                conn, self.owner, self.key, stored, created_at=created_at, window=WINDOW
+            )
+
+        return write
+
+
+def validate_key(value: str | None) -> str | None:
+    """The header's key, None without the header; 400 for an empty, too long or non-printable one."""
+    if value is None:
+        return None
+    if not value:
+        raise InvalidRequest("Idempotency-Key must not be empty (1-255 printable ASCII characters)")
+    if len(value) > MAX_KEY:
+        raise InvalidRequest(f"Idempotency-Key is longer than {MAX_KEY} characters")
+    if not all(" " <= ch <= "~" for ch in value):
+        raise InvalidRequest("Idempotency-Key must be printable ASCII")
+    return value
+
+
+def claim_from(header: str | None, owner: str, route: str, body: bytes) -> IdempotencyClaim | None:
+    """The claim of a create carrying ``Idempotency-Key: header`` (None without one)."""
+    key = validate_key(header)
+    if key is None:
+        return None
+    digest = hashlib.sha256()
+    digest.update(route.encode())
+    digest.update(b"\0")
+    digest.update(body)
+    return IdempotencyClaim(owner, key, digest.hexdigest())
+
+
+async def replay(engine: AsyncEngine, claim: IdempotencyClaim) -> Answer | None:
+    """The first answer to repeat (None: go on and create); :class:`IdempotencyKeyReused` when the
+    key was used with a different request."""
+    async with engine.connect() as conn:
+        found = await store.find_answer(conn, claim.owner, claim.key, newer_than=datetime.now(UTC) - WINDOW)
+    if found is None:
+        return None
+    if found.fingerprint != claim.fingerprint:
+        raise IdempotencyKeyReused()
+    return Answer(found.status_code, found.body)

@@ -1,0 +1,139 @@
+"""The batch queue's transaction rules (``relay.batches.queue`` docstring): write transactions, the
+clock, per-batch advisory locks, and the completion check that finishes batches and runs the finish
+hooks (``relay.batches.hooks``) in the finishing transaction.
+
+What it deliberately does not know. Which state change a transaction makes (queue, recovery and
+expiry decide); what a finish hook writes.
+
+Invariants. Every transaction that can finish a batch calls :func:`_complete_if_done` after
+:func:`_lock_batches` for the same batches, so exactly one transaction sets ``completed_at`` and runs
+the hooks for it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+from sqlalchemy import ColumnElement, Interval, exists, func, literal, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from relay.batches.hooks import FinishedBatch, run_finish_hooks
+from relay.batches.views import B, I, in_state
+from relay.domain.batches import AVAILABLE, ITEM_STATES, RUNNING
+from relay.store.tables import UTCDateTime
+
+# Namespace (first key) of the per-batch advisory locks: the bytes "rbat", which fit a Postgres int4.
+_LOCK_NAMESPACE: Final = int.from_bytes(b"rbat", "big")
+
+
+@asynccontextmanager
+async def _write(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """A write transaction: ``BEGIN IMMEDIATE`` on SQLite (the write lock at BEGIN, so two processes
+    never both read "available" and then both write); the default READ COMMITTED on Postgres."""
+    async with engine.execution_options(sqlite_begin="IMMEDIATE").begin() as conn:
+        yield conn
+
+
+def _now(conn: AsyncConnection) -> ColumnElement[datetime]:
+    if conn.dialect.name == "postgresql":
+        return func.now(type_=UTCDateTime())  # the database's clock, the same for every replica
+    return literal(datetime.now(UTC), UTCDateTime())
+
+
+def _ago(conn: AsyncConnection, seconds: float) -> ColumnElement[datetime]:
+    if conn.dialect.name == "postgresql":
+        return func.now(type_=UTCDateTime()) - literal(timedelta(seconds=seconds), Interval())
+    return literal(datetime.now(UTC) - timedelta(seconds=seconds), UTCDateTime())
+
+
+def _lock_key(batch_id: str) -> int:
+    """A signed 32-bit key for ``batch_id`` (a collision only serialises two batches' finishers)."""
+    return int.from_bytes(hashlib.blake2b(batch_id.encode(), digest_size=4).digest(), "big", signed=True)
+
+
+async def _lock_batches(conn: AsyncConnection, batch_ids: Iterable[str]) -> None:
+    """Serialise this transaction's completion check with every other finisher of these batches.
+
+    Postgres only (SQLite's BEGIN IMMEDIATE already serialises every writer). Keys are taken in
+    ascending order, so two transactions locking several batches cannot deadlock on each other.
+    """
+    if conn.dialect.name != "postgresql":
+        return
+    for key in sorted({_lock_key(batch_id) for batch_id in batch_ids}):
+        await conn.execute(select(func.pg_advisory_xact_lock(_LOCK_NAMESPACE, key)))
+
+
+def _item_in(batch_id: Any, state: str) -> ColumnElement[bool]:
+    return exists().where(I.c.batch_id == batch_id, in_state(state))
+
+
+async def _complete_if_done(conn: AsyncConnection, batch_ids: Iterable[str]) -> list[FinishedBatch]:
+    """Set ``completed_at`` on those batches that have nothing available or running any more, and run
+    the finish hooks (``relay.batches.hooks``) for them in this transaction; returns them.
+
+    Call after :func:`_lock_batches` for the same batches. Two EXISTS rather than one ``state IN (…)``:
+    each is answered by its own partial index.
+    """
+    ids = sorted(set(batch_ids))
+    if not ids:
+        return []
+    done = await conn.execute(
+        update(B)
+        .where(
+            B.c.id.in_(ids),
+            B.c.completed_at.is_(None),
+            ~_item_in(B.c.id, AVAILABLE),
+            ~_item_in(B.c.id, RUNNING),
+        )
+        .values(completed_at=_now(conn))
+        .returning(
+            B.c.id,
+            B.c.api,
+            B.c.project_id,
+            B.c.status,
+            B.c.expires_at,
+            B.c.completed_at,
+            B.c.cancel_requested_at,
+            B.c.api_status,
+        )
+    )
+    rows = sorted(done.all(), key=lambda row: row.id)
+    if not rows:
+        return []
+    counts: dict[str, dict[str, int]] = {row.id: {} for row in rows}
+    counted = await conn.execute(
+        select(I.c.batch_id, I.c.state, func.count())
+        .where(I.c.batch_id.in_(list(counts)))
+        .group_by(I.c.batch_id, I.c.state)
+    )
+    for batch_id, state, count in counted:
+        counts[batch_id][state] = int(count)
+    finished = [
+        FinishedBatch(
+            id=row.id,
+            api=row.api,
+            project_id=row.project_id,
+            counts={state: counts[row.id][state] for state in ITEM_STATES if state in counts[row.id]},
+            cancelled=row.status == "cancelled" or row.cancel_requested_at is not None,
+            expired=is_expired(row.expires_at, row.completed_at) and row.status != "cancelled",
+            api_status=row.api_status,
+        )
+        for row in rows
+    ]
+    await run_finish_hooks(conn, finished)
+    return finished
+
+
+def is_expired(expires_at: datetime | None, at: datetime | None) -> bool:
+    """A batch with a deadline counts as expired once it finished (or, unfinished, is) past it."""
+    if expires_at is None or at is None:
+        return False
+    return _aware(at) >= _aware(expires_at)
+
+
+def _aware(value: datetime) -> datetime:
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)

@@ -1,0 +1,73 @@
+"""The ``idempotency_keys`` table's SQL (SPEC §10.10): find a live first answer, record one.
+
+What it does. :func:`find_answer` reads the answer stored for ``(owner, key)`` within the window;
+:func:`record_answer` writes one inside the caller's transaction (the create's), first removing a row
+of the same pair older than the window, so a key can be used again after 24 h.
+
+What it deliberately does not know. What a fingerprint covers, what an answer is, HTTP.
+
+Invariants. At most one row per ``(owner, key)`` (the primary key): of two concurrent creates with one
+key, the second's insert waits for the first's commit and then fails (``IntegrityError``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import delete, insert, literal, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from relay.store import tables as t
+
+K = t.idempotency_keys
+
+
+@dataclass(frozen=True, slots=True)
+class StoredAnswer:
+    fingerprint: str
+    status_code: int
+    body: bytes
+
+
+async def find_answer(
+    conn: AsyncConnection, owner: str, key: str, *, newer_than: datetime
+) -> StoredAnswer | None:
+    row = (
+        await conn.execute(
+            select(K.c.fingerprint, K.c.status_code, K.c.body).where(
+                K.c.owner == owner,
+                K.c.key == key,
+                K.c.created_at > literal(newer_than, t.UTCDateTime()),
+            )
+        )
+    ).first()
+    return None if row is None else StoredAnswer(row.fingerprint, row.status_code, bytes(row.body))
+
+
+async def record_answer(
+    conn: AsyncConnection,
+    owner: str,
+    key: str,
+    answer: StoredAnswer,
+    *,
+    created_at: datetime,
+    window: timedelta,
+) -> None:
+    await conn.execute(
+        delete(K).where(
+            K.c.owner == owner,
+            K.c.key == key,
+            K.c.created_at <= literal(created_at - window, t.UTCDateTime()),
+        )
+    )
+    await conn.execute(
+        insert(K).values(
+            owner=owner,
+            key=key,
+            fingerprint=answer.fingerprint,
+            status_code=answer.status_code,
+            body=answer.body,
+            created_at=created_at,
+        )
+    )
