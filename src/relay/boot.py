@@ -16,12 +16,13 @@ from typing import Any
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry, Gauge
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from starlette.types import ASGIApp
 
 from relay.batches.api import PREFIX as BATCHES_PREFIX
 from relay.batches.api import BatchesApp
 from relay.batches.payload_store import DatabaseStore, FileStore, PayloadStores
+from relay.batches.queue import FinishedBatch, FinishHook
 from relay.batches.runner import ItemRunner
 from relay.batches.service import BatchService
 from relay.batches.workers import WorkerPool
@@ -41,11 +42,12 @@ from relay.control.spend_routes import mount_spend_routes
 from relay.control.throttle import LoginThrottle
 from relay.control.tokens import TokenService, load_signer
 from relay.control.usage_routes import UsageQueries, mount_usage_routes
+from relay.control.webhook_routes import mount_webhook_routes
 from relay.inference.app import InferenceApp
 from relay.inference.live import LiveHandler
 from relay.inference.recording import LiveRecorder
 from relay.keypool import KeyPool
-from relay.metrics import BatchMetrics, Metrics
+from relay.metrics import BatchMetrics, Metrics, WebhookMetrics
 from relay.pipeline import Pipeline
 from relay.ratelimit import LEASE_MARGIN_S, RateLimiter
 from relay.secrets import ProvisionedSecrets, SecretBox, provision
@@ -55,6 +57,9 @@ from relay.store.migrate import upgrade_to_head
 from relay.store.notify import ChangeFeed, PostgresChangeFeed
 from relay.upstream import Upstream
 from relay.usage import UsageWriter
+from relay.webhooks import outbox
+from relay.webhooks.deliverer import Deliverer
+from relay.webhooks.schedule import RetrySchedule
 
 log = logging.getLogger("relay.boot")
 
@@ -78,6 +83,8 @@ class Runtime:
     inference_app: ASGIApp = field(init=False)
     control_app: ASGIApp = field(init=False)
     batch_workers: WorkerPool | None = None  # None when RELAY_BATCH_WORKERS=0
+    webhooks: Deliverer | None = None  # every replica delivers (SPEC §10.10)
+    webhook_client: Upstream | None = None
 
     async def database_ok(self) -> bool:
         try:
@@ -99,6 +106,10 @@ class Runtime:
         await self.writer.start()
         if self.batch_workers is not None:
             await self.batch_workers.start()
+        if self.webhook_client is not None:
+            await self.webhook_client.start()
+        if self.webhooks is not None:
+            await self.webhooks.start()
 
     async def stop_batch_workers(self) -> None:
         """Stop claiming batch items, let running ones finish (grace), put the rest back; idempotent."""
@@ -107,6 +118,10 @@ class Runtime:
 
     async def stop(self) -> None:
         await self.stop_batch_workers()
+        if self.webhooks is not None:
+            await self.webhooks.stop(min(self.settings.shutdown_grace_s, self.settings.webhook_timeout_s))
+        if self.webhook_client is not None:
+            await self.webhook_client.close()
         await self.writer.stop()
         await self.upstream.close()
         await self.state.close()
@@ -177,6 +192,22 @@ def build_runtime(settings: Settings) -> Runtime:
         FileStore(settings.batch_payload_dir), DatabaseStore(engine), settings.batch_payload_store
     )
     batch_metrics = BatchMetrics(registry, settings.batch_workers) if settings.batch_workers > 0 else None
+    # Completion webhooks (SPEC §10.10): every transaction that finishes a §10 batch writes its events
+    # to the outbox; the batch engine only calls the hooks it is given (it never imports webhooks).
+    finish_hooks: tuple[FinishHook, ...] = (_webhook_outbox_hook,)
+    runtime.webhook_client = Upstream(
+        timeout_s=settings.webhook_timeout_s, connect_timeout_s=settings.webhook_timeout_s
+    )
+    runtime.webhooks = Deliverer(
+        engine=engine,
+        box=box,
+        client=runtime.webhook_client,
+        instance_id=settings.instance_id,
+        schedule=RetrySchedule(settings.webhook_retry_scale),
+        slots=settings.webhook_concurrency,
+        timeout_s=settings.webhook_timeout_s,
+        metrics=WebhookMetrics(registry),
+    )
     if settings.batch_workers > 0:
         runner = ItemRunner(
             payloads=payloads,
@@ -193,6 +224,7 @@ def build_runtime(settings: Settings) -> Runtime:
             rescue_after_s=settings.batch_rescue_after_s,
             heartbeat_s=settings.batch_heartbeat_s,
             metrics=batch_metrics,
+            on_finish=finish_hooks,
         )
     batches = BatchService(
         engine,
@@ -201,6 +233,7 @@ def build_runtime(settings: Settings) -> Runtime:
         max_json_depth=settings.max_json_depth,
         stop_running=runtime.batch_workers.cancel_batch if runtime.batch_workers is not None else None,
         on_cancelled=batch_metrics.finished.labels("cancelled").inc if batch_metrics is not None else None,
+        on_finish=finish_hooks,
     )
 
     runtime.inference_app = InferenceApp(
@@ -245,6 +278,7 @@ def build_runtime(settings: Settings) -> Runtime:
         mount_usage_routes(app, engine=engine, require_admin=admin, on_settings_change=reloader.reload)
         mount_spend_routes(app, limiter=limiter, snapshot=snapshot, require_admin=admin)
         mount_batch_routes(app, admin_batches, admin)
+        mount_webhook_routes(app, catalog, engine, admin)
         mount_dashboard(app, dashboard)
 
     control = build_control_app(
@@ -262,3 +296,15 @@ def build_runtime(settings: Settings) -> Runtime:
         max_json_depth=settings.max_json_depth,
     )
     return runtime
+
+
+async def _webhook_outbox_hook(conn: AsyncConnection, batch: FinishedBatch) -> None:
+    """The §10 engine's finish hook: the batch's webhook events, in its finishing transaction."""
+    await outbox.enqueue(
+        conn,
+        batch_id=batch.batch_id,
+        api=batch.api,
+        project_id=batch.project_id,
+        counts=batch.counts,
+        event_type=outbox.relay_event_type(cancelled=batch.cancelled, expired=batch.expired),
+    )

@@ -87,6 +87,9 @@ class Settings(BaseModel):
     batch_payload_dir: str = "relay-batch-payloads"
     batch_payload_store: Literal["files", "database"] = "files"
     shutdown_grace_s: float = Field(30.0, ge=0)
+    webhook_timeout_s: float = Field(10.0, gt=0, le=60)
+    webhook_concurrency: int = Field(8, ge=1, le=1024)
+    webhook_retry_scale: float = Field(1.0, gt=0, le=1)
     data_dir: str = DEFAULT_DATA_DIR
 
     @field_validator("log_level", "log_format", "batch_payload_store", mode="before")
@@ -286,6 +289,9 @@ SETTING_HELP: dict[str, str] = {
     "batch_heartbeat_s": "how often a replica says it is alive",
     "batch_payload_dir": "where batch request and response bodies are kept (shared by replicas)",
     "shutdown_grace_s": "how long a stop lets running requests and batch items finish",
+    "webhook_timeout_s": "longest webhook attempt (connect to response head); then it is retried",
+    "webhook_concurrency": "webhook attempts this replica makes at once",
+    "webhook_retry_scale": "multiplies the webhook retry schedule and its 24 h window (tests: e.g. 0.001)",
     "data_dir": "embedded mode's directory (SQLite file, generated master key and admin token)",
 }
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -51,8 +51,10 @@ class Finalizer:
         on_settled: Callable[[Key, ItemResult, bool], None],
         flush_responses: Callable[[], Awaitable[None]],
         save_responses: SaveResponses | None = None,
+        on_finish: Sequence[queue.FinishHook] = (),
     ) -> None:
         self._engine = engine
+        self._on_finish = tuple(on_finish)
         self._flush_responses = flush_responses
         self._save_responses = save_responses
         self._instance_id = instance_id
@@ -106,6 +108,7 @@ class Finalizer:
                             for key, r in group
                         ],
                         self._saver(dict(group)),
+                        self._on_finish,
                     )
                 except Exception as exc:
                     if is_transient(exc):

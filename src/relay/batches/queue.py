@@ -28,7 +28,8 @@ Invariants.
 * An item is final at most once, and its usage event is written in the same transaction as its final
   state (SPEC §10.8): every final transition is conditional on the item still being ``running`` (or
   ``available``, for cancel), and the database's unique index refuses a second event for an item.
-* ``completed_at`` is set by the transaction that leaves a batch nothing available or running. On
+* ``completed_at`` is set by the transaction that leaves a batch nothing available or running, and
+  that transaction calls the finish hooks (:data:`FinishHook`) its caller passed, once per batch. On
   Postgres (READ COMMITTED, its default; this module relies on it) concurrent finishers of one batch
   would each see the other's item still running, so every transaction that finishes items first
   updates its items, then takes a transaction-level advisory lock per batch, then checks: whichever
@@ -87,6 +88,24 @@ FinalState = Literal["completed", "discarded", "cancelled"]
 CANCELLED_ERROR: Final = "cancelled"  # SPEC §10.3: a cancelled item carries "error": "cancelled"
 # Namespace (first key) of the per-batch advisory locks: the bytes "rbat", which fit a Postgres int4.
 _LOCK_NAMESPACE: Final = int.from_bytes(b"rbat", "big")
+
+
+@dataclass(frozen=True, slots=True)
+class FinishedBatch:
+    """A batch the current transaction has just finished (its ``completed_at`` was set), as finish
+    hooks see it: ``counts`` is item state → number (SPEC §10.2's ``counts``)."""
+
+    batch_id: str
+    api: str  # "relay": a §10 batch
+    project_id: str
+    counts: Mapping[str, int]
+    cancelled: bool
+    expired: bool = False
+
+
+#: Called inside the transaction that finishes a batch, once per batch (boot registers them; e.g. the
+#: webhook outbox writes its event rows here, so they commit or roll back with the finish).
+FinishHook = Callable[[AsyncConnection, FinishedBatch], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,16 +169,20 @@ def _unreserved_in(batch_id: Any) -> ColumnElement[bool]:
     return exists().where(I.c.batch_id == batch_id, in_state(AVAILABLE), I.c.claimed_by.is_(None))
 
 
-async def _complete_if_done(conn: AsyncConnection, batch_ids: Iterable[str]) -> None:
-    """Set ``completed_at`` on those batches that have nothing available or running any more.
+async def _complete_if_done(
+    conn: AsyncConnection, batch_ids: Iterable[str], on_finish: Sequence[FinishHook] = ()
+) -> None:
+    """Set ``completed_at`` on those batches that have nothing available or running any more, and call
+    every ``on_finish`` hook for each batch this finished, in this transaction.
 
     Call after :func:`_lock_batches` for the same batches. Two EXISTS rather than one ``state IN (…)``:
-    each is answered by its own partial index.
+    each is answered by its own partial index. ``completed_at`` is set once (the ``IS NULL`` test), so a
+    batch reaches the hooks at most once.
     """
     ids = sorted(set(batch_ids))
     if not ids:
         return
-    await conn.execute(
+    finish = (
         update(B)
         .where(
             B.c.id.in_(ids),
@@ -169,6 +192,23 @@ async def _complete_if_done(conn: AsyncConnection, batch_ids: Iterable[str]) -> 
         )
         .values(completed_at=_now(conn))
     )
+    if not on_finish:
+        await conn.execute(finish)
+        return
+    finished = (await conn.execute(finish.returning(B.c.id, B.c.status, B.c.project_id))).all()
+    for row in sorted(finished, key=lambda r: str(r.id)):
+        counts = await conn.execute(
+            select(I.c.state, func.count()).where(I.c.batch_id == row.id).group_by(I.c.state)
+        )
+        batch = FinishedBatch(
+            batch_id=row.id,
+            api="relay",
+            project_id=row.project_id,
+            counts={state: int(n) for state, n in counts},
+            cancelled=row.status == "cancelled",
+        )
+        for hook in on_finish:
+            await hook(conn, batch)
 
 
 def _check_events(events: Sequence[UsageEvent], keys: Sequence[tuple[str, int]]) -> None:
@@ -338,6 +378,7 @@ async def finalize_many(
     instance_id: str,
     finals: Sequence[FinalItem],
     save_responses: SaveResponses | None = None,
+    on_finish: Sequence[FinishHook] = (),
 ) -> set[tuple[str, int]]:
     """Give these running items their final states and write their usage events, all in ONE
     transaction (each item's event commits with its state, SPEC §10.8); returns the (batch_id, idx)
@@ -402,12 +443,16 @@ async def finalize_many(
             await save_responses(conn, done)
         batch_ids = sorted({f.batch_id for f in done})
         await _lock_batches(conn, batch_ids)
-        await _complete_if_done(conn, batch_ids)
+        await _complete_if_done(conn, batch_ids, on_finish)
     return mine
 
 
 async def cancel(
-    engine: AsyncEngine, batch_id: str, *, events_for: Callable[[list[int]], list[UsageEvent]]
+    engine: AsyncEngine,
+    batch_id: str,
+    *,
+    events_for: Callable[[list[int]], list[UsageEvent]],
+    on_finish: Sequence[FinishHook] = (),
 ) -> list[int]:
     """Cancel a batch (SPEC §10.5): its status becomes ``cancelled`` and every ``available`` item —
     reserved by a replica or not: no one ran it, so its reservation goes — becomes ``cancelled`` (error
@@ -421,7 +466,7 @@ async def cancel(
     """
     for attempt in range(3):
         try:
-            return await _cancel(engine, batch_id, events_for)
+            return await _cancel(engine, batch_id, events_for, on_finish)
         except DBAPIError as exc:
             if attempt == 2 or not is_transient(exc):
                 raise
@@ -429,7 +474,10 @@ async def cancel(
 
 
 async def _cancel(
-    engine: AsyncEngine, batch_id: str, events_for: Callable[[list[int]], list[UsageEvent]]
+    engine: AsyncEngine,
+    batch_id: str,
+    events_for: Callable[[list[int]], list[UsageEvent]],
+    on_finish: Sequence[FinishHook],
 ) -> list[int]:
     async with _write(engine) as conn:
         # Advisory lock first: cancel changes only available items, which no finisher holds.
@@ -456,7 +504,7 @@ async def _cancel(
             events = events_for(idxs)
             _check_events(events, [(batch_id, idx) for idx in idxs])
             await insert_events(conn, [event.to_row() for event in events])
-        await _complete_if_done(conn, [batch_id])
+        await _complete_if_done(conn, [batch_id], on_finish)
     return idxs
 
 

@@ -18,7 +18,7 @@ anyone else gets :class:`BatchNotFound`, never a 403 (SPEC §10.8). Ids and time
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
@@ -62,8 +62,10 @@ class BatchService:
         stop_running: Callable[[str], Awaitable[object]] | None = None,
         max_json_depth: int = DEFAULT_MAX_DEPTH,
         on_cancelled: Callable[[int], object] | None = None,
+        on_finish: Sequence[queue.FinishHook] = (),
     ) -> None:
         self._max_depth = max_json_depth
+        self._on_finish = tuple(on_finish)  # called by a cancel's transaction when it finishes the batch
         self._engine = engine
         self._payloads = payloads
         self._max_items = max_items
@@ -185,7 +187,10 @@ class BatchService:
 
     async def cancel_record(self, record: BatchRecord) -> dict[str, Any]:
         cancelled = await queue.cancel(
-            self._engine, record.id, events_for=lambda idxs: [cancelled_event(record, idx) for idx in idxs]
+            self._engine,
+            record.id,
+            events_for=lambda idxs: [cancelled_event(record, idx) for idx in idxs],
+            on_finish=self._on_finish,
         )
         if cancelled and self._on_cancelled is not None:
             self._on_cancelled(len(cancelled))

@@ -44,7 +44,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -76,8 +76,10 @@ class WorkerPool:
         poll_min_s: float = 0.05,
         poll_max_s: float = 0.2,
         metrics: BatchMetrics | None = None,
+        on_finish: Sequence[queue.FinishHook] = (),
     ) -> None:
         self._engine = engine
+        self._on_finish = tuple(on_finish)  # called in every transaction here that finishes a batch
         self._runner = runner
         self._instance_id = instance_id
         self._size = size
@@ -98,7 +100,12 @@ class WorkerPool:
         self._tasks: dict[_Key, asyncio.Task[None]] = {}  # running
         self._executing: set[_Key] = set()  # items whose execution (not finalize) is in progress
         self._finalizer = Finalizer(
-            engine, instance_id, self._settled, runner.flush_responses, runner.save_responses
+            engine,
+            instance_id,
+            self._settled,
+            runner.flush_responses,
+            runner.save_responses,
+            on_finish=self._on_finish,
         )
         self._starter = Starter(engine, instance_id)
         self._cancel_requested: set[_Key] = set()
@@ -269,6 +276,7 @@ class WorkerPool:
             events_for=lambda items: [
                 item_event(r.batch, r.idx, error_kind="worker_lost", error_message=r.error) for r in items
             ],
+            on_finish=self._on_finish,
         )
         released = await recovery.release_lost_reservations(self._engine, stale_after_s=self._stale_after_s)
         if released:
@@ -289,7 +297,11 @@ class WorkerPool:
             orphans = [key for key in held if key not in self._items]
         if orphans:
             back = await recovery.put_back(
-                self._engine, self._instance_id, orphans, events_for=_cancelled_events
+                self._engine,
+                self._instance_id,
+                orphans,
+                events_for=_cancelled_events,
+                on_finish=self._on_finish,
             )
             # Usually 0: a claim whose answer was lost is rare, and an item finishing while we looked
             # is not an orphan. Only putting something back is worth a warning.
@@ -329,7 +341,11 @@ class WorkerPool:
             held = await recovery.held_by(self._engine, self._instance_id)
             if held:
                 back = await recovery.put_back(
-                    self._engine, self._instance_id, held, events_for=_cancelled_events
+                    self._engine,
+                    self._instance_id,
+                    held,
+                    events_for=_cancelled_events,
+                    on_finish=self._on_finish,
                 )
                 log.info("put %d unfinished batch items back", back)
             await recovery.forget_worker(self._engine, self._instance_id)

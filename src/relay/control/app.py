@@ -47,6 +47,9 @@ class ApplyPlanStep(BaseModel):
     changes: dict[str, dict[str, Any]] | None = Field(
         None, description="update only: {field: {from, to}}; write-only values show as ********"
     )
+    secret: str | None = Field(
+        None, description="a Webhook created without a secret: the generated secret, shown only here"
+    )
 
 
 class ApplyPlan(BaseModel):

@@ -315,6 +315,7 @@ CATALOG_TABLES = (
 # The batch engine's tables live in their own module (same metadata): imported here so that
 # ``tables.<name>`` and the Alembic target keep covering every table.
 from relay.store.batch_tables import batch_items, batch_workers, batches, payload_chunks  # noqa: E402
+from relay.store.webhook_tables import webhook_deliveries, webhook_events, webhooks  # noqa: E402
 
 __all__ = [
     "ID",
@@ -326,4 +327,7 @@ __all__ = [
     "batches",
     "metadata",
     "payload_chunks",
+    "webhook_deliveries",
+    "webhook_events",
+    "webhooks",
 ]
