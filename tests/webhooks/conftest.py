@@ -18,8 +18,9 @@ from tests.fixtures.live import Gateway, Reaper, backend_setup, live_reaper  # n
 from tests.fixtures.relay_server import RelayProcess
 from tests.webhooks.receiver import Receiver
 
-# 5 s, 30 s, 2 min … become 5 ms, 30 ms, 120 ms …; the 24 h window 86 s. Attempts time out after 1 s.
-WEBHOOK_ENV = {"RELAY_WEBHOOK_RETRY_SCALE": "0.001", "RELAY_WEBHOOK_TIMEOUT_S": "1"}
+# 5 s, 30 s, 2 min … become 5 ms, 30 ms, 120 ms …; the 24 h window 86 s. Attempts time out after 3 s
+# (short enough for the hanging-receiver test, long enough for a loaded machine's receiver to answer).
+WEBHOOK_ENV = {"RELAY_WEBHOOK_RETRY_SCALE": "0.001", "RELAY_WEBHOOK_TIMEOUT_S": "3"}
 
 
 @pytest.fixture(scope="session")

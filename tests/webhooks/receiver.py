@@ -1,7 +1,8 @@
 """A real webhook receiver for tests: a threaded HTTP server on loopback (stdlib ``http.server``).
 
 Each test uses its own path (``receiver.path()``), and tells the receiver how to answer it: a sequence
-of statuses (the last one repeats), or to hang for a while before answering. Every request is recorded
+of statuses (the last one repeats), or to hang for a while before answering — counted per event
+(``webhook-id``), so every event on a path gets the same treatment. Every request is recorded
 with its headers and raw body, so tests verify signatures themselves (:func:`verify`, written from the
 Standard Webhooks description, independently of Relay's signing code).
 """
@@ -34,7 +35,8 @@ class Received:
 class _Plan:
     statuses: list[int] = field(default_factory=lambda: [200])
     hang_s: float = 0.0
-    served: int = 0
+    hang_count: int | None = None  # only the first n requests of an event hang (None: every one)
+    served: dict[str, int] = field(default_factory=dict)  # requests answered, per webhook-id
 
 
 class Receiver:
@@ -54,9 +56,11 @@ class Receiver:
                         Received(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
                     )
                     plan = receiver._plans.setdefault(self.path, _Plan())
-                    status = plan.statuses[min(plan.served, len(plan.statuses) - 1)]
-                    plan.served += 1
-                    hang = plan.hang_s
+                    event_id = self.headers.get("webhook-id", "")
+                    served = plan.served.get(event_id, 0)
+                    status = plan.statuses[min(served, len(plan.statuses) - 1)]
+                    hang = plan.hang_s if plan.hang_count is None or served < plan.hang_count else 0.0
+                    plan.served[event_id] = served + 1
                 if hang:
                     receiver._release.wait(hang)
                 try:
@@ -83,12 +87,20 @@ class Receiver:
         self._server.shutdown()
         self._server.server_close()
 
-    def path(self, *, statuses: list[int] | None = None, hang_s: float = 0.0) -> str:
-        """A fresh path answered with ``statuses`` in turn (default 200), after ``hang_s``."""
+    def path(
+        self, *, statuses: list[int] | None = None, hang_s: float = 0.0, hang_count: int | None = None
+    ) -> str:
+        """A fresh path answering each event's requests with ``statuses`` in turn (default 200), the
+        first ``hang_count`` of them (default: all) after ``hang_s``."""
         path = f"/hook/{uuid.uuid4().hex[:12]}"
         with self._lock:
-            self._plans[path] = _Plan(statuses or [200], hang_s)
+            self._plans[path] = _Plan(statuses or [200], hang_s, hang_count)
         return path
+
+    def answer(self, path: str, statuses: list[int]) -> None:
+        """From now on, answer ``path`` with ``statuses`` in turn (the last one repeats)."""
+        with self._lock:
+            self._plans[path] = _Plan(statuses)
 
     def url(self, path: str) -> str:
         return self.base_url + path
