@@ -47,7 +47,7 @@ def one_event(received: list[Any]) -> str:
     return ids.pop()
 
 
-def test_a_pending_event_is_delivered_after_a_restart(
+def test_a_pending_event_is_delivered_after_a_restart_by_a_replica_without_workers(
     database_url: str, relay_factory: Factory, fake_upstream: FakeUpstream, receiver: Receiver
 ) -> None:
     first = start(relay_factory, fake_upstream, database_url)
@@ -61,7 +61,8 @@ def test_a_pending_event_is_delivered_after_a_restart(
     receiver.answer(path, [200])
     before = len(receiver.received(path))
 
-    second = start(relay_factory, fake_upstream, database_url, like=first)
+    # The replica that delivers runs no batch workers: every replica delivers (SPEC §10.10).
+    second = start(relay_factory, fake_upstream, database_url, {"RELAY_BATCH_WORKERS": "0"}, like=first)
     got = receiver.wait(path, before + 1)
     assert len(got) == before + 1
     event_id = one_event(got)

@@ -120,6 +120,14 @@ async def claim_due(
     ``instance_id`` under ``claim_token`` until ``lease_s`` from now (committed when this returns)."""
     if limit < 1:
         return []
+    # A plain read first: most polls find nothing due, and then take no write lock (SQLite's
+    # BEGIN IMMEDIATE would otherwise queue behind, and hold up, the batch and usage writers).
+    async with engine.connect() as conn:
+        anything = await conn.execute(
+            select(E.c.id).where(E.c.state == _PENDING, E.c.next_attempt_at <= _now(conn)).limit(1)
+        )
+        if anything.first() is None:
+            return []
     async with _write(engine) as conn:
         now = _now(conn)
         due = await conn.execute(

@@ -98,6 +98,7 @@ class Deliverer:
         last_stats = 0.0
         delay = self._poll_s
         while not self._stopping:
+            self._wake.clear()  # before claiming: a slot freed from here on wakes the wait below
             free = self._slots - len(self._running)
             full = False
             try:
@@ -122,7 +123,6 @@ class Deliverer:
                 await asyncio.sleep(0)  # more may be due: claim again once a slot frees
                 if len(self._running) < self._slots:
                     continue
-            self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=delay)
 
