@@ -25,6 +25,7 @@ from relay.batches.expiry import ExpirySweeper
 from relay.batches.files import FileService
 from relay.batches.files_api import PREFIXES as FILES_PREFIXES
 from relay.batches.files_api import FilesApp
+from relay.batches.hooks import register_finish_hook
 from relay.batches.payload_store import DatabaseStore, FileStore, PayloadStores
 from relay.batches.runner import ItemRunner
 from relay.batches.service import BatchService
@@ -45,11 +46,12 @@ from relay.control.spend_routes import mount_spend_routes, spend_reader
 from relay.control.throttle import LoginThrottle
 from relay.control.tokens import TokenService, load_signer
 from relay.control.usage_routes import UsageQueries, mount_usage_routes
+from relay.control.webhook_routes import mount_webhook_routes
 from relay.inference.app import InferenceApp
 from relay.inference.live import LiveHandler
 from relay.inference.recording import LiveRecorder
 from relay.keypool import KeyPool
-from relay.metrics import BatchMetrics, Metrics
+from relay.metrics import BatchMetrics, Metrics, WebhookMetrics
 from relay.pipeline import Pipeline
 from relay.ratelimit import LEASE_MARGIN_S, RateLimiter
 from relay.secrets import ProvisionedSecrets, SecretBox, provision
@@ -59,6 +61,9 @@ from relay.store.migrate import upgrade_to_head
 from relay.store.notify import ChangeFeed, PostgresChangeFeed
 from relay.upstream import Upstream
 from relay.usage import UsageWriter
+from relay.webhooks import outbox
+from relay.webhooks.deliverer import Deliverer
+from relay.webhooks.schedule import RetrySchedule
 
 log = logging.getLogger("relay.boot")
 
@@ -84,6 +89,8 @@ class Runtime:
     batch_workers: WorkerPool | None = None  # None when RELAY_BATCH_WORKERS=0
     files: FileService | None = None  # the Files API (SPEC §14), its expiry sweep on every replica
     batch_expiry: ExpirySweeper | None = None  # on every replica, whatever RELAY_BATCH_WORKERS
+    webhooks: Deliverer | None = None  # every replica delivers (SPEC §10.10)
+    webhook_client: Upstream | None = None
 
     async def database_ok(self) -> bool:
         try:
@@ -109,6 +116,10 @@ class Runtime:
             self.files.start()
         if self.batch_expiry is not None:
             self.batch_expiry.start()
+        if self.webhook_client is not None:
+            await self.webhook_client.start()
+        if self.webhooks is not None:
+            await self.webhooks.start()
 
     async def stop_batch_workers(self) -> None:
         """Stop claiming batch items, let running ones finish (grace), put the rest back; idempotent."""
@@ -121,6 +132,10 @@ class Runtime:
         await self.stop_batch_workers()
         if self.files is not None:
             await self.files.stop()
+        if self.webhooks is not None:
+            await self.webhooks.stop(min(self.settings.shutdown_grace_s, self.settings.webhook_timeout_s))
+        if self.webhook_client is not None:
+            await self.webhook_client.close()
         await self.writer.stop()
         await self.upstream.close()
         await self.state.close()
@@ -193,6 +208,22 @@ def build_runtime(settings: Settings) -> Runtime:
         settings.batch_payload_store,
     )
     batch_metrics = BatchMetrics(registry, settings.batch_workers) if settings.batch_workers > 0 else None
+    # Completion webhooks (SPEC §10.10): every transaction that finishes a batch writes its events to
+    # the outbox through a finish hook; the batch engine never imports webhooks.
+    register_finish_hook(outbox.finish_hook)
+    runtime.webhook_client = Upstream(
+        timeout_s=settings.webhook_timeout_s, connect_timeout_s=settings.webhook_timeout_s
+    )
+    runtime.webhooks = Deliverer(
+        engine=engine,
+        box=box,
+        client=runtime.webhook_client,
+        instance_id=settings.instance_id,
+        schedule=RetrySchedule(settings.webhook_retry_scale),
+        slots=settings.webhook_concurrency,
+        timeout_s=settings.webhook_timeout_s,
+        metrics=WebhookMetrics(registry),
+    )
     if settings.batch_workers > 0:
         runner = ItemRunner(
             payloads=payloads,
@@ -278,6 +309,7 @@ def build_runtime(settings: Settings) -> Runtime:
         mount_usage_routes(app, engine=engine, require_admin=admin, on_settings_change=reloader.reload)
         mount_spend_routes(app, limiter=limiter, snapshot=snapshot, require_admin=admin)
         mount_batch_routes(app, admin_batches, admin)
+        mount_webhook_routes(app, catalog, engine, admin)
         mount_dashboard(app, dashboard)
 
     control = build_control_app(

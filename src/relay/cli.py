@@ -199,6 +199,13 @@ def apply(
     ]
     title = "plan (dry run: nothing written)" if dry_run else "applied"
     print_table(["kind", "name", "action", "changes"], rows, title)
+    for step in result["plan"]:
+        if step.get("secret"):
+            # Generated for a new webhook; the control plane never shows it again (SPEC §10.10). On
+            # stderr, so the plan on stdout stays one table for scripts.
+            typer.echo(
+                f"{step['kind']} {step['name']}: secret {step['secret']} (shown once: store it now)", err=True
+            )
 
 
 def _changes_text(changes: dict[str, dict[str, Any]] | None) -> str:

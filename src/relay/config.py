@@ -90,6 +90,9 @@ class Settings(BaseModel):
     batch_payload_group_readable: bool = False
     files_sweep_s: float = Field(60.0, gt=0, le=3600)
     shutdown_grace_s: float = Field(30.0, ge=0)
+    webhook_timeout_s: float = Field(10.0, gt=0, le=60)
+    webhook_concurrency: int = Field(8, ge=1, le=1024)
+    webhook_retry_scale: float = Field(1.0, gt=0, le=1)
     data_dir: str = DEFAULT_DATA_DIR
 
     @field_validator("log_level", "log_format", "batch_payload_store", mode="before")
@@ -293,6 +296,9 @@ SETTING_HELP: dict[str, str] = {
     "(for a sidecar or backup job in Relay's group)",
     "files_sweep_s": "how often a replica removes expired Files API files",
     "shutdown_grace_s": "how long a stop lets running requests and batch items finish",
+    "webhook_timeout_s": "longest webhook attempt (connect to response head); then it is retried",
+    "webhook_concurrency": "webhook attempts this replica makes at once",
+    "webhook_retry_scale": "multiplies the webhook retry schedule and its 24 h window (tests: e.g. 0.001)",
     "data_dir": "embedded mode's directory (SQLite file, generated master key and admin token)",
 }
 

@@ -163,3 +163,32 @@ class BatchMetrics:
     def busy(self, running: int) -> None:
         self.workers.labels("busy").set(running)
         self.workers.labels("idle").set(max(self.size - running, 0))
+
+
+class WebhookMetrics:
+    """Webhook deliveries (SPEC §10.10, §12), registered on every replica (every replica delivers).
+    ``deliveries`` counts this replica's attempts by outcome; the two gauges cover every replica's
+    events, read from the database by the deliverer every few seconds."""
+
+    OUTCOMES = ("delivered", "retrying", "failed")
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.deliveries = Counter(
+            "relay_webhook_deliveries_total",
+            "Webhook delivery attempts this replica made, by outcome (delivered, retrying: failed and "
+            "tried again later, failed: given up after 24 h)",
+            ["outcome"],
+            registry=registry,
+        )
+        self.pending = Gauge(
+            "relay_webhook_queue_depth",
+            "Webhook events waiting for delivery (pending), in the whole database",
+            registry=registry,
+        )
+        self.oldest_pending = Gauge(
+            "relay_webhook_oldest_pending_seconds",
+            "Age of the oldest webhook event still pending (0 when none)",
+            registry=registry,
+        )
+        for outcome in self.OUTCOMES:
+            self.deliveries.labels(outcome)

@@ -47,6 +47,9 @@ class ApplyPlanStep(BaseModel):
     changes: dict[str, dict[str, Any]] | None = Field(
         None, description="update only: {field: {from, to}}; write-only values show as ********"
     )
+    secret: str | None = Field(
+        None, description="a Webhook created without a secret: the generated secret, shown only here"
+    )
 
 
 class ApplyPlan(BaseModel):
@@ -86,6 +89,9 @@ def build_control_app(
         openapi_url="/api/openapi.json",
         docs_url=None,  # served below from Relay's own copy of Swagger UI: no CDN, works offline
         redoc_url=None,
+        # No bodiless 307 to the path without its trailing slash (``/api/teams/%2F`` included): an
+        # unknown path is a JSON 404 like every other answer of the control API.
+        redirect_slashes=False,
     )
     app.add_middleware(JsonBodies)
     _mount_docs(app)

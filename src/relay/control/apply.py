@@ -4,7 +4,9 @@ A document is ``{kind, name, spec}``. Apply validates every document first, then
 creates or updates them in dependency order (teams and hosts before what references them) and, with
 ``prune``, deletes objects of the applied kinds that the documents do not name, in reverse order. The
 plan says, per object, ``create``, ``update`` (with ``changes``: each changed field's ``from`` and ``to``,
-write-only values masked), ``unchanged`` or ``delete``; ``dry_run`` computes the same
+write-only values masked), ``unchanged`` or ``delete``; a webhook created without a ``secret`` gets
+one generated, returned in its plan step (``secret``) this once and never again (not in a dry run,
+which stores nothing); ``dry_run`` computes the same
 plan inside the transaction and rolls it back, so a dry run catches exactly the errors a real run would.
 
 "Unchanged" compares the document with the stored object after resolving references to names, and
@@ -18,7 +20,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from relay.control.catalog import CatalogService
+from relay.control.catalog import CatalogService, with_generated_secret
 from relay.control.kinds import BY_NAME, KINDS, Kind
 from relay.errors import InvalidRequest, Unprocessable
 from relay.passwords import verify_password
@@ -46,10 +48,12 @@ class ApplyService:
             async with self._engine.begin() as conn:
                 for kind in KINDS:
                     for name, payload in parsed.get(kind.name, []):
-                        action, changes = await self._apply_one(conn, kind, name, payload)
+                        action, changes, secret = await self._apply_one(conn, kind, name, payload)
                         step: dict[str, Any] = {"kind": kind.name, "name": name, "action": action}
                         if changes:
                             step["changes"] = changes
+                        if secret is not None and not dry_run:
+                            step["secret"] = secret  # generated: shown this once (SPEC §10.10)
                         plan.append(step)
                 if prune:
                     for kind in reversed(KINDS):
@@ -104,7 +108,8 @@ class ApplyService:
 
     async def _apply_one(
         self, conn: AsyncConnection, kind: Kind, name: str, payload: dict[str, Any]
-    ) -> tuple[str, dict[str, dict[str, Any]] | None]:
+    ) -> tuple[str, dict[str, dict[str, Any]] | None, str | None]:
+        """(action, changes, the secret generated for a new webhook that names none)."""
         object_id = await self._catalog.find_optional(conn, kind, name)
         if object_id is None:
             if (
@@ -116,18 +121,19 @@ class ApplyService:
                     f"HostKey {name!r}: a new host key needs value or value_from_env "
                     "(exported documents omit stored values)"
                 )
-            await self._catalog.create_in(conn, kind, self._catalog.validate(kind, payload))
-            return "create", None
+            spec, generated = with_generated_secret(kind, self._catalog.validate(kind, payload))
+            await self._catalog.create_in(conn, kind, spec)
+            return "create", None, generated
         current = await self._catalog.spec_of(conn, kind, object_id)
         if kind.name == "HostKey" and payload.get("value") is None and payload.get("value_from_env") is None:
             payload = {**payload, "value_from_env": current.get("value_from_env")}
         spec = self._catalog.validate(kind, payload)
         changes = await self._changes(conn, kind, object_id, current, spec.model_dump())
         if not changes:
-            return "unchanged", None
+            return "unchanged", None, None
         given = {k for k in payload if payload[k] is not None or k not in kind.write_only}
         await self._catalog.update_in(conn, kind, object_id, spec, given=given)
-        return "update", changes
+        return "update", changes, None
 
     async def _changes(
         self,
@@ -148,6 +154,9 @@ class ApplyService:
             sealed = row["value_encrypted"]
             if sealed is None or self._box.open(sealed, bound_to=object_id) != wanted["value"]:
                 changes["value"] = {"from": MASK if sealed is not None else None, "to": MASK}
+        secret = wanted.get("secret") if kind.name == "Webhook" else None
+        if secret is not None and self._box.open(row["secret_encrypted"], bound_to=object_id) != secret:
+            changes["secret"] = {"from": MASK, "to": MASK}
         password = wanted.get("password") if kind.name == "User" else None
         if password is not None and not await verify_password(row["password_hash"], password):
             changes["password"] = {"from": MASK, "to": MASK}

@@ -1,7 +1,8 @@
 """The catalog service: create, read, list, patch and delete any kind of ``control.kinds``.
 
 It owns what stores must not know: validating specs, minting ids and timestamps, resolving references
-(name or id) to ids, sealing host-key values and hashing passwords, and rendering rows for the API
+(name or id) to ids, sealing host-key values and webhook secrets (generating a webhook's secret when
+none is given: shown once, in the create answer) and hashing passwords, and rendering rows for the API
 (references as names plus ``<field>_id``; write-only fields never). Every write runs in one
 transaction that also bumps the catalog revision; after commit the change feed tells every replica.
 
@@ -11,6 +12,8 @@ all-or-nothing transaction with exactly the same rules as single writes.
 
 from __future__ import annotations
 
+import base64
+import os
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any
@@ -19,7 +22,7 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from relay.control.kinds import ChildList, Kind, RefField
-from relay.domain.catalog import FROM_CATALOG
+from relay.domain.catalog import FROM_CATALOG, WEBHOOK_SECRET_PREFIX
 from relay.domain.ids import mint_id
 from relay.errors import Conflict, InvalidRequest, NotFound, Unprocessable
 from relay.passwords import hash_password
@@ -29,7 +32,21 @@ from relay.store import catalog as store
 from relay.store.catalog import Row, utcnow
 from relay.store.tables import models as models_table
 
-_HIDDEN_COLUMNS = {"password_hash", "value_encrypted"}
+_HIDDEN_COLUMNS = {"password_hash", "value_encrypted", "secret_encrypted"}
+
+
+def new_webhook_secret() -> str:
+    """SPEC §10.10: ``whsec_`` + base64 of 32 random bytes (the Standard Webhooks form)."""
+    return WEBHOOK_SECRET_PREFIX + base64.b64encode(os.urandom(32)).decode()
+
+
+def with_generated_secret(kind: Kind, spec: BaseModel) -> tuple[BaseModel, str | None]:
+    """A webhook created without a ``secret`` gets a generated one: the spec to write, and the secret
+    to hand back ONCE in the create answer (None when nothing was generated)."""
+    if kind.name != "Webhook" or getattr(spec, "secret", None) is not None:
+        return spec, None
+    secret = new_webhook_secret()
+    return spec.model_copy(update={"secret": secret}), secret
 
 
 def validation_message(exc: ValidationError) -> str:
@@ -74,12 +91,14 @@ class CatalogService:
     # -- single-object operations: one transaction each --------------------------------------------
 
     async def create(self, kind: Kind, payload: Any) -> dict[str, Any]:
-        spec = self.validate(kind, payload)
+        spec, generated = with_generated_secret(kind, self.validate(kind, payload))
         async with self._engine.begin() as conn:
             object_id = await self.create_in(conn, kind, spec)
             await store.bump_revision(conn)
             rendered = await self.render_one(conn, kind, object_id)
         await self._announce()
+        if generated is not None:
+            rendered["secret"] = generated  # the one time it is shown (SPEC §10.10)
         return rendered
 
     async def get(self, kind: Kind, ref: str) -> dict[str, Any]:
@@ -135,6 +154,8 @@ class CatalogService:
         data = spec.model_dump()
         if kind.name == "HostKey" and data["value"] is None and data["value_from_env"] is None:
             raise InvalidRequest("value: a host key needs a value or value_from_env")
+        if kind.name == "Webhook" and data["secret"] is None:
+            raise InvalidRequest("secret: required (with_generated_secret makes one)")
         object_id = mint_id(kind.id_prefix)
         now = utcnow()
         row = {"id": object_id, "name": data["name"], "created_at": now, "updated_at": now}
@@ -216,6 +237,8 @@ class CatalogService:
                 values["value_encrypted"] = None
             else:
                 values.pop("value_from_env")  # neither source given: keep the stored one
+        if kind.name == "Webhook" and data.get("secret") is not None and "secret" in given:
+            values["secret_encrypted"] = self._box.seal(data["secret"], bound_to=object_id)
         return values
 
     async def _check_fallbacks(self, conn: AsyncConnection, fallbacks: Mapping[str, list[str]]) -> None:

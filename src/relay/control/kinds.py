@@ -168,7 +168,29 @@ POLICY = Kind(
     ),
 )
 
+WEBHOOK = Kind(
+    "Webhook",
+    "webhooks",
+    "wh",
+    t.webhooks,
+    spec.WebhookSpec,
+    plain=("url", "events", "enabled"),
+    refs=(RefField("project", "project_id", t.projects, "Project"),),
+    write_only=("secret",),
+)
+
 # Apply order: every kind after the kinds it references (deletes run in reverse).
-KINDS: tuple[Kind, ...] = (TEAM, HOST, HOST_KEY, MODEL, BINDING, POLICY, PROJECT, SERVICE_ACCOUNT, USER)
+KINDS: tuple[Kind, ...] = (
+    TEAM,
+    HOST,
+    HOST_KEY,
+    MODEL,
+    BINDING,
+    POLICY,
+    PROJECT,
+    SERVICE_ACCOUNT,
+    USER,
+    WEBHOOK,
+)
 BY_PLURAL = {k.plural: k for k in KINDS}
 BY_NAME = {k.name: k for k in KINDS}

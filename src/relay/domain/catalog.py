@@ -7,11 +7,14 @@ same model, so a patch can never produce an object a create would refuse. Unknow
 objects are plain strings (name or id); resolving them needs the database and happens in the control
 services.
 
-Write-only fields (``User.password``, ``HostKey.value``) are accepted here and never rendered back.
+Write-only fields (``User.password``, ``HostKey.value``, ``Webhook.secret``) are accepted here and
+never rendered back.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 from typing import Literal
 
 from pydantic import (
@@ -193,4 +196,57 @@ class PolicySpec(_Named):
     def _pool_unique(cls, value: list[str]) -> list[str]:
         if len(set(value)) != len(value):
             raise ValueError("a host key may appear only once in the pool")
+        return value
+
+
+#: The events a webhook may subscribe to (SPEC §10.10), in the order ``events`` defaults to.
+WEBHOOK_EVENTS: tuple[str, ...] = ("batch.completed", "batch.cancelled", "batch.expired", "batch.failed")
+WebhookEvent = Literal["batch.completed", "batch.cancelled", "batch.expired", "batch.failed"]
+#: A generated secret: this prefix + base64 of 32 random bytes (the Standard Webhooks form).
+WEBHOOK_SECRET_PREFIX = "whsec_"
+
+
+class WebhookSpec(_Named):
+    """A completion webhook (SPEC §10.10). ``secret`` is write-only: given, or generated at create."""
+
+    project: Ref | None = None  # none: batches of every project
+    url: str = Field(max_length=2048)
+    secret: str | None = Field(None, min_length=1, max_length=1024)
+    events: list[WebhookEvent] = Field(default_factory=lambda: list(WEBHOOK_EVENTS))  # type: ignore[arg-type]
+    enabled: bool = True
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        try:
+            url = _HTTP_URL.validate_python(value)
+        except ValidationError:
+            raise ValueError("must be an http:// or https:// URL, e.g. https://hooks.example.com/relay")
+        if url.username or url.password:
+            raise ValueError("must not carry a user or password (the signature authenticates Relay)")
+        if url.fragment:
+            raise ValueError("must not carry a fragment")
+        return value
+
+    @field_validator("secret")
+    @classmethod
+    def _secret(cls, value: str | None) -> str | None:
+        if value is not None and value.startswith(WEBHOOK_SECRET_PREFIX):
+            try:
+                key = base64.b64decode(value[len(WEBHOOK_SECRET_PREFIX) :], validate=True)
+            except (ValueError, binascii.Error):
+                raise ValueError("a secret starting whsec_ must continue with base64") from None
+            if len(key) < 16:
+                raise ValueError("a whsec_ secret must hold at least 16 bytes")
+        elif value is not None and len(value) < 16:
+            raise ValueError("must be at least 16 characters (omit it to have one generated)")
+        return value
+
+    @field_validator("events")
+    @classmethod
+    def _events(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("name at least one event (omit the field for all of them)")
+        if len(set(value)) != len(value):
+            raise ValueError("an event may appear only once")
         return value

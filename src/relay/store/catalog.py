@@ -29,6 +29,7 @@ REFERRER_NAMES = {
     "relay_keys": "keys",
     "host_keys": "host keys",
     "service_accounts": "service accounts",
+    "webhooks": "webhooks",
 }
 
 

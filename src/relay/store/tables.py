@@ -322,6 +322,7 @@ from relay.store.batch_tables import (  # noqa: E402
     idempotency_keys,
     payload_chunks,
 )
+from relay.store.webhook_tables import webhook_deliveries, webhook_events, webhooks  # noqa: E402
 
 __all__ = [
     "ID",
@@ -335,4 +336,7 @@ __all__ = [
     "idempotency_keys",
     "metadata",
     "payload_chunks",
+    "webhook_deliveries",
+    "webhook_events",
+    "webhooks",
 ]

@@ -1,0 +1,221 @@
+"""This replica's webhook deliverer (SPEC §10.10): claim due events, POST them signed, record each attempt.
+
+What it does. One task polls the outbox (every ``poll_s``, at once again while claims come back full)
+and claims up to its free slots of due events (``store.webhooks.claim_due``: SKIP LOCKED on Postgres).
+Each claimed event is attempted in its own task: its webhook's secret is opened, the exact stored body
+is POSTed with the Standard Webhooks headers (``relay.webhooks.signing``; the event id as
+``webhook-id`` on every attempt, the attempt's own timestamp), and the whole attempt — connect, send,
+response head — is bounded by ``timeout_s`` (10 s by default), so a hanging receiver holds one slot for
+at most that long. 2xx is delivered; anything else, a timeout or a connection error retries on
+``RetrySchedule`` until 24 h have passed, then the event is failed. Every replica runs one, whatever
+its ``RELAY_BATCH_WORKERS``. A slower task refreshes the queue-depth gauges.
+
+What it deliberately does not know. Batches (events are opaque bodies), SQL (``store.webhooks``), how
+events come to exist (``relay.webhooks.outbox``).
+
+Invariants. All state is in the database, so a restart loses nothing: a claim lasts ``timeout_s`` + a
+margin, and an attempt whose replica died (or stopped before it ended) is due again when that lease
+runs out — at least once, never lost. An attempt is recorded only by the claim that made it (its
+``claim_token``), so each attempt is recorded once. The request carries the stored body and the
+signature headers only: no credential of Relay's, no batch item body; the response body is not read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from datetime import UTC, datetime
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from relay.domain.ids import mint_id
+from relay.metrics import WebhookMetrics
+from relay.secrets import SecretBox
+from relay.store import webhooks as store
+from relay.store.engine import is_transient
+from relay.upstream import Upstream, UpstreamConnectionError, UpstreamTimeout
+from relay.webhooks.schedule import RetrySchedule
+from relay.webhooks.signing import signed_headers
+
+log = logging.getLogger("relay.webhooks")
+
+LEASE_MARGIN_S = 5.0  # a claim outlives the longest attempt by this much
+STATS_EVERY_S = 5.0
+
+
+class Deliverer:
+    def __init__(
+        self,
+        *,
+        engine: AsyncEngine,
+        box: SecretBox,
+        client: Upstream,
+        instance_id: str,
+        schedule: RetrySchedule,
+        slots: int = 8,
+        timeout_s: float = 10.0,
+        poll_s: float = 0.5,
+        metrics: WebhookMetrics | None = None,
+    ) -> None:
+        self._engine = engine
+        self._box = box
+        self._client = client
+        self._instance_id = instance_id
+        self._schedule = schedule
+        self._slots = slots
+        self._timeout_s = timeout_s
+        self._poll_s = poll_s
+        self._metrics = metrics
+        self._lease_s = timeout_s + LEASE_MARGIN_S
+        self._running: set[asyncio.Task[None]] = set()
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._loop_task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._loop_task = asyncio.create_task(self._loop(), name="webhook-deliverer")
+
+    async def stop(self, grace_s: float) -> None:
+        """Stop claiming; let attempts in flight end for up to ``grace_s``; cancel the rest (their
+        claims lapse, and any replica attempts them again after the lease)."""
+        self._stopping = True
+        self._wake.set()
+        if self._loop_task is not None:
+            await asyncio.gather(self._loop_task, return_exceptions=True)
+        running = list(self._running)
+        if running:
+            _, pending = await asyncio.wait(running, timeout=grace_s)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    # ---------------------------------------------------------------------------------------- claim
+
+    async def _loop(self) -> None:
+        last_stats = 0.0
+        delay = self._poll_s
+        while not self._stopping:
+            self._wake.clear()  # before claiming: a slot freed from here on wakes the wait below
+            free = self._slots - len(self._running)
+            full = False
+            try:
+                if free > 0:
+                    token = secrets.token_hex(16)
+                    claimed = await store.claim_due(
+                        self._engine, self._instance_id, token, limit=free, lease_s=self._lease_s
+                    )
+                    for event in claimed:
+                        task = asyncio.create_task(self._attempt(event), name=f"webhook-{event.id}")
+                        self._running.add(task)
+                        task.add_done_callback(self._done)
+                    full = len(claimed) == free
+                if self._metrics is not None and time.monotonic() - last_stats >= STATS_EVERY_S:
+                    last_stats = time.monotonic()
+                    await self._refresh_gauges(self._metrics)
+                delay = self._poll_s
+            except Exception as exc:
+                _log_failure("webhook claim failed; retrying", exc)
+                delay = min(max(delay * 2, self._poll_s), 5.0)
+            if full:
+                await asyncio.sleep(0)  # more may be due: claim again once a slot frees
+                if len(self._running) < self._slots:
+                    continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=delay)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._running.discard(task)
+        if len(self._running) == self._slots - 1:
+            self._wake.set()  # a slot freed while every slot was busy: there may be more due
+
+    async def _refresh_gauges(self, metrics: WebhookMetrics) -> None:
+        pending, oldest = await store.pending_summary(self._engine)
+        metrics.pending.set(pending)
+        age = (datetime.now(UTC) - oldest).total_seconds() if oldest is not None else 0.0
+        metrics.oldest_pending.set(max(age, 0.0))
+
+    # ---------------------------------------------------------------------------------------- attempt
+
+    async def _attempt(self, event: store.ClaimedEvent) -> None:
+        number = event.attempts + 1
+        status, error, latency_ms = await self._post(event)
+        delivered = status is not None and 200 <= status < 300
+        if delivered:
+            state, retry_in = "delivered", None
+        else:
+            age_s = (datetime.now(UTC) - event.created_at).total_seconds()
+            retry_in = self._schedule.retry_in(number, age_s)
+            state = "pending" if retry_in is not None else "failed"
+        attempt = store.Attempt(
+            delivery_id=mint_id("whd"),
+            status_code=status,
+            latency_ms=latency_ms,
+            error=error,
+            state=state,
+            retry_in_s=retry_in,
+        )
+        if not await self._record(event, attempt):
+            return
+        if self._metrics is not None:
+            self._metrics.deliveries.labels("retrying" if state == "pending" else state).inc()
+        if state == "failed":
+            log.warning("webhook event %s failed for good after %d attempts: %s", event.id, number, error)
+
+    async def _post(self, event: store.ClaimedEvent) -> tuple[int | None, str | None, int]:
+        """(status or None, error or None, latency ms) of one POST, bounded by the timeout."""
+        started = time.monotonic()
+        status: int | None = None
+        error: str | None = None
+        try:
+            secret = self._box.open(event.secret_encrypted, bound_to=event.webhook_id)
+        except ValueError:
+            return None, "the webhook's secret does not open with this replica's master key", 0
+        body = event.body.encode()
+        headers = signed_headers(secret, event.id, int(time.time()), body)
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                response = await self._client.post(event.url, headers, body)
+                status = response.status
+                response.discard()  # the receiver's body is not read: its status is the answer
+        except (TimeoutError, UpstreamTimeout):
+            error = f"timeout: no answer within {self._timeout_s:g} s"
+        except UpstreamConnectionError as exc:
+            error = "connection failed: " + exc.message.removeprefix("upstream connection failed: ")
+        except Exception as exc:  # e.g. a URL the client refuses: recorded, retried like any failure
+            error = f"request failed: {type(exc).__name__}"
+        latency_ms = int((time.monotonic() - started) * 1000)
+        if status is not None and not 200 <= status < 300:
+            error = f"receiver answered {status}"
+        return status, error, latency_ms
+
+    async def _record(self, event: store.ClaimedEvent, attempt: store.Attempt) -> bool:
+        """Write the attempt; a database outage is retried for a while (if it lasts, the claim lapses
+        and the event is attempted again: at least once)."""
+        delay = 0.2
+        for _ in range(8):
+            try:
+                recorded = await store.finish_attempt(self._engine, event, attempt)
+            except Exception as exc:
+                if not is_transient(exc):
+                    log.exception("recording webhook attempt of %s failed", event.id)
+                    return False
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                continue
+            if not recorded:
+                log.info(
+                    "webhook event %s: attempt not recorded (its claim lapsed or it was deleted)", event.id
+                )
+            return recorded
+        log.warning("webhook event %s: attempt not recorded (database unreachable)", event.id)
+        return False
+
+
+def _log_failure(message: str, exc: BaseException) -> None:
+    if is_transient(exc):
+        log.warning("%s: %s", message, type(exc).__name__)
+    else:
+        log.exception(message)
