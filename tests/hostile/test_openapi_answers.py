@@ -81,7 +81,11 @@ def api(hostile: Gateway) -> Conformance:
 
 
 def test_catalog_routes_answer_what_the_document_declares(api: Conformance) -> None:
-    make_user(api.gw)  # the module catalog has every other kind
+    make_user(api.gw)  # the module catalog has every other kind but webhooks
+    hook = {"name": f"w-{uuid.uuid4().hex[:8]}", "url": "http://127.0.0.1:9/hook"}
+    assert api.call("post", "/api/webhooks", body=hook).status_code == 201
+    deliveries = api.call("get", "/api/webhooks/{ref}/deliveries", f"/api/webhooks/{hook['name']}/deliveries")
+    assert deliveries.json() == {"items": []}
     for kind in KINDS:
         listing = api.call("get", f"/api/{kind.plural}").json()["items"]
         assert listing, f"the module catalog has no {kind.name}"

@@ -242,6 +242,22 @@ class Cancelled(Answer):
     status: Literal["cancelled"]
 
 
+class WebhookDelivery(Answer):
+    id: str
+    event_id: str
+    type: str
+    attempt: int
+    status_code: int | None  # null on a timeout or a connection error
+    latency_ms: int | None
+    error: str | None
+    created_at: str
+    next_attempt_at: str | None  # null once delivered or failed
+
+
+class WebhookDeliveries(Answer):
+    items: list[WebhookDelivery]
+
+
 #: (method, path) → (status, model) of every non-catalog route's success answer.
 ANSWERS: dict[tuple[str, str], tuple[str, type[Answer]]] = {
     ("get", "/api/export"): ("200", Export),
@@ -266,5 +282,6 @@ ANSWERS: dict[tuple[str, str], tuple[str, type[Answer]]] = {
     ("get", "/api/policies/{ref}/spend"): ("200", PolicySpend),
     ("get", "/api/batches"): ("200", AdminBatches),
     ("get", "/api/batches/{batch_id}"): ("200", AdminBatchDetail),
+    ("get", "/api/webhooks/{ref}/deliveries"): ("200", WebhookDeliveries),
     ("post", "/api/batches/{batch_id}/cancel"): ("200", Cancelled),
 }

@@ -1,5 +1,6 @@
-"""One batch engine for three APIs (SPEC §10.10, §14, §15): per-API columns, custom ids, idempotent
-creates.
+"""One batch engine for three batch APIs: per-API columns, custom ids, idempotent creates.
+
+SPEC §10.10, §14, §15.
 
 Revision ID: 0008
 Revises: 0007
