@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import anthropic
 import pytest
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from relay.store import tables as t
 from tests.batches_api.helpers import mint_token
@@ -43,6 +43,9 @@ def test_create_retrieve_and_results_with_every_outcome(mb_gateway: Gateway) -> 
     assert created.request_counts.processing == 4 and counted(created) == 4
     assert created.expires_at - created.created_at == timedelta(hours=24)
     assert created.ended_at is None and created.cancel_initiated_at is None and created.archived_at is None
+    stored = db(gw, select(t.batches.c.expires_at).where(t.batches.c.id == created.id))
+    stored = stored if stored.tzinfo is not None else stored.replace(tzinfo=UTC)
+    assert abs(stored - created.expires_at) < timedelta(seconds=5)  # what the engine's sweep acts on
 
     ended = wait_ended(client, created.id, 4)
     counts = ended.request_counts

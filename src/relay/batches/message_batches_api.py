@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any, Final
 
 import orjson
@@ -34,7 +35,13 @@ from relay.adapters.json_codec import DEFAULT_MAX_DEPTH, JsonRefused, loads_inpu
 from relay.auth import authenticate, authenticate_owner
 from relay.batches import idempotency
 from relay.batches.idempotency import Answer
-from relay.batches.message_batches import created_batch, message_batch, result_line, validate_create
+from relay.batches.message_batches import (
+    EXPIRES_AFTER,
+    created_batch,
+    message_batch,
+    result_line,
+    validate_create,
+)
 from relay.batches.service import BatchNotFound, BatchService, CreatedBatch, NewBatch
 from relay.batches.views import BatchRecord, record_from_row
 from relay.catalog import Snapshot
@@ -112,7 +119,15 @@ class MessageBatchesApp:
                 answer = await self._service.replay(claim) if claim is not None else None
                 if answer is None:
                     params, custom_ids = await asyncio.to_thread(self._validate, body)
-                    new = NewBatch(api=API, shape="anthropic", requests=params, custom_ids=custom_ids)
+                    new = NewBatch(
+                        api=API,
+                        shape="anthropic",
+                        requests=params,
+                        custom_ids=custom_ids,
+                        # The engine's sweep expires it then. Shown as created_at + 24 h: the engine
+                        # mints created_at microseconds later, far below the sweep's granularity.
+                        expires_at=datetime.now(UTC) + EXPIRES_AFTER,
+                    )
                     answer = await self._service.create(principal, new, _render, idempotency=claim)
                 await _json(send, answer.status_code, answer.body, request_id)
                 return
