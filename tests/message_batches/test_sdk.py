@@ -19,6 +19,7 @@ from tests.message_batches.helpers import (
     counted,
     db,
     jsonl,
+    params,
     raw,
     request,
     sdk,
@@ -194,3 +195,17 @@ def test_the_owner_rule_with_keys_and_tokens_bearer_and_x_api_key(mb_gateway: Ga
     assert raw(gw, "GET", f"{PATH}/{relay_id}").json() == NOT_FOUND
     missing = raw(gw, "GET", PATH, headers={})
     assert missing.status_code == 401 and missing.json()["error"]["type"] == "authentication_error"
+
+
+def test_an_upstream_5xx_is_an_api_error(mb_gateway: Gateway) -> None:
+    gw = mb_gateway
+    own = gw.scenario(["fail-500"], adapter="anthropic")  # its own host and key: no shared breaker trips
+    client = sdk(gw, own.key)
+    created = client.messages.batches.create(
+        requests=[{"custom_id": "down", "params": params(0, model=own.model)}]  # type: ignore[typeddict-item]
+    )
+    assert wait_ended(client, created.id, 1).request_counts.errored == 1
+    (line,) = jsonl(raw(gw, "GET", f"{PATH}/{created.id}/results", own.key))
+    error = line["result"]["error"]["error"]
+    assert error["type"] == "api_error", line
+    assert error["message"].startswith(("upstream returned 500", f'all keys of host "{own.host}" failed'))
