@@ -3,6 +3,9 @@
 What it does. ``submit FILE --shape S [--wait]`` reads JSONL or a JSON array, submits it and prints only
 the batch id on stdout; with ``--wait`` a progress bar on stderr shows done / failed / cancelled counts
 until every item is final, then one summary line that names failures and the command that lists them.
+With ``--shape anthropic``, a file whose lines are Anthropic Message Batches requests
+(``{"custom_id", "params"}``) is submitted to the §15 API instead (its ``msgbatch_…`` id works with
+every command here); plain Messages bodies still go to ``/v1/batches``.
 ``status`` prints a derived state a person can read at a glance — ``waiting`` (nothing started yet),
 ``running``, ``finished`` or ``cancelled`` — with the item counts by state, because the API's ``Status``
 stays ``queued`` until a cancel and would make a finished batch look unstarted. ``results`` streams the
@@ -42,6 +45,7 @@ err = Console(stderr=True)
 SHAPES = ("openai", "anthropic", "openai_responses")
 FINAL = ("completed", "discarded", "cancelled")
 POLL_S = 0.5
+MESSAGE_BATCHES_PATH = "/anthropic/v1/messages/batches"  # where --shape anthropic files of §15 requests go
 
 
 def derived_state(view: dict[str, Any]) -> str:
@@ -135,6 +139,20 @@ def read_batch_file(path: Path) -> tuple[list[Any], list[int] | None]:
     return items, lines
 
 
+def message_batch_format(path: Path, requests: list[Any]) -> bool:
+    """True when every line is an Anthropic Message Batches request (``{"custom_id", "params"}``),
+    False when none is (plain Messages bodies); a file mixing both is refused, naming the first line
+    that differs from the first one. Decided per file, for ``--shape anthropic`` only."""
+    kinds = [isinstance(r, dict) and "custom_id" in r and "params" in r for r in requests]
+    if all(kinds) or not any(kinds):
+        return kinds[0]
+    odd = kinds.index(not kinds[0])
+    fail(
+        f"{path}: requests[{odd}] mixes formats: every line must be either a Messages request body or "
+        'an Anthropic batch request ({"custom_id", "params"})'
+    )
+
+
 def _with_lines(message: str, lines: list[int] | None) -> str:
     """``requests[2]: …`` from the server becomes ``line 3 (requests[2]): …`` for a JSONL file."""
     if lines is None:
@@ -157,9 +175,12 @@ def batch_submit(
     if shape not in SHAPES:
         fail(f"unknown shape {shape!r}: use one of {', '.join(SHAPES)}")
     requests, lines = read_batch_file(file)
+    path, payload = "/v1/batches", {"shape": shape, "requests": requests}
+    if shape == "anthropic" and message_batch_format(file, requests):
+        path, payload = MESSAGE_BATCHES_PATH, {"requests": requests}  # SPEC §15: keeps the custom_ids
     with _client() as http:
         try:
-            response = http.post("/v1/batches", json={"shape": shape, "requests": requests})
+            response = http.post(path, json=payload)
         except httpx.HTTPError as exc:
             fail(f"cannot reach Relay at {http.base_url} (RELAY_URL): {exc}")
         if response.status_code >= 400:
@@ -172,7 +193,7 @@ def batch_submit(
         batch_id = created["id"]
         print(batch_id, flush=True)
         if wait:
-            view = _wait(http, batch_id, created["total_items"])
+            view = _wait(http, batch_id, created.get("total_items", len(requests)))
             raise typer.Exit(exit_code(view["counts"]))
 
 

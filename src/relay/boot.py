@@ -26,6 +26,8 @@ from relay.batches.files import FileService
 from relay.batches.files_api import PREFIXES as FILES_PREFIXES
 from relay.batches.files_api import FilesApp
 from relay.batches.hooks import register_finish_hook
+from relay.batches.message_batches_api import PREFIXES as MESSAGE_BATCHES_PREFIXES
+from relay.batches.message_batches_api import MessageBatchesApp
 from relay.batches.payload_store import DatabaseStore, FileStore, PayloadStores
 from relay.batches.runner import ItemRunner
 from relay.batches.service import BatchService
@@ -264,6 +266,19 @@ def build_runtime(settings: Settings) -> Runtime:
         prefix: FilesApp(runtime.files, snapshot, settings.batch_max_bytes, prefix)
         for prefix in FILES_PREFIXES
     }
+    message_batches_apps = {  # SPEC §15, on both paths
+        prefix: MessageBatchesApp(
+            batches,
+            engine,
+            snapshot,
+            max_bytes=settings.batch_max_bytes,
+            max_items=settings.batch_max_items,
+            prefix=prefix,
+            public_url=settings.public_url,
+            max_json_depth=settings.max_json_depth,
+        )
+        for prefix in MESSAGE_BATCHES_PREFIXES
+    }
 
     runtime.inference_app = InferenceApp(
         live=LiveHandler(
@@ -277,7 +292,11 @@ def build_runtime(settings: Settings) -> Runtime:
         database_ok=runtime.database_ok,
         max_request_bytes=settings.max_request_bytes,
         metrics=metrics,
-        mounts={BATCHES_PREFIX: BatchesApp(batches, snapshot, settings.batch_max_bytes), **files_apps},
+        mounts={
+            BATCHES_PREFIX: BatchesApp(batches, snapshot, settings.batch_max_bytes),
+            **files_apps,
+            **message_batches_apps,
+        },
     )
 
     admin_batches = BatchAdmin(engine, batches)
