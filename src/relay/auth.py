@@ -2,7 +2,7 @@
 
 ``authenticate`` turns a credential (relay key or inference token) into a :class:`Principal` carrying
 the full attribution of §3.4, or raises the exact §3 error. It never touches the database: everything
-it needs is in the snapshot, and token signatures are verified once per token (``tokens``).
+it needs is in the snapshot, and token signatures are verified once per token (``inference_tokens``).
 
 ``recheck`` answers the same questions later, for work admitted earlier (batch items): given what was
 recorded at submit (the key hash, or the token's claims), is the credential still valid *now*? It
@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from relay.catalog import Policy, RelayKey, Snapshot
 from relay.domain.credentials import hash_key, looks_like_jwt
 from relay.errors import Forbidden, Unauthenticated
-from relay.tokens import TokenClaims, TokenExpired, TokenInvalid
+from relay.inference_tokens import TokenClaims, TokenExpired, TokenInvalid
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,7 +48,7 @@ from relay.keypool import KeyPool
 from relay.metrics import BatchMetrics, Metrics
 from relay.pipeline import Pipeline
 from relay.ratelimit import LEASE_MARGIN_S, RateLimiter
-from relay.secrets import ProvisionedSecrets, SecretBox, provision
+from relay.sealing import ProvisionedSecrets, SecretBox, provision
 from relay.state import RedisState, SharedState, open_state
 from relay.store.engine import create_engine
 from relay.store.migrate import upgrade_to_head

@@ -29,11 +29,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.domain.grants import Grant, parse_grant
 from relay.domain.ratelimits import RateLimitRule
+from relay.inference_tokens import TokenVerifier
 from relay.pricing import NanoPrices, nano_prices
-from relay.secrets import SecretBox
+from relay.sealing import SecretBox
 from relay.store import catalog as store
 from relay.store.notify import ChangeFeed
-from relay.tokens import TokenVerifier
 
 log = logging.getLogger("relay.catalog")
 

@@ -39,9 +39,9 @@ from relay.catalog import Snapshot
 from relay.domain.ids import mint_id
 from relay.errors import InvalidRequest, RateLimited, RelayError
 from relay.fallbacks import Route, fallbacks_for, reroute
+from relay.inference_tokens import TokenClaims
 from relay.pipeline import Call, Outcome, Pipeline, UpstreamUnavailable
 from relay.routing import Plan, resolve
-from relay.tokens import TokenClaims
 from relay.usage import UsageEvent, attribution_fields, outcome_fields
 
 log = logging.getLogger("relay.batches")

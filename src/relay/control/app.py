@@ -30,7 +30,7 @@ from relay.control.apply import ApplyService
 from relay.control.catalog import CatalogService
 from relay.control.kinds import KINDS, Kind
 from relay.errors import RateLimited, RelayError, Unauthenticated
-from relay.secrets import constant_time_equal
+from relay.sealing import constant_time_equal
 from relay.store.outage import unavailable_or_internal
 
 

@@ -22,7 +22,7 @@ from relay.control.catalog import CatalogService
 from relay.control.kinds import BY_NAME, KINDS, Kind
 from relay.errors import InvalidRequest, Unprocessable
 from relay.passwords import verify_password
-from relay.secrets import SecretBox
+from relay.sealing import SecretBox
 from relay.store import catalog as store
 
 MASK = "********"

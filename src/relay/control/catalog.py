@@ -24,7 +24,7 @@ from relay.domain.ids import mint_id
 from relay.errors import Conflict, InvalidRequest, NotFound, Unprocessable
 from relay.passwords import hash_password
 from relay.pricing.catalog import PriceCatalog, load_catalog
-from relay.secrets import SecretBox
+from relay.sealing import SecretBox
 from relay.store import catalog as store
 from relay.store.catalog import Row, utcnow
 from relay.store.tables import models as models_table

@@ -23,13 +23,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from relay.control.catalog import CatalogService, rfc3339, validation_message
 from relay.domain.ids import mint_id
 from relay.errors import Forbidden, InvalidRequest, NotFound, Unauthenticated
+from relay.inference_tokens import DEFAULT_TTL_S, MAX_TTL_S, TokenSigner, generate_private_key
 from relay.passwords import hash_password, verify_password
-from relay.secrets import SecretBox
+from relay.sealing import SecretBox
 from relay.store import catalog as store
 from relay.store import credentials as creds
 from relay.store import tables as t
 from relay.store.catalog import utcnow
-from relay.tokens import DEFAULT_TTL_S, MAX_TTL_S, TokenSigner, generate_private_key
 
 SESSION_TTL = timedelta(hours=12)
 
