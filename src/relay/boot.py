@@ -25,7 +25,6 @@ from relay.batches.payload_store import DatabaseStore, FileStore, PayloadStores
 from relay.batches.runner import ItemRunner
 from relay.batches.service import BatchService
 from relay.batches.workers import WorkerPool
-from relay.catalog import CatalogReloader, Snapshot
 from relay.config import Settings, host_key_env
 from relay.control.app import build_control_app
 from relay.control.apply import ApplyService
@@ -49,6 +48,8 @@ from relay.metrics import BatchMetrics, Metrics
 from relay.pipeline import Pipeline
 from relay.ratelimit import LEASE_MARGIN_S, RateLimiter
 from relay.sealing import ProvisionedSecrets, SecretBox, provision
+from relay.snapshot import Snapshot
+from relay.snapshot.reloader import CatalogReloader
 from relay.state import RedisState, SharedState, open_state
 from relay.store.engine import create_engine
 from relay.store.migrate import upgrade_to_head

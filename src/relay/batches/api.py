@@ -25,11 +25,11 @@ from starlette.types import Receive, Scope, Send
 from relay.adapters import OPENAI, error_body
 from relay.auth import authenticate, authenticate_owner
 from relay.batches.service import BatchService
-from relay.catalog import Snapshot
 from relay.domain.batches import BatchRejected
 from relay.domain.credentials import read_credential
 from relay.errors import InvalidRequest, NotFound, RelayError
 from relay.inference.wire import read_body
+from relay.snapshot import Snapshot
 from relay.store.outage import unavailable_or_internal
 
 log = logging.getLogger("relay.batches")

@@ -35,13 +35,13 @@ from relay.auth import Principal, recheck_key, recheck_token
 from relay.batches import queue
 from relay.batches.payload_store import KeptResponse, PayloadStores
 from relay.batches.views import BatchRecord
-from relay.catalog import Snapshot
 from relay.domain.ids import mint_id
 from relay.errors import InvalidRequest, RateLimited, RelayError
 from relay.fallbacks import Route, fallbacks_for, reroute
 from relay.inference_tokens import TokenClaims
 from relay.pipeline import Call, Outcome, Pipeline, UpstreamUnavailable
 from relay.routing import Plan, resolve
+from relay.snapshot import Snapshot
 from relay.usage import UsageEvent, attribution_fields, outcome_fields
 
 log = logging.getLogger("relay.batches")

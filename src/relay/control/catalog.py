@@ -19,8 +19,8 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from relay.control.kinds import ChildList, Kind, RefField
-from relay.domain.catalog import FROM_CATALOG
 from relay.domain.ids import mint_id
+from relay.domain.kind_specs import FROM_CATALOG
 from relay.errors import Conflict, InvalidRequest, NotFound, Unprocessable
 from relay.passwords import hash_password
 from relay.pricing.catalog import PriceCatalog, load_catalog
