@@ -3,6 +3,8 @@
 ``authenticate`` turns a credential (relay key or inference token) into a :class:`Principal` carrying
 the full attribution of §3.4, or raises the exact §3 error. It never touches the database: everything
 it needs is in the snapshot, and token signatures are verified once per token (``inference_tokens``).
+``build_principal`` is the one constructor of a principal, for a credential just presented or one
+recorded earlier (a batch's submitter).
 
 ``recheck`` answers the same questions later, for work admitted earlier (batch items): given what was
 recorded at submit (the key hash, or the token's claims), is the credential still valid *now*? It
@@ -43,6 +45,68 @@ class Principal:
     @property
     def policy_id(self) -> str:
         return self.policy.id
+
+
+def build_principal(
+    policy: Policy,
+    *,
+    key_hash: str | None = None,
+    token: TokenClaims | None = None,
+    credential_id: str,
+    principal_kind: str,
+    principal_id: str,
+    project_id: str,
+    team_id: str,
+    key_payload_logging: bool = False,
+) -> Principal:
+    """The one way a :class:`Principal` is made: from a credential — a relay key's sha256 or an
+    inference token's claims, just presented (``authenticate``) or recorded at submit (a batch item's
+    re-check) — its governing policy and its attribution (SPEC §3.4).
+
+    ``credential_kind`` and ``owner`` follow from which credential it is (the key's sha256, or
+    ``user:<id>`` for a token: SPEC §10.2 ``RelayKeyHash``). ValueError, a bug in the caller, when it is
+    not exactly one of the two, when a token's attribution is not the user, project and jti it names,
+    or when a token asks for a key's payload logging (only a key has that switch, SPEC §9)."""
+    if (key_hash is None) == (token is None):
+        raise ValueError("a principal has exactly one credential: a key hash or token claims")
+    if principal_kind not in _PRINCIPAL_KINDS:
+        raise ValueError(f"unknown principal kind {principal_kind!r}")
+    if token is not None:
+        named = (token.user_id, token.project_id, token.jti)
+        if principal_kind != "user" or (principal_id, project_id, credential_id) != named:
+            raise ValueError("a token's principal is the user, project and jti its claims name")
+        if key_payload_logging:
+            raise ValueError("payload logging by key applies to relay keys only")
+        return Principal(
+            policy=policy,
+            project_id=project_id,
+            team_id=team_id,
+            principal_kind="user",
+            principal_id=principal_id,
+            credential_kind="token",
+            credential_id=credential_id,
+            key_hash=None,
+            owner=f"user:{principal_id}",
+            key_payload_logging=False,
+            token=token,
+        )
+    if not key_hash:
+        raise ValueError("a key credential needs its sha256")
+    return Principal(
+        policy=policy,
+        project_id=project_id,
+        team_id=team_id,
+        principal_kind=principal_kind,
+        principal_id=principal_id,
+        credential_kind="key",
+        credential_id=credential_id,
+        key_hash=key_hash,
+        owner=key_hash,
+        key_payload_logging=key_payload_logging,
+    )
+
+
+_PRINCIPAL_KINDS = frozenset({"serviceaccount", "user"})
 
 
 def authenticate(credential: str | None, snapshot: Snapshot, now: float | None = None) -> Principal:
@@ -87,16 +151,14 @@ def _from_key(key_hash: str, snapshot: Snapshot, now: float) -> Principal:
     key = _checked_key(key_hash, snapshot, now)
     project_id, principal_id = _key_scope(key, snapshot)
     policy = resolve_policy(snapshot, key.policy_id, key.principal_kind, principal_id, project_id)
-    return Principal(
-        policy=policy,
-        project_id=project_id,
-        team_id=snapshot.projects[project_id].team_id,
+    return build_principal(
+        policy,
+        key_hash=key_hash,
+        credential_id=key.id,
         principal_kind=key.principal_kind,
         principal_id=principal_id,
-        credential_kind="key",
-        credential_id=key.id,
-        key_hash=key_hash,
-        owner=key_hash,
+        project_id=project_id,
+        team_id=snapshot.projects[project_id].team_id,
         key_payload_logging=key.payload_logging,
     )
 
@@ -156,18 +218,14 @@ def _checked_claims(token: str, snapshot: Snapshot, now: float) -> TokenClaims:
 def _from_token(token: str, snapshot: Snapshot, now: float) -> Principal:
     claims = _checked_claims(token, snapshot, now)
     policy = resolve_policy(snapshot, None, "user", claims.user_id, claims.project_id)
-    return Principal(
-        policy=policy,
-        project_id=claims.project_id,
-        team_id=snapshot.projects[claims.project_id].team_id,
+    return build_principal(
+        policy,
+        token=claims,
+        credential_id=claims.jti,
         principal_kind="user",
         principal_id=claims.user_id,
-        credential_kind="token",
-        credential_id=claims.jti,
-        key_hash=None,
-        owner=f"user:{claims.user_id}",
-        key_payload_logging=False,
-        token=claims,
+        project_id=claims.project_id,
+        team_id=snapshot.projects[claims.project_id].team_id,
     )
 
 

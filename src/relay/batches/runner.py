@@ -31,7 +31,7 @@ import orjson
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from relay.adapters import Dispatch, admit
-from relay.auth import Principal, recheck_key, recheck_token
+from relay.auth import Principal, build_principal, recheck_key, recheck_token
 from relay.batches import queue
 from relay.batches.payload_store import KeptResponse, PayloadStores
 from relay.batches.views import BatchRecord
@@ -261,18 +261,15 @@ class ItemRunner:
             )
         if not policy.enabled:
             raise _Discard("policy_unavailable", f'policy unavailable: policy "{policy.name}" is disabled')
-        return Principal(
-            policy=policy,
-            project_id=batch.project_id,
-            team_id=batch.team_id,
+        return build_principal(  # key_payload_logging stays off: SPEC §9, batch items are never captured
+            policy,
+            key_hash=batch.key_hash,
+            token=claims,
+            credential_id=batch.credential_id,
             principal_kind=batch.principal_kind,
             principal_id=batch.principal_id,
-            credential_kind=batch.credential_kind,
-            credential_id=batch.credential_id,
-            key_hash=batch.key_hash,
-            owner=batch.owner,
-            key_payload_logging=False,  # SPEC §9: batch items are never captured
-            token=claims,
+            project_id=batch.project_id,
+            team_id=batch.team_id,
         )
 
 
