@@ -55,7 +55,7 @@ from relay.store.engine import create_engine
 from relay.store.migrate import upgrade_to_head
 from relay.store.notify import ChangeFeed, PostgresChangeFeed
 from relay.upstream import Upstream
-from relay.usage import UsageWriter
+from relay.usage.writer import UsageWriter
 
 log = logging.getLogger("relay.boot")
 

@@ -42,7 +42,7 @@ from relay.inference_tokens import TokenClaims
 from relay.pipeline import Call, Outcome, Pipeline, UpstreamUnavailable
 from relay.routing import Plan, resolve
 from relay.snapshot import Snapshot
-from relay.usage import UsageEvent, attribution_fields, outcome_fields
+from relay.usage.event import UsageEvent, attribution_fields, outcome_fields
 
 log = logging.getLogger("relay.batches")
 

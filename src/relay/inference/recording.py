@@ -20,7 +20,8 @@ from relay.metrics import Metrics
 from relay.payloadlog import BodyCapture, PayloadRecord, capture_enabled, max_bytes
 from relay.pipeline import Outcome, UpstreamUnavailable
 from relay.snapshot import Snapshot
-from relay.usage import UsageEvent, UsageWriter, attribution_fields, outcome_fields
+from relay.usage.event import UsageEvent, attribution_fields, outcome_fields
+from relay.usage.writer import UsageWriter
 
 if TYPE_CHECKING:
     from relay.inference.live import RequestContext
