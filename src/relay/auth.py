@@ -133,12 +133,17 @@ def authenticate_owner(credential: str | None, snapshot: Snapshot, now: float | 
     return key_hash
 
 
-def _checked_key(key_hash: str, snapshot: Snapshot, now: float) -> RelayKey:
+def _find_key(key_hash: str, snapshot: Snapshot) -> tuple[RelayKey | None, bool]:
+    """The key with this hash, or the key it was rotated into (then ``True``: the previous hash)."""
     key = snapshot.key_by_hash.get(key_hash)
-    rotated = False
-    if key is None:
-        key = snapshot.key_by_previous_hash.get(key_hash)
-        rotated = key is not None
+    if key is not None:
+        return key, False
+    key = snapshot.key_by_previous_hash.get(key_hash)
+    return key, key is not None
+
+
+def _checked_key(key_hash: str, snapshot: Snapshot, now: float) -> RelayKey:
+    key, rotated = _find_key(key_hash, snapshot)
     if key is None:
         raise Unauthenticated("invalid api key")
     reason = key_problem(key, snapshot, now, presented_previous=rotated)
@@ -272,11 +277,7 @@ def resolve_policy(
 def recheck_key(key_hash: str, snapshot: Snapshot, now: float | None = None) -> str | None:
     """Is the relay key recorded at submit still valid? The §3.1 reason when not, else None."""
     current = time.time() if now is None else now
-    key = snapshot.key_by_hash.get(key_hash)
-    presented_previous = False
-    if key is None:
-        key = snapshot.key_by_previous_hash.get(key_hash)
-        presented_previous = key is not None
+    key, presented_previous = _find_key(key_hash, snapshot)
     if key is None:
         # Deleted, or rotated twice since (a key remembers only its previous hash).
         return "invalid api key"

@@ -14,6 +14,7 @@ from relay.domain.credentials import hash_key
 from relay.inference_tokens import TokenClaims, TokenSigner, generate_private_key
 from relay.sealing import SecretBox
 from relay.snapshot import Policy, build_snapshot
+from tests.fixtures.catalog_rows import catalog_tables, policy_row, relay_key_row
 
 POLICY = Policy("pol_1", "default", (), (), "prioritized", (), False, True)
 KEY_HASH = hashlib.sha256(b"rk_secret").hexdigest()
@@ -87,53 +88,19 @@ def test_an_inconsistent_credential_is_refused(given: dict[str, Any], refusal: s
 
 
 def _catalog(public_key: bytes) -> dict[str, list[dict[str, Any]]]:
-    policy = {
-        "id": "pol_1",
-        "name": "default",
-        "models": ["*"],
-        "key_selection": "prioritized",
-        "rate_limit": {},
-        "payload_logging": False,
-        "enabled": True,
-    }
-    key = {
-        "id": "key_1",
-        "name": "ci",
-        "key_hash": hash_key("rk_secret_value"),
-        "prefix": "rk_se",
-        "principal_kind": "serviceaccount",
-        "service_account_id": "sa_1",
-        "user_id": None,
-        "project_id": None,
-        "policy_id": None,
-        "enabled": True,
-        "expires_at": None,
-        "revoked_at": None,
-        "previous_key_hash": None,
-        "grace_until": None,
-        "payload_logging": True,
-    }
-    return {
-        "teams": [{"id": "tm_1", "name": "ml"}],
-        "projects": [
-            {"id": "prj_1", "name": "p", "team_id": "tm_1", "default_policy_id": "pol_1", "enabled": True}
-        ],
-        "service_accounts": [
-            {"id": "sa_1", "name": "bot", "project_id": "prj_1", "policy_id": None, "enabled": True}
-        ],
-        "users": [{"id": "usr_1", "name": "ada", "email": "a@x.io", "enabled": True, "token_version": 0}],
-        "user_memberships": [{"user_id": "usr_1", "project_id": "prj_1", "policy_id": None, "position": 0}],
-        "hosts": [],
-        "host_keys": [],
-        "models": [],
-        "model_aliases": [],
-        "bindings": [],
-        "policies": [policy],
-        "policy_host_keys": [],
-        "relay_keys": [key],
-        "settings": [],
-        "signing_keys": [{"id": "sk_1", "public_key": public_key}],
-    }
+    project = {"id": "prj_1", "name": "p", "team_id": "tm_1", "default_policy_id": "pol_1", "enabled": True}
+    account = {"id": "sa_1", "name": "bot", "project_id": "prj_1", "policy_id": None, "enabled": True}
+    user = {"id": "usr_1", "name": "ada", "email": "a@x.io", "enabled": True, "token_version": 0}
+    return catalog_tables(
+        teams=[{"id": "tm_1", "name": "ml"}],
+        projects=[project],
+        service_accounts=[account],
+        users=[user],
+        user_memberships=[{"user_id": "usr_1", "project_id": "prj_1", "policy_id": None, "position": 0}],
+        policies=[policy_row()],
+        relay_keys=[relay_key_row(key_hash=hash_key("rk_secret_value"), payload_logging=True)],
+        signing_keys=[{"id": "sk_1", "public_key": public_key}],
+    )
 
 
 def test_authenticate_builds_key_and_token_principals_through_the_builder() -> None:

@@ -23,6 +23,7 @@ from relay.snapshot import (
     User,
     build_snapshot,
 )
+from tests.fixtures.catalog_rows import catalog_tables, policy_row, relay_key_row
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 BOX = SecretBox(b"k" * 32)
@@ -105,16 +106,13 @@ def test_binding_from_its_row_prices_it_once() -> None:
 
 
 def _policy_row(**over: Any) -> dict[str, Any]:
-    row = {
-        "id": "pol_1",
-        "name": "default",
+    given: dict[str, Any] = {
         "models": ["*", "openai/*", "gpt@openai"],
         "key_selection": "round_robin",
         "rate_limit": {"rules": [{"meter": "requests", "limit": 10, "window": "1m"}]},
         "payload_logging": True,
-        "enabled": True,
     }
-    return {**row, **over}
+    return policy_row(**{**given, **over})
 
 
 def test_policy_from_its_row_parses_grants_rules_and_keys_fallbacks_by_model_id() -> None:
@@ -130,24 +128,13 @@ def test_policy_from_its_row_parses_grants_rules_and_keys_fallbacks_by_model_id(
 
 
 def test_relay_key_from_its_row_reads_every_field_by_name() -> None:
-    row = {
-        "id": "key_1",
-        "name": "ci",
-        "key_hash": "h1",
-        "prefix": "rk_ab",
-        "principal_kind": "serviceaccount",
-        "service_account_id": "sa_1",
-        "user_id": None,
-        "project_id": None,
-        "policy_id": None,
-        "enabled": True,
-        "expires_at": T0,
-        "revoked_at": None,
-        "previous_key_hash": "h0",
-        "grace_until": T0 + timedelta(hours=1),
-        "payload_logging": False,
-        "created_at": T0,  # columns the snapshot does not hold are ignored
-    }
+    row = relay_key_row(
+        key_hash="h1",
+        expires_at=T0,
+        previous_key_hash="h0",
+        grace_until=T0 + timedelta(hours=1),
+        created_at=T0,  # columns the snapshot does not hold are ignored
+    )
     key = RelayKey.from_row(row)
     assert (key.id, key.key_hash, key.previous_key_hash, key.expires_at) == ("key_1", "h1", "h0", T0)
     with pytest.raises(KeyError):
@@ -155,70 +142,70 @@ def test_relay_key_from_its_row_reads_every_field_by_name() -> None:
 
 
 def _tables() -> dict[str, list[dict[str, Any]]]:
-    return {
-        "teams": [{"id": "tm_1", "name": "ml"}],
-        "projects": [
-            {"id": "prj_1", "name": "p", "team_id": "tm_1", "default_policy_id": "pol_1", "enabled": True}
-        ],
-        "service_accounts": [],
-        "users": [{"id": "usr_1", "name": "ada", "email": "a@x.io", "enabled": True, "token_version": 0}],
-        "user_memberships": [
-            {"user_id": "usr_1", "project_id": "prj_2", "policy_id": None, "position": 1},
-            {"user_id": "usr_1", "project_id": "prj_1", "policy_id": "pol_1", "position": 0},
-        ],
-        "hosts": [{"id": "hst_1", "name": "openai", "base_url": "http://x", "enabled": True}],
-        "host_keys": [
-            {
-                "id": "hk_1",
-                "name": "sealed",
-                "host_id": "hst_1",
-                "value_encrypted": BOX.seal("sk-sealed", bound_to="hk_1"),
-                "value_from_env": None,
-                "enabled": True,
-                "updated_at": T0,
-            },
-            {
-                "id": "hk_2",
-                "name": "moved",
-                "host_id": "hst_1",
-                "value_encrypted": BOX.seal("sk-other-row", bound_to="hk_9"),
-                "value_from_env": None,
-                "enabled": True,
-                "updated_at": T0,
-            },
-            {
-                "id": "hk_3",
-                "name": "from-env",
-                "host_id": "hst_1",
-                "value_encrypted": None,
-                "value_from_env": "OPENAI_KEY",
-                "enabled": True,
-                "updated_at": T0,
-            },
-        ],
-        "models": [
-            {"id": "mdl_1", "name": "gpt", "provider": "openai", "enabled": True},
-            {"id": "mdl_2", "name": "claude", "provider": "anthropic", "enabled": True},
-        ],
-        "model_aliases": [
-            {"model_id": "mdl_1", "alias": "g2", "position": 1},
-            {"model_id": "mdl_1", "alias": "g1", "position": 0},
-        ],
-        "bindings": [
-            _binding_row(id="bnd_b", name="later", created_at=T0 + timedelta(seconds=1)),
-            _binding_row(id="bnd_a", name="free", created_at=T0, pricing=None),
-            _binding_row(
-                id="bnd_c", name="off", created_at=T0, pricing=None, enabled=False, model_id="mdl_2"
-            ),
-        ],
-        "policies": [_policy_row(fallbacks={"g1": ["claude"]})],
-        "policy_host_keys": [
-            {"policy_id": "pol_1", "host_key_id": "hk_3", "position": 1},
-            {"policy_id": "pol_1", "host_key_id": "hk_1", "position": 0},
-        ],
-        "relay_keys": [],
-        "settings": [{"key": "payload_logging", "value": {"enabled": False}}],
-    }
+    return catalog_tables(
+        **{
+            "teams": [{"id": "tm_1", "name": "ml"}],
+            "projects": [
+                {"id": "prj_1", "name": "p", "team_id": "tm_1", "default_policy_id": "pol_1", "enabled": True}
+            ],
+            "users": [{"id": "usr_1", "name": "ada", "email": "a@x.io", "enabled": True, "token_version": 0}],
+            "user_memberships": [
+                {"user_id": "usr_1", "project_id": "prj_2", "policy_id": None, "position": 1},
+                {"user_id": "usr_1", "project_id": "prj_1", "policy_id": "pol_1", "position": 0},
+            ],
+            "hosts": [{"id": "hst_1", "name": "openai", "base_url": "http://x", "enabled": True}],
+            "host_keys": [
+                {
+                    "id": "hk_1",
+                    "name": "sealed",
+                    "host_id": "hst_1",
+                    "value_encrypted": BOX.seal("sk-sealed", bound_to="hk_1"),
+                    "value_from_env": None,
+                    "enabled": True,
+                    "updated_at": T0,
+                },
+                {
+                    "id": "hk_2",
+                    "name": "moved",
+                    "host_id": "hst_1",
+                    "value_encrypted": BOX.seal("sk-other-row", bound_to="hk_9"),
+                    "value_from_env": None,
+                    "enabled": True,
+                    "updated_at": T0,
+                },
+                {
+                    "id": "hk_3",
+                    "name": "from-env",
+                    "host_id": "hst_1",
+                    "value_encrypted": None,
+                    "value_from_env": "OPENAI_KEY",
+                    "enabled": True,
+                    "updated_at": T0,
+                },
+            ],
+            "models": [
+                {"id": "mdl_1", "name": "gpt", "provider": "openai", "enabled": True},
+                {"id": "mdl_2", "name": "claude", "provider": "anthropic", "enabled": True},
+            ],
+            "model_aliases": [
+                {"model_id": "mdl_1", "alias": "g2", "position": 1},
+                {"model_id": "mdl_1", "alias": "g1", "position": 0},
+            ],
+            "bindings": [
+                _binding_row(id="bnd_b", name="later", created_at=T0 + timedelta(seconds=1)),
+                _binding_row(id="bnd_a", name="free", created_at=T0, pricing=None),
+                _binding_row(
+                    id="bnd_c", name="off", created_at=T0, pricing=None, enabled=False, model_id="mdl_2"
+                ),
+            ],
+            "policies": [_policy_row(fallbacks={"g1": ["claude"]})],
+            "policy_host_keys": [
+                {"policy_id": "pol_1", "host_key_id": "hk_3", "position": 1},
+                {"policy_id": "pol_1", "host_key_id": "hk_1", "position": 0},
+            ],
+            "settings": [{"key": "payload_logging", "value": {"enabled": False}}],
+        }
+    )
 
 
 def test_build_snapshot_orders_children_indexes_and_reports_problems() -> None:

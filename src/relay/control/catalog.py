@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -30,6 +30,7 @@ from relay.store.catalog import Row, utcnow
 from relay.store.tables import models as models_table
 
 _HIDDEN_COLUMNS = {"password_hash", "value_encrypted"}
+_Spec = TypeVar("_Spec", bound=BaseModel)
 
 
 def validation_message(exc: ValidationError) -> str:
@@ -40,6 +41,17 @@ def validation_message(exc: ValidationError) -> str:
         msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
         parts.append(f"{loc}: {msg}" if loc else msg)
     return "; ".join(parts)
+
+
+def validated(model: type[_Spec], payload: Any) -> _Spec:
+    """``payload`` as ``model``, or a 400 naming the fields that are wrong (the control plane's one
+    body-validation rule)."""
+    if not isinstance(payload, dict):
+        raise InvalidRequest("body must be a JSON object")
+    try:
+        return model.model_validate(payload)
+    except ValidationError as exc:
+        raise InvalidRequest(validation_message(exc)) from None
 
 
 def rfc3339(value: datetime | None) -> str | None:
@@ -115,12 +127,7 @@ class CatalogService:
     # -- transaction-scoped building blocks (also used by apply) ----------------------------------
 
     def validate(self, kind: Kind, payload: Any) -> BaseModel:
-        if not isinstance(payload, dict):
-            raise InvalidRequest("body must be a JSON object")
-        try:
-            return kind.spec.model_validate(payload)
-        except ValidationError as exc:
-            raise InvalidRequest(validation_message(exc)) from None
+        return validated(kind.spec, payload)
 
     async def find(self, conn: AsyncConnection, kind: Kind, ref: str) -> str:
         object_id = await store.resolve_ref(conn, kind.table, ref)
