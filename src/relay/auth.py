@@ -2,7 +2,9 @@
 
 ``authenticate`` turns a credential (relay key or inference token) into a :class:`Principal` carrying
 the full attribution of §3.4, or raises the exact §3 error. It never touches the database: everything
-it needs is in the snapshot, and token signatures are verified once per token (``tokens``).
+it needs is in the snapshot, and token signatures are verified once per token (``inference_tokens``).
+``build_principal`` is the one constructor of a principal, for a credential just presented or one
+recorded earlier (a batch's submitter).
 
 ``recheck`` answers the same questions later, for work admitted earlier (batch items): given what was
 recorded at submit (the key hash, or the token's claims), is the credential still valid *now*? It
@@ -18,10 +20,10 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from relay.catalog import Policy, RelayKey, Snapshot
 from relay.domain.credentials import hash_key, looks_like_jwt
 from relay.errors import Forbidden, Unauthenticated
-from relay.tokens import TokenClaims, TokenExpired, TokenInvalid
+from relay.inference_tokens import TokenClaims, TokenExpired, TokenInvalid
+from relay.snapshot import Policy, RelayKey, Snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +45,68 @@ class Principal:
     @property
     def policy_id(self) -> str:
         return self.policy.id
+
+
+def build_principal(
+    policy: Policy,
+    *,
+    key_hash: str | None = None,
+    token: TokenClaims | None = None,
+    credential_id: str,
+    principal_kind: str,
+    principal_id: str,
+    project_id: str,
+    team_id: str,
+    key_payload_logging: bool = False,
+) -> Principal:
+    """The one way a :class:`Principal` is made: from a credential — a relay key's sha256 or an
+    inference token's claims, just presented (``authenticate``) or recorded at submit (a batch item's
+    re-check) — its governing policy and its attribution (SPEC §3.4).
+
+    ``credential_kind`` and ``owner`` follow from which credential it is (the key's sha256, or
+    ``user:<id>`` for a token: SPEC §10.2 ``RelayKeyHash``). ValueError, a bug in the caller, when it is
+    not exactly one of the two, when a token's attribution is not the user, project and jti it names,
+    or when a token asks for a key's payload logging (only a key has that switch, SPEC §9)."""
+    if (key_hash is None) == (token is None):
+        raise ValueError("a principal has exactly one credential: a key hash or token claims")
+    if principal_kind not in _PRINCIPAL_KINDS:
+        raise ValueError(f"unknown principal kind {principal_kind!r}")
+    if token is not None:
+        named = (token.user_id, token.project_id, token.jti)
+        if principal_kind != "user" or (principal_id, project_id, credential_id) != named:
+            raise ValueError("a token's principal is the user, project and jti its claims name")
+        if key_payload_logging:
+            raise ValueError("payload logging by key applies to relay keys only")
+        return Principal(
+            policy=policy,
+            project_id=project_id,
+            team_id=team_id,
+            principal_kind="user",
+            principal_id=principal_id,
+            credential_kind="token",
+            credential_id=credential_id,
+            key_hash=None,
+            owner=f"user:{principal_id}",
+            key_payload_logging=False,
+            token=token,
+        )
+    if not key_hash:
+        raise ValueError("a key credential needs its sha256")
+    return Principal(
+        policy=policy,
+        project_id=project_id,
+        team_id=team_id,
+        principal_kind=principal_kind,
+        principal_id=principal_id,
+        credential_kind="key",
+        credential_id=credential_id,
+        key_hash=key_hash,
+        owner=key_hash,
+        key_payload_logging=key_payload_logging,
+    )
+
+
+_PRINCIPAL_KINDS = frozenset({"serviceaccount", "user"})
 
 
 def authenticate(credential: str | None, snapshot: Snapshot, now: float | None = None) -> Principal:
@@ -69,12 +133,17 @@ def authenticate_owner(credential: str | None, snapshot: Snapshot, now: float | 
     return key_hash
 
 
-def _checked_key(key_hash: str, snapshot: Snapshot, now: float) -> RelayKey:
+def _find_key(key_hash: str, snapshot: Snapshot) -> tuple[RelayKey | None, bool]:
+    """The key with this hash, or the key it was rotated into (then ``True``: the previous hash)."""
     key = snapshot.key_by_hash.get(key_hash)
-    rotated = False
-    if key is None:
-        key = snapshot.key_by_previous_hash.get(key_hash)
-        rotated = key is not None
+    if key is not None:
+        return key, False
+    key = snapshot.key_by_previous_hash.get(key_hash)
+    return key, key is not None
+
+
+def _checked_key(key_hash: str, snapshot: Snapshot, now: float) -> RelayKey:
+    key, rotated = _find_key(key_hash, snapshot)
     if key is None:
         raise Unauthenticated("invalid api key")
     reason = key_problem(key, snapshot, now, presented_previous=rotated)
@@ -87,16 +156,14 @@ def _from_key(key_hash: str, snapshot: Snapshot, now: float) -> Principal:
     key = _checked_key(key_hash, snapshot, now)
     project_id, principal_id = _key_scope(key, snapshot)
     policy = resolve_policy(snapshot, key.policy_id, key.principal_kind, principal_id, project_id)
-    return Principal(
-        policy=policy,
-        project_id=project_id,
-        team_id=snapshot.projects[project_id].team_id,
+    return build_principal(
+        policy,
+        key_hash=key_hash,
+        credential_id=key.id,
         principal_kind=key.principal_kind,
         principal_id=principal_id,
-        credential_kind="key",
-        credential_id=key.id,
-        key_hash=key_hash,
-        owner=key_hash,
+        project_id=project_id,
+        team_id=snapshot.projects[project_id].team_id,
         key_payload_logging=key.payload_logging,
     )
 
@@ -156,18 +223,14 @@ def _checked_claims(token: str, snapshot: Snapshot, now: float) -> TokenClaims:
 def _from_token(token: str, snapshot: Snapshot, now: float) -> Principal:
     claims = _checked_claims(token, snapshot, now)
     policy = resolve_policy(snapshot, None, "user", claims.user_id, claims.project_id)
-    return Principal(
-        policy=policy,
-        project_id=claims.project_id,
-        team_id=snapshot.projects[claims.project_id].team_id,
+    return build_principal(
+        policy,
+        token=claims,
+        credential_id=claims.jti,
         principal_kind="user",
         principal_id=claims.user_id,
-        credential_kind="token",
-        credential_id=claims.jti,
-        key_hash=None,
-        owner=f"user:{claims.user_id}",
-        key_payload_logging=False,
-        token=claims,
+        project_id=claims.project_id,
+        team_id=snapshot.projects[claims.project_id].team_id,
     )
 
 
@@ -214,11 +277,7 @@ def resolve_policy(
 def recheck_key(key_hash: str, snapshot: Snapshot, now: float | None = None) -> str | None:
     """Is the relay key recorded at submit still valid? The §3.1 reason when not, else None."""
     current = time.time() if now is None else now
-    key = snapshot.key_by_hash.get(key_hash)
-    presented_previous = False
-    if key is None:
-        key = snapshot.key_by_previous_hash.get(key_hash)
-        presented_previous = key is not None
+    key, presented_previous = _find_key(key_hash, snapshot)
     if key is None:
         # Deleted, or rotated twice since (a key remembers only its previous hash).
         return "invalid api key"

@@ -32,7 +32,6 @@ from relay.batches.payload_store import DatabaseStore, FileStore, PayloadStores
 from relay.batches.runner import ItemRunner
 from relay.batches.service import BatchService
 from relay.batches.workers import WorkerPool
-from relay.catalog import CatalogReloader, Snapshot
 from relay.config import Settings, host_key_env
 from relay.control.app import build_control_app
 from relay.control.apply import ApplyService
@@ -56,13 +55,15 @@ from relay.keypool import KeyPool
 from relay.metrics import BatchMetrics, Metrics, WebhookMetrics
 from relay.pipeline import Pipeline
 from relay.ratelimit import LEASE_MARGIN_S, RateLimiter
-from relay.secrets import ProvisionedSecrets, SecretBox, provision
+from relay.sealing import ProvisionedSecrets, SecretBox, provision
+from relay.snapshot import Snapshot
+from relay.snapshot.reloader import CatalogReloader
 from relay.state import RedisState, SharedState, open_state
 from relay.store.engine import create_engine
 from relay.store.migrate import upgrade_to_head
 from relay.store.notify import ChangeFeed, PostgresChangeFeed
 from relay.upstream import Upstream
-from relay.usage import UsageWriter
+from relay.usage.writer import UsageWriter
 from relay.webhooks import outbox
 from relay.webhooks.deliverer import Deliverer
 from relay.webhooks.schedule import RetrySchedule

@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from relay.catalog import Policy, Snapshot
 from relay.errors import RelayError
 from relay.routing import Plan, resolve
+from relay.snapshot import Policy, Snapshot
 
 #: Error codes after which the next model of the list is tried (SPEC §4 step 5). ``upstream_unavailable``
 #: covers "a 429 after failover": every key answered 429 (or failed otherwise).

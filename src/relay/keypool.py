@@ -38,8 +38,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from relay.catalog import HostKey, Policy
 from relay.errors import Unavailable
+from relay.snapshot import HostKey, Policy
 from relay.state import BreakerRecord, SharedState, StateUnavailable
 
 log = logging.getLogger("relay.keypool")

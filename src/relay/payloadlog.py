@@ -5,7 +5,7 @@ the caller's policy and key; :class:`BodyCapture` keeps at most ``max_bytes`` of
 whole or chunk by chunk (SSE), and flags truncation; :class:`PayloadRecord` is what the background
 usage writer stores beside the request's usage event, in the same transaction.
 
-What it deliberately does not know. Storage (``relay.usage`` queues records, ``relay.store.usage``
+What it deliberately does not know. Storage (``relay.usage.writer`` queues records, ``relay.store.usage``
 writes them), HTTP, and batches: **batch items are never captured** (SPEC §9, §10.8: the results
 endpoint is where a batch's responses live), so the batch runner never calls anything here.
 

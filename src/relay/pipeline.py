@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 
 from relay.adapters import StreamTap, Usage, build_upstream_request, usage_from_response
 from relay.auth import Principal
-from relay.catalog import HostKey
 from relay.errors import RelayError, Unavailable
 from relay.fallbacks import Fallbacks, is_trigger
 from relay.keypool import Failure, KeyPool, classify
@@ -29,6 +28,7 @@ from relay.metrics import Metrics
 from relay.pricing import cost_from_prices, cost_nanos
 from relay.ratelimit import RateLimiter, Reservation
 from relay.routing import Plan
+from relay.snapshot import HostKey
 from relay.upstream import Upstream, UpstreamConnectionError, UpstreamResponse, UpstreamTimeout
 
 MAX_FAILOVER = 3

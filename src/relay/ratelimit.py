@@ -44,9 +44,9 @@ from decimal import Decimal
 from typing import Any
 
 from relay.adapters.base import Usage
-from relay.catalog import Policy
 from relay.domain.ratelimits import RateLimitRule, window_seconds
 from relay.errors import BudgetExceeded, RateLimited
+from relay.snapshot import Policy
 from relay.state import LimitCheck, SharedState, StateUnavailable
 
 log = logging.getLogger("relay.ratelimit")

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from relay.catalog import Binding, Host, HostKey, Model, Policy, Snapshot
 from relay.domain.grants import grant_matches
 from relay.errors import Forbidden, NotFound, Unavailable
+from relay.snapshot import Binding, Host, HostKey, Model, Policy, Snapshot
 
 
 def granted_models(policy: Policy, snapshot: Snapshot) -> list[Model]:

@@ -27,7 +27,7 @@ from relay.domain.ids import mint_id
 from relay.store import tables as t
 from relay.store.engine import create_engine
 from relay.store.migrate import upgrade_to_head
-from relay.usage import UsageEvent
+from relay.usage.event import UsageEvent
 
 KEY_HASH = "ab" * 32
 

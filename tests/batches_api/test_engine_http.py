@@ -19,7 +19,7 @@ from relay.auth import Principal
 from relay.batches.idempotency import Answer
 from relay.batches.payload_store import DatabaseStore, FileStore, PayloadStores
 from relay.batches.service import BatchService, CreatedBatch, NewBatch
-from relay.catalog import Policy
+from relay.snapshot import Policy
 from relay.store import tables as t
 from relay.store.engine import create_engine
 from tests.batches_api.helpers import (

@@ -7,7 +7,7 @@ import time
 import httpx
 
 from relay.fake_upstream import complete
-from relay.fake_upstream.tokens import split_deltas
+from relay.fake_upstream.token_counts import split_deltas
 
 from .helpers import ANTHROPIC_AUTH, OPENAI_AUTH, parse_sse
 

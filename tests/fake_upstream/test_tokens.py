@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from relay.fake_upstream import complete, input_tokens
-from relay.fake_upstream.tokens import DEFAULT_MAX_WORDS
+from relay.fake_upstream.token_counts import DEFAULT_MAX_WORDS
 
 
 def test_input_tokens_count_words_everywhere() -> None:

@@ -14,8 +14,8 @@ from typing import Any, cast
 
 import pytest
 
-from relay.catalog import HostKey, Policy
 from relay.domain.ratelimits import RateLimitRule
+from relay.snapshot import HostKey, Policy
 from relay.state import MemoryState, RedisState, SharedState
 from tests.fixtures.databases import REDIS_URL
 from tests.state.conftest import STATE_PARAMS, each_state, redis_namespace

@@ -19,8 +19,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from relay.catalog import HostKey
 from relay.keypool import Failure, KeyPool
+from relay.snapshot import HostKey
 from relay.state import BreakerRecord, SharedState
 from tests.limits.conftest import host_keys, policy
 from tests.state.conftest import each_state

@@ -11,11 +11,11 @@ import pytest
 from pydantic import ValidationError
 
 from relay.adapters.base import Usage
-from relay.catalog import Binding
 from relay.domain.ratelimits import RateLimitRule, window_seconds
 from relay.errors import BudgetExceeded, RateLimited
 from relay.pricing import cost_from_prices, cost_nanos, nano_prices
 from relay.ratelimit import RateLimiter
+from relay.snapshot import Binding
 from relay.state import SharedState
 from tests.limits.conftest import CountingState, policy
 

@@ -14,9 +14,9 @@ from email.utils import formatdate
 
 import pytest
 
-from relay.catalog import HostKey
 from relay.errors import Unavailable
 from relay.keypool import Failure, KeyPool, classify
+from relay.snapshot import HostKey
 from relay.state import RedisState, SharedState
 from tests.limits.conftest import CountingState, host_keys, policy
 

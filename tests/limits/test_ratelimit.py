@@ -16,9 +16,9 @@ from collections.abc import Callable
 import pytest
 
 from relay.adapters.base import Usage
-from relay.catalog import Policy
 from relay.errors import RateLimited
 from relay.ratelimit import EMPTY_RESERVATION, RateLimiter, Reservation
+from relay.snapshot import Policy
 from relay.state import RedisState, SharedState
 from tests.limits.conftest import CountingState, policy, rule
 

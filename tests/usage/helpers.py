@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from relay.domain.ids import mint_id
-from relay.usage import UsageEvent
+from relay.usage.event import UsageEvent
 
 BASE_TS = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 _counter = itertools.count()

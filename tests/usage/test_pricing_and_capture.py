@@ -9,7 +9,8 @@ import pytest
 
 from relay.adapters.base import Usage
 from relay.payloadlog import DEFAULT_MAX_BYTES, BodyCapture, PayloadRecord, capture_enabled, max_bytes
-from relay.usage import MAX_ERROR_MESSAGE, cost_nanos
+from relay.pricing import cost_nanos
+from relay.usage.event import MAX_ERROR_MESSAGE
 from tests.usage.helpers import make_event
 
 PRICING_CASES: list[tuple[str, dict[str, Any] | None, Usage, int | None]] = [

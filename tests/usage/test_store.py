@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from relay.store import tables as t
 from relay.store import usage as store
 from relay.store.catalog import utcnow
-from relay.usage import UsageEvent
+from relay.usage.event import UsageEvent
 from tests.usage.helpers import BASE_TS, batch_event, make_event
 
 

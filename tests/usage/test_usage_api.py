@@ -13,7 +13,7 @@ import pytest
 
 from relay.store import usage as store
 from relay.store.engine import create_engine
-from relay.usage import UsageEvent
+from relay.usage.event import UsageEvent
 from tests.fixtures.relay_server import RelayProcess
 from tests.usage.helpers import BASE_TS, batch_event, make_event
 

@@ -17,7 +17,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from relay.payloadlog import PayloadRecord
 from relay.store import tables as t
 from relay.store.engine import create_engine
-from relay.usage import UsageEvent, UsageWriter
+from relay.usage.event import UsageEvent
+from relay.usage.writer import UsageWriter
 from tests.fixtures.databases import ADMIN_URL
 from tests.fixtures.databases import migrate_database as migrate
 from tests.usage.helpers import make_event

@@ -15,7 +15,7 @@ from sqlalchemy import delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.domain.ids import mint_id
-from relay.secrets import SecretBox
+from relay.sealing import SecretBox
 from relay.store import tables as t
 from relay.store import webhooks as store
 from relay.store.catalog import utcnow

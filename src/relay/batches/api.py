@@ -26,7 +26,6 @@ from relay.adapters import OPENAI, error_body
 from relay.auth import authenticate, authenticate_owner
 from relay.batches import idempotency
 from relay.batches.service import BatchService
-from relay.catalog import Snapshot
 from relay.domain.batches import BatchRejected
 from relay.domain.credentials import read_credential
 from relay.errors import InvalidRequest, NotFound, RelayError
@@ -40,6 +39,7 @@ from relay.inference.wire import (
     require_method,
     send_bytes,
 )
+from relay.snapshot import Snapshot
 from relay.store.outage import unavailable_or_internal
 
 log = logging.getLogger("relay.batches")

@@ -33,9 +33,9 @@ from starlette.types import Receive, Scope, Send
 from relay.adapters import OPENAI, error_body
 from relay.auth import authenticate, authenticate_owner
 from relay.batches.files import PURPOSES, FileService, Upload, file_object
-from relay.catalog import Snapshot
 from relay.domain.credentials import read_credential
 from relay.errors import InvalidRequest, NotFound, PayloadTooLarge, RelayError
+from relay.snapshot import Snapshot
 from relay.store.files import FileRow
 from relay.store.outage import unavailable_or_internal
 

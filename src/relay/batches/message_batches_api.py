@@ -44,7 +44,6 @@ from relay.batches.message_batches import (
 )
 from relay.batches.service import BatchNotFound, BatchService, CreatedBatch, NewBatch
 from relay.batches.views import BatchRecord, record_from_row
-from relay.catalog import Snapshot
 from relay.domain.batches import BatchRejected
 from relay.domain.credentials import read_credential
 from relay.errors import InvalidRequest, NotFound, RelayError
@@ -58,6 +57,7 @@ from relay.inference.wire import (
     require_method,
     send_bytes,
 )
+from relay.snapshot import Snapshot
 from relay.store import message_batches as store
 from relay.store.batches import owner_page
 from relay.store.outage import unavailable_or_internal

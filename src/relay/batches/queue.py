@@ -88,7 +88,7 @@ from relay.store import tables as t
 from relay.store.engine import is_transient
 from relay.store.tables import ID, UTCDateTime
 from relay.store.usage import insert_events
-from relay.usage import UsageEvent
+from relay.usage.event import UsageEvent
 
 W = t.batch_workers
 FinalState = Literal["completed", "discarded", "cancelled"]

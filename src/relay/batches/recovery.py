@@ -34,7 +34,7 @@ from relay.batches.queue import (
 from relay.batches.views import B, BatchRecord, I, in_state, record_from_row
 from relay.domain.batches import AVAILABLE, CANCELLED, RUNNING, expired_error
 from relay.store.usage import insert_events
-from relay.usage import UsageEvent
+from relay.usage.event import UsageEvent
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,19 +31,19 @@ import orjson
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from relay.adapters import EMBEDDINGS, Dispatch, admit
-from relay.auth import Principal, recheck_key, recheck_token
+from relay.auth import Principal, build_principal, recheck_key, recheck_token
 from relay.batches import queue
 from relay.batches.payload_store import KeptResponse, PayloadStores
 from relay.batches.views import BatchRecord
-from relay.catalog import Snapshot
 from relay.domain.batches import OPENAI_EMBEDDINGS
 from relay.domain.ids import mint_id
 from relay.errors import InvalidRequest, RateLimited, RelayError
 from relay.fallbacks import Route, fallbacks_for, reroute
+from relay.inference_tokens import TokenClaims
 from relay.pipeline import Call, Outcome, Pipeline, UpstreamUnavailable
 from relay.routing import Plan, resolve
-from relay.tokens import TokenClaims
-from relay.usage import UsageEvent, attribution_fields, outcome_fields
+from relay.snapshot import Snapshot
+from relay.usage.event import UsageEvent, attribution_fields, outcome_fields
 
 log = logging.getLogger("relay.batches")
 
@@ -266,18 +266,15 @@ class ItemRunner:
             )
         if not policy.enabled:
             raise _Discard("policy_unavailable", f'policy unavailable: policy "{policy.name}" is disabled')
-        return Principal(
-            policy=policy,
-            project_id=batch.project_id,
-            team_id=batch.team_id,
+        return build_principal(  # key_payload_logging stays off: SPEC §9, batch items are never captured
+            policy,
+            key_hash=batch.key_hash,
+            token=claims,
+            credential_id=batch.credential_id,
             principal_kind=batch.principal_kind,
             principal_id=batch.principal_id,
-            credential_kind=batch.credential_kind,
-            credential_id=batch.credential_id,
-            key_hash=batch.key_hash,
-            owner=batch.owner,
-            key_payload_logging=False,  # SPEC §9: batch items are never captured
-            token=claims,
+            project_id=batch.project_id,
+            team_id=batch.team_id,
         )
 
 

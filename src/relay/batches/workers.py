@@ -56,7 +56,7 @@ from relay.batches.starter import Starter
 from relay.batches.views import BatchRecord
 from relay.metrics import BatchMetrics
 from relay.store.engine import is_transient
-from relay.usage import UsageEvent
+from relay.usage.event import UsageEvent
 
 log = logging.getLogger("relay.batches")
 

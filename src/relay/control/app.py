@@ -24,13 +24,13 @@ from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from relay.catalog import CatalogReloader
 from relay.control import openapi
 from relay.control.apply import ApplyService
 from relay.control.catalog import CatalogService
 from relay.control.kinds import KINDS, Kind
 from relay.errors import RateLimited, RelayError, Unauthenticated
-from relay.secrets import constant_time_equal
+from relay.sealing import constant_time_equal
+from relay.snapshot.reloader import CatalogReloader
 from relay.store.outage import unavailable_or_internal
 
 

@@ -24,7 +24,7 @@ from relay.control.catalog import CatalogService, with_generated_secret
 from relay.control.kinds import BY_NAME, KINDS, Kind
 from relay.errors import InvalidRequest, Unprocessable
 from relay.passwords import verify_password
-from relay.secrets import SecretBox
+from relay.sealing import SecretBox
 from relay.store import catalog as store
 
 MASK = "********"

@@ -16,18 +16,18 @@ import base64
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from relay.control.kinds import ChildList, Kind, RefField
-from relay.domain.catalog import FROM_CATALOG, WEBHOOK_SECRET_PREFIX
 from relay.domain.ids import mint_id
+from relay.domain.kind_specs import FROM_CATALOG, WEBHOOK_SECRET_PREFIX
 from relay.errors import Conflict, InvalidRequest, NotFound, Unprocessable
 from relay.passwords import hash_password
 from relay.pricing.catalog import PriceCatalog, load_catalog
-from relay.secrets import SecretBox
+from relay.sealing import SecretBox
 from relay.store import catalog as store
 from relay.store.catalog import Row, utcnow
 from relay.store.tables import models as models_table
@@ -49,6 +49,9 @@ def with_generated_secret(kind: Kind, spec: BaseModel) -> tuple[BaseModel, str |
     return spec.model_copy(update={"secret": secret}), secret
 
 
+_Spec = TypeVar("_Spec", bound=BaseModel)
+
+
 def validation_message(exc: ValidationError) -> str:
     """``field.path: message`` for the first few problems, so the caller knows exactly what to fix."""
     parts = []
@@ -57,6 +60,17 @@ def validation_message(exc: ValidationError) -> str:
         msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
         parts.append(f"{loc}: {msg}" if loc else msg)
     return "; ".join(parts)
+
+
+def validated(model: type[_Spec], payload: Any) -> _Spec:
+    """``payload`` as ``model``, or a 400 naming the fields that are wrong (the control plane's one
+    body-validation rule)."""
+    if not isinstance(payload, dict):
+        raise InvalidRequest("body must be a JSON object")
+    try:
+        return model.model_validate(payload)
+    except ValidationError as exc:
+        raise InvalidRequest(validation_message(exc)) from None
 
 
 def rfc3339(value: datetime | None) -> str | None:
@@ -134,12 +148,7 @@ class CatalogService:
     # -- transaction-scoped building blocks (also used by apply) ----------------------------------
 
     def validate(self, kind: Kind, payload: Any) -> BaseModel:
-        if not isinstance(payload, dict):
-            raise InvalidRequest("body must be a JSON object")
-        try:
-            return kind.spec.model_validate(payload)
-        except ValidationError as exc:
-            raise InvalidRequest(validation_message(exc)) from None
+        return validated(kind.spec, payload)
 
     async def find(self, conn: AsyncConnection, kind: Kind, ref: str) -> str:
         object_id = await store.resolve_ref(conn, kind.table, ref)

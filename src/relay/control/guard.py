@@ -32,7 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from relay.adapters.json_codec import JsonRefused, loads_input
 from relay.errors import RelayError, Unauthenticated
 from relay.inference.wire import ClientDisconnected, read_body
-from relay.secrets import constant_time_equal
+from relay.sealing import constant_time_equal
 
 log = logging.getLogger("relay.control")
 

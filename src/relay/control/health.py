@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from relay.catalog import Snapshot
+from relay.snapshot import Snapshot
 from relay.state import SharedState
 from relay.state.base import StateUnavailable
 

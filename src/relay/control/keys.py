@@ -11,10 +11,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from relay.control.catalog import CatalogService, rfc3339, validation_message
+from relay.control.catalog import CatalogService, rfc3339, validated
 from relay.domain.credentials import new_relay_key
 from relay.domain.ids import NAME_PATTERN, mint_id
 from relay.errors import InvalidRequest, NotFound, Unprocessable
@@ -54,22 +54,13 @@ class RotateRequest(BaseModel):
     grace_seconds: int = Field(0, ge=0, le=MAX_GRACE_S)
 
 
-def _validate(model: type[BaseModel], payload: Any) -> Any:
-    if not isinstance(payload, dict):
-        raise InvalidRequest("body must be a JSON object")
-    try:
-        return model.model_validate(payload)
-    except ValidationError as exc:
-        raise InvalidRequest(validation_message(exc)) from None
-
-
 class KeyService:
     def __init__(self, engine: AsyncEngine, catalog: CatalogService) -> None:
         self._engine = engine
         self._catalog = catalog
 
     async def create(self, payload: Any) -> dict[str, Any]:
-        spec: KeyCreate = _validate(KeyCreate, payload)
+        spec: KeyCreate = validated(KeyCreate, payload)
         new = new_relay_key()
         async with self._engine.begin() as conn:
             row = await self._new_row(conn, spec, new.key_hash, new.prefix)
@@ -152,7 +143,7 @@ class KeyService:
             return await self._render(conn, await store.list_rows(conn, t.relay_keys))
 
     async def patch(self, ref: str, payload: Any) -> dict[str, Any]:
-        spec: KeyPatch = _validate(KeyPatch, payload)
+        spec: KeyPatch = validated(KeyPatch, payload)
         given = spec.model_fields_set
         async with self._engine.begin() as conn:
             key_id = await self.find(conn, ref)
@@ -173,7 +164,7 @@ class KeyService:
         return rendered
 
     async def rotate(self, ref: str, payload: Any) -> dict[str, Any]:
-        spec: RotateRequest = _validate(RotateRequest, payload or {})
+        spec: RotateRequest = validated(RotateRequest, payload or {})
         new = new_relay_key()
         async with self._engine.begin() as conn:
             key_id = await self.find(conn, ref)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel
 from sqlalchemy import Table
 
-from relay.domain import catalog as spec
+from relay.domain import kind_specs as spec
 from relay.store import tables as t
 
 

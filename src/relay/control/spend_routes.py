@@ -14,9 +14,9 @@ from typing import Any
 
 from fastapi import Depends, FastAPI
 
-from relay.catalog import Policy, Snapshot
 from relay.errors import NotFound
 from relay.ratelimit import RateLimiter
+from relay.snapshot import Policy, Snapshot
 
 
 def _find(snapshot: Snapshot, ref: str) -> Policy:

@@ -17,19 +17,19 @@ import secrets
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from relay.control.catalog import CatalogService, rfc3339, validation_message
+from relay.control.catalog import CatalogService, rfc3339, validated
 from relay.domain.ids import mint_id
-from relay.errors import Forbidden, InvalidRequest, NotFound, Unauthenticated
+from relay.errors import Forbidden, NotFound, Unauthenticated
+from relay.inference_tokens import DEFAULT_TTL_S, MAX_TTL_S, TokenSigner, generate_private_key
 from relay.passwords import hash_password, verify_password
-from relay.secrets import SecretBox
+from relay.sealing import SecretBox
 from relay.store import catalog as store
 from relay.store import credentials as creds
 from relay.store import tables as t
 from relay.store.catalog import utcnow
-from relay.tokens import DEFAULT_TTL_S, MAX_TTL_S, TokenSigner, generate_private_key
 
 SESSION_TTL = timedelta(hours=12)
 
@@ -46,15 +46,6 @@ class LoginRequest(BaseModel):
 
     email: str
     password: str
-
-
-def _validate(model: type[BaseModel], payload: Any) -> Any:
-    if not isinstance(payload, dict):
-        raise InvalidRequest("body must be a JSON object")
-    try:
-        return model.model_validate(payload)
-    except ValidationError as exc:
-        raise InvalidRequest(validation_message(exc)) from None
 
 
 async def load_signer(engine: AsyncEngine, box: SecretBox) -> TokenSigner:
@@ -101,7 +92,7 @@ class TokenService:
         self._signer = signer
 
     async def mint_for_user(self, user_ref: str, payload: Any) -> dict[str, Any]:
-        request: MintRequest = _validate(MintRequest, payload)
+        request: MintRequest = validated(MintRequest, payload)
         async with self._engine.begin() as conn:
             user_id = await store.resolve_ref(conn, t.users, user_ref)
             if user_id is None:
@@ -109,7 +100,7 @@ class TokenService:
             return await self._mint(conn, user_id, request)
 
     async def login(self, payload: Any) -> str:
-        request: LoginRequest = _validate(LoginRequest, payload)
+        request: LoginRequest = validated(LoginRequest, payload)
         async with self._engine.connect() as conn:
             user = await creds.user_by_email(conn, request.email)
         # Verify outside any transaction (it takes tens of milliseconds), and verify even for an
@@ -137,7 +128,7 @@ class TokenService:
     async def mint_for_session(self, session: str | None, payload: Any) -> dict[str, Any]:
         if not session:
             raise Unauthenticated("missing session (log in at /api/auth/login)")
-        request: MintRequest = _validate(MintRequest, payload)
+        request: MintRequest = validated(MintRequest, payload)
         async with self._engine.begin() as conn:
             user_id = await creds.session_user(conn, _digest(session), utcnow())
             if user_id is None:

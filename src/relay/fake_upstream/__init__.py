@@ -4,6 +4,6 @@ benchmarks of the gateway. See docs/fake-upstream.md."""
 from .app import build_app
 from .config import FakeConfig, KeyRule
 from .server import serve
-from .tokens import Completion, complete, input_tokens
+from .token_counts import Completion, complete, input_tokens
 
 __all__ = ["Completion", "FakeConfig", "KeyRule", "build_app", "complete", "input_tokens", "serve"]

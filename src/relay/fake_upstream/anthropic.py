@@ -11,7 +11,7 @@ import orjson
 
 from .openai_chat import split_arguments
 from .sse import named_event, new_id
-from .tokens import Completion, complete, split_deltas
+from .token_counts import Completion, complete, split_deltas
 
 STREAM_ERROR = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
 

@@ -20,7 +20,7 @@ from .config import FakeConfig
 from .errors import BadRequest, Shape, error_body
 from .faults import Plan, body_overrides, header_overrides, plan_for
 from .stats import Recorder
-from .tokens import Api
+from .token_counts import Api
 
 
 @dataclass(frozen=True, slots=True)

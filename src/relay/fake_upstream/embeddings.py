@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from .errors import BadRequest
-from .tokens import input_tokens
+from .token_counts import input_tokens
 
 DEFAULT_DIMENSIONS = 8
 MAX_DIMENSIONS = 3072

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from .sse import DONE, data_event, new_id
-from .tokens import Completion, complete, split_deltas
+from .token_counts import Completion, complete, split_deltas
 
 STREAM_ERROR = {"message": "The server had an error while processing your request.", "type": "server_error"}
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from .openai_chat import split_arguments
 from .sse import named_event, new_id
-from .tokens import Completion, complete, split_deltas
+from .token_counts import Completion, complete, split_deltas
 
 STREAM_ERROR = {"code": "server_error", "message": "The server had an error while processing your request."}
 

@@ -28,7 +28,7 @@ def listening_url(sock: socket.socket) -> str:
 
 def serve(host: str, port: int, config: FakeConfig) -> None:
     """Blocks serving until SIGINT/SIGTERM; prints ``fake-upstream listening on http://HOST:PORT`` first."""
-    import uvicorn  # imported here so importing the package (e.g. for ``tokens``) stays light
+    import uvicorn  # imported here so importing the package (e.g. for ``token_counts``) stays light
 
     sock = bind_socket(host, port)
     uv_config = uvicorn.Config(

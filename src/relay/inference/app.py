@@ -23,7 +23,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from relay.adapters import ANTHROPIC, CANONICAL, EMBEDDINGS, OPENAI, OPENAI_RESPONSES, error_body
 from relay.auth import authenticate
-from relay.catalog import Snapshot
 from relay.domain.credentials import read_credential
 from relay.errors import RelayError
 from relay.inference.live import LiveHandler
@@ -38,6 +37,7 @@ from relay.inference.wire import (
 )
 from relay.metrics import Metrics
 from relay.routing import granted_models
+from relay.snapshot import Snapshot
 
 log = logging.getLogger("relay.request")
 

@@ -43,7 +43,6 @@ from relay.adapters import (
 )
 from relay.adapters.json_codec import DEFAULT_MAX_DEPTH
 from relay.auth import Principal, authenticate
-from relay.catalog import Snapshot
 from relay.domain.credentials import read_credential
 from relay.errors import InvalidRequest, RateLimited, RelayError
 from relay.fallbacks import Admit, Route, fallbacks_for, reroute
@@ -51,6 +50,7 @@ from relay.inference.recording import LiveRecorder
 from relay.inference.wire import head, send_bytes
 from relay.pipeline import Call, Outcome, Pipeline
 from relay.routing import Plan, resolve
+from relay.snapshot import Snapshot
 
 log = logging.getLogger("relay.request")
 

@@ -14,13 +14,14 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from relay.catalog import Snapshot
 from relay.domain.ids import mint_id
 from relay.errors import RelayError
 from relay.metrics import Metrics
 from relay.payloadlog import BodyCapture, PayloadRecord, capture_enabled, max_bytes
 from relay.pipeline import Outcome, UpstreamUnavailable
-from relay.usage import UsageEvent, UsageWriter, attribution_fields, outcome_fields
+from relay.snapshot import Snapshot
+from relay.usage.event import UsageEvent, attribution_fields, outcome_fields
+from relay.usage.writer import UsageWriter
 
 if TYPE_CHECKING:
     from relay.inference.live import RequestContext

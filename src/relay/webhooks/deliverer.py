@@ -33,7 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.domain.ids import mint_id
 from relay.metrics import WebhookMetrics
-from relay.secrets import SecretBox
+from relay.sealing import SecretBox
 from relay.store import webhooks as store
 from relay.store.engine import is_transient
 from relay.upstream import Upstream, UpstreamConnectionError, UpstreamTimeout

@@ -23,8 +23,8 @@ from typing import Final, Protocol
 import orjson
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from relay.domain.catalog import WEBHOOK_EVENTS
 from relay.domain.ids import mint_id
+from relay.domain.kind_specs import WEBHOOK_EVENTS
 from relay.store import webhooks as store
 
 APIS: Final = ("relay", "openai", "anthropic")

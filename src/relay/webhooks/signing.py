@@ -14,7 +14,7 @@ import base64
 import hashlib
 import hmac
 
-from relay.domain.catalog import WEBHOOK_SECRET_PREFIX
+from relay.domain.kind_specs import WEBHOOK_SECRET_PREFIX
 
 USER_AGENT = "Relay-Webhooks/1"
 

@@ -1,13 +1,12 @@
-"""Usage events (SPEC §8): the event value, its price, and the background writer for live traffic.
+"""The background writer of live usage events (SPEC §8): a bounded queue off the response path.
 
-What it does. :class:`UsageEvent` is one request's record, built by the live pipeline (``relay.inference``)
-or the batch runner; :func:`cost_nanos` prices its tokens exactly, in integer nano-USD; :class:`UsageWriter`
-takes live events off the response path into a bounded in-memory queue and writes them in batches (one
-transaction and one executemany per batch, payload captures beside their events). Batch items' events
-are written by the batch queue, in the transaction that finalizes the item (§10.8).
+What it does. :class:`UsageWriter` takes live events (``relay.usage.event``) off the response path into
+a bounded in-memory queue and writes them in batches (one transaction and one executemany per batch,
+payload captures beside their events), with its metrics and a rate-limited report of what was lost.
+Batch items' events are written by the batch queue, in the transaction that finalizes the item (§10.8).
 
-What it deliberately does not know. SQL (``relay.store.usage``), HTTP, attribution rules, and payload
-policy (``relay.payloadlog`` decides what is captured; this module only carries the record).
+What it deliberately does not know. SQL (``relay.store.usage``), HTTP, how an event is built, and
+payload policy (``relay.payloadlog`` decides what is captured; this module only carries the record).
 
 Invariants. ``record`` never blocks, never awaits and never raises: when the queue is full the event
 is dropped, ``relay_usage_events_dropped_total{reason="queue_full"}`` counts it and a warning says so
@@ -25,24 +24,17 @@ import itertools
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass, fields
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.payloadlog import PayloadRecord
-from relay.pricing import cost_nanos
 from relay.store import usage as store
-
-if TYPE_CHECKING:  # types only: the pipeline never imports this module
-    from relay.pipeline import Outcome
-    from relay.routing import Plan
+from relay.usage.event import UsageEvent
 
 log = logging.getLogger("relay.usage")
 
-MAX_ERROR_MESSAGE: Final = 2000
 REPORT_INTERVAL_S: Final = 10.0
 _DROP_LABELS: Final = {
     "queue_full": "events dropped (queue full)",
@@ -50,136 +42,6 @@ _DROP_LABELS: Final = {
     "shutdown": "events not written before the stop timeout",
     "stopped": "events recorded after stop",
 }
-_CLIPS: Final = (
-    ("request_id", 100),
-    ("model", 200),
-    ("requested_model", 200),
-    ("upstream_model", 200),
-    ("host", 63),
-    ("error_kind", 64),
-    ("error_message", MAX_ERROR_MESSAGE),
-)
-
-
-@dataclass(slots=True, kw_only=True)
-class UsageEvent:
-    """One live request or batch item (SPEC §8). Keyword-only, plain slots: built once per request.
-
-    Strings the SPEC requires are ``''`` when unknown at the end of the request (routing failed before a
-    model, host or adapter was chosen); optional fields are None. ``status`` is the upstream's HTTP
-    status, 0 when the upstream was never reached. ``error_message`` must never contain a body.
-    """
-
-    id: str
-    ts: datetime
-    request_id: str
-    source: str  # "live" | "batch"
-    status: int
-    inbound_shape: str
-    latency_ms: int
-    policy_id: str
-    project_id: str
-    team_id: str
-    principal_kind: str
-    principal_id: str
-    credential_kind: str
-    credential_id: str
-    batch_id: str | None = None
-    batch_idx: int | None = None
-    error_kind: str | None = None
-    error_message: str | None = None
-    model: str = ""
-    requested_model: str | None = None  # the model asked for; != model only after a fallback (SPEC §4)
-    upstream_model: str = ""
-    host: str = ""
-    adapter: str = ""
-    host_key_id: str | None = None
-    attempts: int = 0
-    streamed: bool = False
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cached_input_tokens: int = 0
-    cost_nanos: int | None = None
-    ttft_ms: int | None = None
-    relay_key_hash: str | None = None
-
-    def to_row(self) -> dict[str, Any]:
-        """The ``usage_events`` row: UTC timestamp, caller-influenced strings clipped to their columns
-        (a client can send a 10 kB model name; the event must still be written)."""
-        row = {name: getattr(self, name) for name in _EVENT_FIELDS}
-        row["ts"] = self.ts.astimezone(UTC)
-        for column, size in _CLIPS:
-            value = row[column]
-            if value is not None and len(value) > size:
-                row[column] = value[:size]
-        return row
-
-
-_EVENT_FIELDS: Final = tuple(f.name for f in fields(UsageEvent))
-
-
-def outcome_fields(plan: Plan | None, outcome: Outcome | None, requested_model: str) -> dict[str, Any]:
-    """The route and token fields of a usage event, shared by live requests and batch items: what was
-    asked for, where it went, how many attempts, what it used and what it cost.
-
-    The one pricing rule of both planes (SPEC §8, §10.8): only an upstream answer that succeeded is
-    priced; a refusal, a passed-through upstream error or nothing run at all has ``cost_nanos`` null."""
-    usage = outcome.usage if outcome is not None else None
-    priced = outcome is not None and outcome.error_kind is None
-    return {
-        "model": plan.model.name if plan is not None else requested_model,
-        # SPEC §4/§8: differs from model only when a fallback answered
-        "requested_model": (
-            outcome.fallback_from
-            if outcome is not None and outcome.fallback_from
-            else (plan.model.name if plan is not None else requested_model)
-        ),
-        "upstream_model": plan.upstream_model if plan is not None else "",
-        "host": plan.host.name if plan is not None else "",
-        "adapter": plan.binding.adapter if plan is not None else "",
-        "host_key_id": outcome.host_key_id if outcome is not None else None,
-        "attempts": outcome.attempts if outcome is not None else 0,
-        "input_tokens": usage.input_tokens if usage else 0,
-        "output_tokens": usage.output_tokens if usage else 0,
-        "cached_input_tokens": usage.cached_input_tokens if usage else 0,
-        "cost_nanos": cost_nanos(plan.binding.pricing, usage) if priced and plan and usage else None,
-    }
-
-
-class Attributed(Protocol):
-    """Who a usage event is charged to: a live request's ``Principal`` or a batch's recorded
-    ``BatchRecord`` (SPEC §8, §10.8)."""
-
-    @property
-    def policy_id(self) -> str: ...
-    @property
-    def project_id(self) -> str: ...
-    @property
-    def team_id(self) -> str: ...
-    @property
-    def principal_kind(self) -> str: ...
-    @property
-    def principal_id(self) -> str: ...
-    @property
-    def credential_kind(self) -> str: ...
-    @property
-    def credential_id(self) -> str: ...
-    @property
-    def key_hash(self) -> str | None: ...
-
-
-def attribution_fields(who: Attributed) -> dict[str, Any]:
-    """The attribution fields of a usage event, shared by live requests and batch items."""
-    return {
-        "policy_id": who.policy_id,
-        "project_id": who.project_id,
-        "team_id": who.team_id,
-        "principal_kind": who.principal_kind,
-        "principal_id": who.principal_id,
-        "credential_kind": who.credential_kind,
-        "credential_id": who.credential_id,
-        "relay_key_hash": who.key_hash,
-    }
 
 
 class _DropReport:

@@ -1,0 +1,159 @@
+"""The usage event (SPEC §8): one request's record, and how its fields are filled on both planes.
+
+What it does. :class:`UsageEvent` is the value a live request (``relay.inference``) or a batch item (the
+batch runner) records; ``to_row`` makes its ``usage_events`` row. ``outcome_fields`` fills the route and
+token fields and applies the one pricing rule of both planes (exact integer nano-USD, ``relay.pricing``);
+``attribution_fields`` fills who is charged, from a live ``Principal`` or a batch's recorded submitter.
+
+What it deliberately does not know. Writing (``relay.usage.writer`` queues live events; the batch queue
+writes an item's event in the transaction that finalizes it), SQL, HTTP, and the attribution rules
+themselves (``relay.auth``). Importing it imports no writer, metrics or database code, so the batch
+queue can carry events without a writer.
+
+Invariants. An event never holds a body or a credential (only the key's sha256, as SPEC §8 names it);
+``to_row`` clips caller-influenced strings to their columns, so an event is always writable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+from relay.pricing import cost_nanos
+
+if TYPE_CHECKING:  # types only: the pipeline never imports this module
+    from relay.pipeline import Outcome
+    from relay.routing import Plan
+
+MAX_ERROR_MESSAGE: Final = 2000
+_CLIPS: Final = (
+    ("request_id", 100),
+    ("model", 200),
+    ("requested_model", 200),
+    ("upstream_model", 200),
+    ("host", 63),
+    ("error_kind", 64),
+    ("error_message", MAX_ERROR_MESSAGE),
+)
+
+
+@dataclass(slots=True, kw_only=True)
+class UsageEvent:
+    """One live request or batch item (SPEC §8). Keyword-only, plain slots: built once per request.
+
+    Strings the SPEC requires are ``''`` when unknown at the end of the request (routing failed before a
+    model, host or adapter was chosen); optional fields are None. ``status`` is the upstream's HTTP
+    status, 0 when the upstream was never reached. ``error_message`` must never contain a body.
+    """
+
+    id: str
+    ts: datetime
+    request_id: str
+    source: str  # "live" | "batch"
+    status: int
+    inbound_shape: str
+    latency_ms: int
+    policy_id: str
+    project_id: str
+    team_id: str
+    principal_kind: str
+    principal_id: str
+    credential_kind: str
+    credential_id: str
+    batch_id: str | None = None
+    batch_idx: int | None = None
+    error_kind: str | None = None
+    error_message: str | None = None
+    model: str = ""
+    requested_model: str | None = None  # the model asked for; != model only after a fallback (SPEC §4)
+    upstream_model: str = ""
+    host: str = ""
+    adapter: str = ""
+    host_key_id: str | None = None
+    attempts: int = 0
+    streamed: bool = False
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_input_tokens: int = 0
+    cost_nanos: int | None = None
+    ttft_ms: int | None = None
+    relay_key_hash: str | None = None
+
+    def to_row(self) -> dict[str, Any]:
+        """The ``usage_events`` row: UTC timestamp, caller-influenced strings clipped to their columns
+        (a client can send a 10 kB model name; the event must still be written)."""
+        row = {name: getattr(self, name) for name in _EVENT_FIELDS}
+        row["ts"] = self.ts.astimezone(UTC)
+        for column, size in _CLIPS:
+            value = row[column]
+            if value is not None and len(value) > size:
+                row[column] = value[:size]
+        return row
+
+
+_EVENT_FIELDS: Final = tuple(f.name for f in fields(UsageEvent))
+
+
+def outcome_fields(plan: Plan | None, outcome: Outcome | None, requested_model: str) -> dict[str, Any]:
+    """The route and token fields of a usage event, shared by live requests and batch items: what was
+    asked for, where it went, how many attempts, what it used and what it cost.
+
+    The one pricing rule of both planes (SPEC §8, §10.8): only an upstream answer that succeeded is
+    priced; a refusal, a passed-through upstream error or nothing run at all has ``cost_nanos`` null."""
+    usage = outcome.usage if outcome is not None else None
+    priced = outcome is not None and outcome.error_kind is None
+    return {
+        "model": plan.model.name if plan is not None else requested_model,
+        # SPEC §4/§8: differs from model only when a fallback answered
+        "requested_model": (
+            outcome.fallback_from
+            if outcome is not None and outcome.fallback_from
+            else (plan.model.name if plan is not None else requested_model)
+        ),
+        "upstream_model": plan.upstream_model if plan is not None else "",
+        "host": plan.host.name if plan is not None else "",
+        "adapter": plan.binding.adapter if plan is not None else "",
+        "host_key_id": outcome.host_key_id if outcome is not None else None,
+        "attempts": outcome.attempts if outcome is not None else 0,
+        "input_tokens": usage.input_tokens if usage else 0,
+        "output_tokens": usage.output_tokens if usage else 0,
+        "cached_input_tokens": usage.cached_input_tokens if usage else 0,
+        "cost_nanos": cost_nanos(plan.binding.pricing, usage) if priced and plan and usage else None,
+    }
+
+
+class Attributed(Protocol):
+    """Who a usage event is charged to: a live request's ``Principal`` or a batch's recorded
+    ``BatchRecord`` (SPEC §8, §10.8)."""
+
+    @property
+    def policy_id(self) -> str: ...
+    @property
+    def project_id(self) -> str: ...
+    @property
+    def team_id(self) -> str: ...
+    @property
+    def principal_kind(self) -> str: ...
+    @property
+    def principal_id(self) -> str: ...
+    @property
+    def credential_kind(self) -> str: ...
+    @property
+    def credential_id(self) -> str: ...
+    @property
+    def key_hash(self) -> str | None: ...
+
+
+def attribution_fields(who: Attributed) -> dict[str, Any]:
+    """The attribution fields of a usage event, shared by live requests and batch items."""
+    return {
+        "policy_id": who.policy_id,
+        "project_id": who.project_id,
+        "team_id": who.team_id,
+        "principal_kind": who.principal_kind,
+        "principal_id": who.principal_id,
+        "credential_kind": who.credential_kind,
+        "credential_id": who.credential_id,
+        "relay_key_hash": who.key_hash,
+    }
