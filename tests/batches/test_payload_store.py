@@ -13,7 +13,14 @@ import pytest
 from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from relay.batches.payload_store import DatabaseStore, FileStore, KeptResponse, PayloadStore, PayloadStores
+from relay.batches.payload_store import (
+    PREFETCH_BYTES,
+    DatabaseStore,
+    FileStore,
+    KeptResponse,
+    PayloadStore,
+    PayloadStores,
+)
 from relay.domain.ids import mint_id
 from relay.store import tables as t
 
@@ -157,3 +164,39 @@ async def test_the_database_store_writes_nothing_to_disk_and_chunks_big_bodies(
     assert await stores.of("database").read_responses(batch_id, {0: None}) == {0: b"b" * (2 * CHUNK)}
     assert not os.path.exists(payload_dir)  # noqa: ASYNC240  (a test check, not I/O on a hot path)
     stores.close()
+
+
+async def test_claimed_requests_read_ahead_are_the_small_whole_bodies(store: PayloadStore) -> None:
+    """``prefetch_requests``: the database store reads a claim's bodies in one query, giving back
+    exactly the bodies that are one chunk (of any size up to ``PREFETCH_BYTES``) and ``None`` for the
+    others (multi-chunk or missing), which ``read_request`` still reads whole; the file store reads
+    nothing ahead."""
+    batch_id = mint_id("b")
+    await store.write_requests(batch_id, iter(BODIES))
+    idxs = [*range(len(BODIES)), 99]
+    ahead = store.prefetch_requests(batch_id, idxs)
+    if isinstance(store, FileStore):
+        assert ahead == {}
+        return
+    assert sorted(ahead) == idxs
+    got = {idx: await future for idx, future in ahead.items()}
+    multi_chunk = 3  # 3 × CHUNK + 7 bytes: four chunks
+    assert got == {
+        **{i: body for i, body in enumerate(BODIES) if i != multi_chunk},
+        multi_chunk: None,
+        99: None,
+    }
+    assert await store.read_request(batch_id, multi_chunk) == BODIES[multi_chunk]
+
+
+async def test_a_request_over_the_read_ahead_size_is_read_when_it_runs(engine: AsyncEngine) -> None:
+    async with engine.begin() as conn:
+        await conn.execute(delete(t.payload_chunks))
+    store = DatabaseStore(engine)  # the shipped chunk size (1 MiB): this body is one chunk
+    batch_id = mint_id("b")
+    big = b"z" * (PREFETCH_BYTES + 1)
+    await store.write_requests(batch_id, iter([b"{}", big]))
+    ahead = store.prefetch_requests(batch_id, [0, 1])
+    assert [await ahead[0], await ahead[1]] == [b"{}", None]
+    assert await store.read_request(batch_id, 1) == big
+    store.close()

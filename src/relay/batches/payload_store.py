@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
+from collections import deque
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,8 +38,13 @@ from relay.batches.payloads import PayloadDir, sync_descriptors
 from relay.domain.batches import ResponseRef
 from relay.store import payloads as db
 
+log = logging.getLogger("relay.batches")
+
 StoreName = Literal["files", "database"]
 STORE_NAMES: tuple[StoreName, ...] = ("files", "database")
+#: Request bodies read ahead, by idx: a future per item, ``None`` when it must be read as it runs.
+Prefetched = Mapping[int, "asyncio.Future[bytes | None]"]
+PREFETCH_BYTES = 64 << 10  # larger request bodies are not read ahead (memory: claimed-ahead items only)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +62,8 @@ class PayloadStore(Protocol):
     async def write_requests(self, batch_id: str, bodies: Iterable[bytes]) -> int: ...
 
     async def read_request(self, batch_id: str, idx: int) -> bytes: ...
+
+    def prefetch_requests(self, batch_id: str, idxs: Sequence[int]) -> Prefetched: ...
 
     def keep_response(self, batch_id: str, idx: int, body: bytes) -> KeptResponse: ...
 
@@ -85,6 +94,9 @@ class FileStore:
 
     async def read_request(self, batch_id: str, idx: int) -> bytes:
         return await asyncio.to_thread(self.dir.read_request, batch_id, idx)
+
+    def prefetch_requests(self, batch_id: str, idxs: Sequence[int]) -> Prefetched:
+        return {}  # one pread each when the item runs
 
     def keep_response(self, batch_id: str, idx: int, body: bytes) -> KeptResponse:
         return KeptResponse(ref=self.dir.append_response(batch_id, body))
@@ -119,6 +131,9 @@ class DatabaseStore:
         # Request reads waiting for the next grouped query (items start in groups: one query each).
         self._wanted: dict[tuple[str, int], asyncio.Future[bytes | None]] = {}
         self._reader: asyncio.Task[None] | None = None
+        # Claimed groups whose small bodies are read ahead, in claim order, by one task on one connection.
+        self._prefetches: deque[tuple[str, dict[int, asyncio.Future[bytes | None]]]] = deque()
+        self._prefetcher: asyncio.Task[None] | None = None
 
     async def write_requests(self, batch_id: str, bodies: Iterable[bytes]) -> int:
         # Serialising 50 000 bodies is CPU work: the iterator is advanced in a thread, a group at a time.
@@ -135,6 +150,36 @@ class DatabaseStore:
         if body is None:
             raise FileNotFoundError(f"batch {batch_id} has no request {idx} in the database")
         return body
+
+    def prefetch_requests(self, batch_id: str, idxs: Sequence[int]) -> Prefetched:
+        """Start reading these claimed items' request bodies now, one query for the group; only
+        bodies of one chunk of at most ``PREFETCH_BYTES`` come this way (a future answers ``None`` for
+        the others, which :meth:`read_request` then reads when their item runs). Holding at most the
+        claimed-ahead items' small bodies bounds the memory this takes."""
+        loop = asyncio.get_running_loop()
+        futures: dict[int, asyncio.Future[bytes | None]] = {idx: loop.create_future() for idx in idxs}
+        if futures:
+            self._prefetches.append((batch_id, futures))
+            if self._prefetcher is None or self._prefetcher.done():
+                self._prefetcher = asyncio.create_task(self._prefetch(), name="batch-request-prefetch")
+        return futures
+
+    async def _prefetch(self) -> None:
+        """Serve the queued groups in order, on one connection while groups keep coming."""
+        try:
+            async with self._engine.connect() as conn:
+                while self._prefetches:
+                    batch_id, futures = self._prefetches[0]
+                    async with conn.begin():
+                        found = await db.read_whole_first_chunks(
+                            conn, batch_id, db.REQUEST, list(futures), PREFETCH_BYTES
+                        )
+                    self._prefetches.popleft()
+                    _answer(futures, found)
+        except Exception as exc:  # those items read their bodies one by one when they run
+            log.warning("reading batch request bodies ahead failed: %s", type(exc).__name__)
+            while self._prefetches:
+                _answer(self._prefetches.popleft()[1], {})
 
     async def _read_wanted(self) -> None:
         """Answer every waiting read with one query per round, until none waits."""
@@ -173,7 +218,10 @@ class DatabaseStore:
         return {idx: found.get(idx) for idx in refs}
 
     def close(self) -> None:
-        return None
+        if self._prefetcher is not None:
+            self._prefetcher.cancel()
+        while self._prefetches:
+            _answer(self._prefetches.popleft()[1], {})
 
 
 class PayloadStores:
@@ -211,3 +259,9 @@ async def _groups_in_threads(bodies: Iterable[bytes], size: int = 2_000) -> Asyn
     iterator = iter(bodies)
     while group := await asyncio.to_thread(lambda: list(itertools.islice(iterator, size))):
         yield group
+
+
+def _answer(futures: Mapping[int, asyncio.Future[bytes | None]], found: Mapping[int, bytes]) -> None:
+    for idx, future in futures.items():
+        if not future.done():
+            future.set_result(found.get(idx))
