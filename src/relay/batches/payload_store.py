@@ -165,21 +165,24 @@ class DatabaseStore:
         return futures
 
     async def _prefetch(self) -> None:
-        """Serve the queued groups in order, on one connection while groups keep coming."""
-        try:
-            async with self._engine.connect() as conn:
+        """Serve the queued groups in order, on one connection while groups keep coming. The last
+        check of the queue is followed by no ``await``: a group queued while the connection was
+        being given back is served by this task's next round, never left unanswered."""
+        while self._prefetches:
+            try:
+                async with self._engine.connect() as conn:
+                    while self._prefetches:
+                        batch_id, futures = self._prefetches[0]
+                        async with conn.begin():
+                            found = await db.read_whole_first_chunks(
+                                conn, batch_id, db.REQUEST, list(futures), PREFETCH_BYTES
+                            )
+                        self._prefetches.popleft()
+                        _answer(futures, found)
+            except Exception as exc:  # those items read their bodies one by one when they run
+                log.warning("reading batch request bodies ahead failed: %s", type(exc).__name__)
                 while self._prefetches:
-                    batch_id, futures = self._prefetches[0]
-                    async with conn.begin():
-                        found = await db.read_whole_first_chunks(
-                            conn, batch_id, db.REQUEST, list(futures), PREFETCH_BYTES
-                        )
-                    self._prefetches.popleft()
-                    _answer(futures, found)
-        except Exception as exc:  # those items read their bodies one by one when they run
-            log.warning("reading batch request bodies ahead failed: %s", type(exc).__name__)
-            while self._prefetches:
-                _answer(self._prefetches.popleft()[1], {})
+                    _answer(self._prefetches.popleft()[1], {})
 
     async def _read_wanted(self) -> None:
         """Answer every waiting read with one query per round, until none waits."""
