@@ -5,7 +5,8 @@ database transaction. One transaction per item made the database the bottleneck 
 and COMMIT per item, and a worker slot held until its commit). Here every finished item is queued and a
 single task writes whatever has accumulated with ``queue.finalize_many`` — one transaction for the
 group, each item's event still committed together with its state. At low load a group is one item,
-written at once; under load groups grow by themselves while the previous commit is in flight.
+written at once; under load groups grow by themselves while the previous commit is in flight. On
+Postgres the groups' transactions run on one connection the finalizer keeps (``relay.batches.held``).
 
 Response bodies. A completed item's body was appended to a payload file when it ran; before a group's
 transaction, ``flush_responses`` puts those bytes on disk (one ``fdatasync`` per file for the whole

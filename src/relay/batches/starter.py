@@ -8,7 +8,9 @@ an item may run only once the database has moved it to ``running`` with a statem
 was cancelled meanwhile (:func:`start`). One transaction per item start would cost a commit per item
 — the very cost claim-ahead removed — so every worker slot that frees up asks here, and a single task
 starts whatever has accumulated with ONE statement: at low load a group is one item, started at once;
-under load groups grow by themselves while the previous statement is in flight.
+under load groups grow by themselves while the previous statement is in flight. On Postgres the
+statements run on one connection the starter keeps (``relay.batches.held``): a pool checkout would
+first ping it (three round trips), which cost more than the statement itself.
 
 Database outages. A start that fails on a transient error is retried with backoff (the items stay
 reserved, so no one else takes them meanwhile). Whether a failed attempt committed is unknown: a retry

@@ -9,7 +9,11 @@ grouped, conditional statement) and runs it only if that succeeded; an item canc
 replica, is dropped unrun. It claims ahead, as far as
 :class:`~relay.batches.pacing.ClaimPacer` says (at least one ready item per slot, more when items
 finish faster than claims come back), so a freed slot starts its next item at once, without waiting
-for a claim, and claims come in groups. When nothing is available it polls
+for a claim, and claims come in groups; the request bodies of a claim's items are read ahead
+then if the batch's payload store does that (``database``: one query per claim). The dispatcher, the
+starter and the finalizer each keep one Postgres connection between their statements
+(``relay.batches.held``: no pool checkout and pre-ping per claim, start or finalize group). When
+nothing is available it polls
 again after a short, growing sleep (50 → 200 ms). A finished item's result goes to the
 :class:`~relay.batches.finalizer.Finalizer`, which writes final states in groups; the slot is free as
 soon as the run ends. A second task heartbeats every ``RELAY_BATCH_HEARTBEAT_S`` and every second
