@@ -167,32 +167,33 @@ async def test_the_database_store_writes_nothing_to_disk_and_chunks_big_bodies(
 
 
 async def test_claimed_requests_read_ahead_are_the_small_whole_bodies(store: PayloadStore) -> None:
-    """``prefetch_requests``: the database store reads a claim's bodies in one query, giving back
-    exactly the bodies that are one chunk (of any size up to ``PREFETCH_BYTES``) and ``None`` for the
-    others (multi-chunk or missing), which ``read_request`` still reads whole; the file store reads
-    nothing ahead."""
+    """``prefetch_requests`` reads a claim's bodies in one query (database) or one thread hop (files),
+    giving back exactly the bodies it can give whole — the file store every one up to
+    ``PREFETCH_BYTES``, the database store those that are one chunk — and ``None`` for the others
+    (multi-chunk or missing), which ``read_request`` still reads whole."""
     batch_id = mint_id("b")
     await store.write_requests(batch_id, iter(BODIES))
     idxs = [*range(len(BODIES)), 99]
     ahead = store.prefetch_requests(batch_id, idxs)
-    if isinstance(store, FileStore):
-        assert ahead == {}
-        return
     assert sorted(ahead) == idxs
     got = {idx: await future for idx, future in ahead.items()}
-    multi_chunk = 3  # 3 × CHUNK + 7 bytes: four chunks
-    assert got == {
-        **{i: body for i, body in enumerate(BODIES) if i != multi_chunk},
-        multi_chunk: None,
-        99: None,
-    }
+    multi_chunk = 3  # 3 × CHUNK + 7 bytes: four chunks in the database
+    expected: dict[int, bytes | None] = {**dict(enumerate(BODIES)), 99: None}
+    if isinstance(store, DatabaseStore):
+        expected[multi_chunk] = None
+    assert got == expected
     assert await store.read_request(batch_id, multi_chunk) == BODIES[multi_chunk]
+    assert await store.prefetch_requests(mint_id("b"), [0])[0] is None  # an unknown batch: read later
 
 
-async def test_a_request_over_the_read_ahead_size_is_read_when_it_runs(engine: AsyncEngine) -> None:
+@pytest.mark.parametrize("kind", ["files", "database"])
+async def test_a_request_over_the_read_ahead_size_is_read_when_it_runs(
+    kind: str, engine: AsyncEngine, tmp_path: Path
+) -> None:
     async with engine.begin() as conn:
         await conn.execute(delete(t.payload_chunks))
-    store = DatabaseStore(engine)  # the shipped chunk size (1 MiB): this body is one chunk
+    # The database store with the shipped chunk size (1 MiB): this body is one chunk.
+    store: PayloadStore = FileStore(tmp_path) if kind == "files" else DatabaseStore(engine)
     batch_id = mint_id("b")
     big = b"z" * (PREFETCH_BYTES + 1)
     await store.write_requests(batch_id, iter([b"{}", big]))
@@ -208,9 +209,6 @@ async def test_a_claim_read_ahead_while_the_previous_one_finishes_is_answered(st
     batch_id = mint_id("b")
     await store.write_requests(batch_id, iter(BODIES))
     first = store.prefetch_requests(batch_id, [0])
-    if isinstance(store, FileStore):
-        assert first == {}
-        return
     assert await first[0] == BODIES[0]
     second = store.prefetch_requests(batch_id, [1, 2])  # the first task is closing its connection
     assert [await asyncio.wait_for(second[i], 10) for i in (1, 2)] == [BODIES[1], BODIES[2]]

@@ -88,6 +88,7 @@ class FileStore:
 
     def __init__(self, root: str | Path) -> None:
         self.dir = PayloadDir(root)
+        self._prefetching: set[asyncio.Task[None]] = set()
 
     async def write_requests(self, batch_id: str, bodies: Iterable[bytes]) -> int:
         return await asyncio.to_thread(self.dir.write_requests, batch_id, bodies)
@@ -96,7 +97,27 @@ class FileStore:
         return await asyncio.to_thread(self.dir.read_request, batch_id, idx)
 
     def prefetch_requests(self, batch_id: str, idxs: Sequence[int]) -> Prefetched:
-        return {}  # one pread each when the item runs
+        """Read these claimed items' request bodies of at most ``PREFETCH_BYTES`` in ONE worker-thread
+        hop (each file opened once), instead of a hop per item as it starts; a future answers ``None``
+        for the others, which :meth:`read_request` reads when their item runs."""
+        loop = asyncio.get_running_loop()
+        futures: dict[int, asyncio.Future[bytes | None]] = {idx: loop.create_future() for idx in idxs}
+        if futures:
+            task = asyncio.create_task(self._prefetch(batch_id, futures), name="batch-request-prefetch")
+            self._prefetching.add(task)
+            task.add_done_callback(self._prefetching.discard)
+        return futures
+
+    async def _prefetch(self, batch_id: str, futures: dict[int, asyncio.Future[bytes | None]]) -> None:
+        found: dict[int, bytes] = {}
+        try:
+            found = await asyncio.to_thread(
+                self.dir.read_small_requests, batch_id, list(futures), PREFETCH_BYTES
+            )
+        except Exception as exc:  # those items read their bodies one by one when they run
+            log.warning("reading batch request bodies ahead failed: %s", type(exc).__name__)
+        finally:
+            _answer(futures, found)
 
     def keep_response(self, batch_id: str, idx: int, body: bytes) -> KeptResponse:
         return KeptResponse(ref=self.dir.append_response(batch_id, body))
@@ -117,6 +138,8 @@ class FileStore:
         return await asyncio.to_thread(self.dir.read_responses, batch_id, refs)
 
     def close(self) -> None:
+        for task in self._prefetching:
+            task.cancel()  # its futures are answered (None: read when run)
         self.dir.close()
 
 

@@ -10,7 +10,7 @@ replica, is dropped unrun. It claims ahead, as far as
 :class:`~relay.batches.pacing.ClaimPacer` says (at least one ready item per slot, more when items
 finish faster than claims come back), so a freed slot starts its next item at once, without waiting
 for a claim, and claims come in groups; the request bodies of a claim's items are read ahead
-then if the batch's payload store does that (``database``: one query per claim). The dispatcher, the
+then (``database``: one query per claim; ``files``: one worker-thread hop). The dispatcher, the
 starter and the finalizer each keep one Postgres connection between their statements
 (``relay.batches.held``: no pool checkout and pre-ping per claim, start or finalize group). When
 nothing is available it polls
