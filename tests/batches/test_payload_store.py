@@ -13,7 +13,14 @@ import pytest
 from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from relay.batches.payload_store import DatabaseStore, FileStore, KeptResponse, PayloadStore, PayloadStores
+from relay.batches.payload_store import (
+    PREFETCH_BYTES,
+    DatabaseStore,
+    FileStore,
+    KeptResponse,
+    PayloadStore,
+    PayloadStores,
+)
 from relay.domain.ids import mint_id
 from relay.store import tables as t
 
@@ -192,3 +199,51 @@ async def test_files_stream_in_and_out_and_leave_nothing_when_discarded_or_remov
             [chunk async for chunk in store.read_file(file_id)]
     else:
         assert [chunk async for chunk in store.read_file(file_id)] == []
+
+
+async def test_claimed_requests_read_ahead_are_the_small_whole_bodies(store: PayloadStore) -> None:
+    """``prefetch_requests`` reads a claim's bodies in one query (database) or one thread hop (files),
+    giving back exactly the bodies it can give whole — the file store every one up to
+    ``PREFETCH_BYTES``, the database store those that are one chunk — and ``None`` for the others
+    (multi-chunk or missing), which ``read_request`` still reads whole."""
+    batch_id = mint_id("b")
+    await store.write_requests(batch_id, iter(BODIES))
+    idxs = [*range(len(BODIES)), 99]
+    ahead = store.prefetch_requests(batch_id, idxs)
+    assert sorted(ahead) == idxs
+    got = {idx: await future for idx, future in ahead.items()}
+    multi_chunk = 3  # 3 × CHUNK + 7 bytes: four chunks in the database
+    expected: dict[int, bytes | None] = {**dict(enumerate(BODIES)), 99: None}
+    if isinstance(store, DatabaseStore):
+        expected[multi_chunk] = None
+    assert got == expected
+    assert await store.read_request(batch_id, multi_chunk) == BODIES[multi_chunk]
+    assert await store.prefetch_requests(mint_id("b"), [0])[0] is None  # an unknown batch: read later
+
+
+@pytest.mark.parametrize("kind", ["files", "database"])
+async def test_a_request_over_the_read_ahead_size_is_read_when_it_runs(
+    kind: str, engine: AsyncEngine, tmp_path: Path
+) -> None:
+    async with engine.begin() as conn:
+        await conn.execute(delete(t.payload_chunks))
+    # The database store with the shipped chunk size (1 MiB): this body is one chunk.
+    store: PayloadStore = FileStore(tmp_path) if kind == "files" else DatabaseStore(engine)
+    batch_id = mint_id("b")
+    big = b"z" * (PREFETCH_BYTES + 1)
+    await store.write_requests(batch_id, iter([b"{}", big]))
+    ahead = store.prefetch_requests(batch_id, [0, 1])
+    assert [await ahead[0], await ahead[1]] == [b"{}", None]
+    assert await store.read_request(batch_id, 1) == big
+    store.close()
+
+
+async def test_a_claim_read_ahead_while_the_previous_one_finishes_is_answered(store: PayloadStore) -> None:
+    """A group queued just as the read-ahead task finished the previous one (its answer is out, its
+    connection still closing) is read too: no item waits for ever for its body."""
+    batch_id = mint_id("b")
+    await store.write_requests(batch_id, iter(BODIES))
+    first = store.prefetch_requests(batch_id, [0])
+    assert await first[0] == BODIES[0]
+    second = store.prefetch_requests(batch_id, [1, 2])  # the first task is closing its connection
+    assert [await asyncio.wait_for(second[i], 10) for i in (1, 2)] == [BODIES[1], BODIES[2]]

@@ -5,7 +5,8 @@ database transaction. One transaction per item made the database the bottleneck 
 and COMMIT per item, and a worker slot held until its commit). Here every finished item is queued and a
 single task writes whatever has accumulated with ``queue.finalize_many`` — one transaction for the
 group, each item's event still committed together with its state. At low load a group is one item,
-written at once; under load groups grow by themselves while the previous commit is in flight.
+written at once; under load groups grow by themselves while the previous commit is in flight. On
+Postgres the groups' transactions run on one connection the finalizer keeps (``relay.batches.held``).
 
 Response bodies. A completed item's body was appended to a payload file when it ran; before a group's
 transaction, ``flush_responses`` puts those bytes on disk (one ``fdatasync`` per file for the whole
@@ -32,8 +33,10 @@ from collections.abc import Awaitable, Callable
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from relay.batches import queue
+from relay.batches.held import Db, HeldConnection
 from relay.batches.payload_store import KeptResponse
 from relay.batches.runner import ItemResult, response_lost
+from relay.domain.batches import ResponseRef
 from relay.store.engine import is_transient
 
 log = logging.getLogger("relay.batches")
@@ -52,7 +55,7 @@ class Finalizer:
         flush_responses: Callable[[], Awaitable[None]],
         save_responses: SaveResponses | None = None,
     ) -> None:
-        self._engine = engine
+        self._held = HeldConnection(engine)  # the group transactions' connection, kept between groups
         self._flush_responses = flush_responses
         self._save_responses = save_responses
         self._instance_id = instance_id
@@ -81,6 +84,7 @@ class Finalizer:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+        await self._held.close()
 
     async def _loop(self) -> None:
         delay = 0.2
@@ -90,23 +94,8 @@ class Finalizer:
             while self.pending:
                 group = await self._flushed(list(self.pending.items())[:MAX_GROUP])
                 try:
-                    done = await queue.finalize_many(
-                        self._engine,
-                        self._instance_id,
-                        [
-                            queue.FinalItem(
-                                key[0],
-                                key[1],
-                                r.state,
-                                r.status,
-                                r.error,
-                                r.event,
-                                r.response.ref if r.response else None,
-                            )
-                            for key, r in group
-                        ],
-                        self._saver(dict(group)),
-                    )
+                    async with self._held.use() as db:
+                        done = await self._finalize(db, group)
                 except Exception as exc:
                     if is_transient(exc):
                         log.warning(
@@ -125,6 +114,17 @@ class Finalizer:
                     del self.pending[key]
                     if done is not None:
                         self._on_settled(key, result, key in done)
+
+    async def _finalize(self, db: Db, group: list[tuple[Key, ItemResult]]) -> set[Key]:
+        return await queue.finalize_many(
+            db,
+            self._instance_id,
+            [
+                queue.FinalItem(key[0], key[1], r.state, r.status, r.error, r.event, _ref(r.response))
+                for key, r in group
+            ],
+            self._saver(dict(group)),
+        )
 
     def _saver(self, results: dict[Key, ItemResult]) -> queue.SaveResponses | None:
         """What writes the group's kept bodies inside its transaction, for the items finalized."""
@@ -153,3 +153,7 @@ class Finalizer:
             group = [(key, response_lost(r, exc) if r.response else r) for key, r in group]
             self.pending.update(group)
         return group
+
+
+def _ref(kept: KeptResponse | None) -> ResponseRef | None:
+    return kept.ref if kept is not None else None

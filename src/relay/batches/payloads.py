@@ -43,7 +43,7 @@ import secrets
 import struct
 import sys
 from array import array
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -173,6 +173,46 @@ class PayloadDir:
         if len(body) != end - 1 - start:
             raise FileNotFoundError(f"the requests file of batch {batch_id} is truncated")
         return body
+
+    def read_small_requests(self, batch_id: str, idxs: Sequence[int], max_bytes: int) -> dict[int, bytes]:
+        """The request bodies of these items that are at most ``max_bytes`` long, opening each file
+        once for the group (a claim's items); the others, and any this replica cannot read whole, are
+        left out: :meth:`read_request` reads them (and says why it cannot)."""
+        wanted = sorted({int(idx) for idx in idxs if int(idx) >= 0})
+        if not wanted:
+            return {}
+        directory = self._dir(batch_id)
+        first, last = wanted[0], wanted[-1]
+        try:
+            fd = os.open(directory / OFFSETS_FILE, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return {}
+        try:
+            table = os.pread(fd, (last - first + 2) * 8, first * 8)
+        finally:
+            os.close(fd)
+        starts = struct.unpack(f"<{len(table) // 8}Q", table[: len(table) // 8 * 8])
+        spans = {
+            idx: (starts[idx - first], starts[idx - first + 1])
+            for idx in wanted
+            if idx - first + 1 < len(starts)
+            and 0 <= starts[idx - first + 1] - 1 - starts[idx - first] <= max_bytes
+        }
+        if not spans:
+            return {}
+        found: dict[int, bytes] = {}
+        try:
+            fd = os.open(directory / REQUESTS_FILE, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return {}
+        try:
+            for idx, (start, end) in spans.items():
+                body = os.pread(fd, end - 1 - start, start)
+                if len(body) == end - 1 - start:
+                    found[idx] = body
+        finally:
+            os.close(fd)
+        return found
 
     def read_responses(
         self, batch_id: str, refs: Mapping[int, ResponseRef | None]

@@ -73,6 +73,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from relay.batches.held import Db
 from relay.batches.txn import (  # noqa: F401  (recovery and expiry import them from here)
     _ago,
     _complete_if_done,
@@ -258,7 +259,7 @@ def _claim_sql(dialect: str) -> _ClaimSQL:
     return built
 
 
-async def claim(engine: AsyncEngine, instance_id: str, limit: int) -> list[ClaimedItem]:
+async def claim(db: Db, instance_id: str, limit: int) -> list[ClaimedItem]:
     """Reserve up to ``limit`` available items of one batch (fair order, module docstring) for
     ``instance_id`` (committed when this returns). Reserved items stay ``available`` — a cancel on any
     replica cancels them like any waiting item (SPEC §10.2) — and ``starter.start`` makes them ``running``
@@ -270,7 +271,7 @@ async def claim(engine: AsyncEngine, instance_id: str, limit: int) -> list[Claim
     """
     if limit < 1:
         return []
-    async with _write(engine) as conn:
+    async with _write(db) as conn:
         sql = _claim_sql(conn.dialect.name)
         params: dict[str, Any] = {"c_instance": instance_id, "c_limit": limit}
         if conn.dialect.name != "postgresql":
@@ -309,7 +310,7 @@ SaveResponses = Callable[[AsyncConnection, list[FinalItem]], Awaitable[None]]
 
 
 async def finalize_many(
-    engine: AsyncEngine,
+    db: Db,
     instance_id: str,
     finals: Sequence[FinalItem],
     save_responses: SaveResponses | None = None,
@@ -333,7 +334,7 @@ async def finalize_many(
     keys = sorted({(f.batch_id, f.idx) for f in finals})
     if len(keys) != len(finals):
         raise ValueError("an item appears twice in one finalize")
-    async with _write(engine) as conn:
+    async with _write(db) as conn:
         # Items first (locked in key order), then the batches' advisory locks: the order put back and
         # rescue use. Rows locked by a concurrent rescue are waited for, then seen as no longer running.
         rows = await conn.execute(

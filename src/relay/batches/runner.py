@@ -23,7 +23,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -33,7 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from relay.adapters import EMBEDDINGS, Dispatch, admit
 from relay.auth import Principal, build_principal, recheck_key, recheck_token
 from relay.batches import queue
-from relay.batches.payload_store import KeptResponse, PayloadStores
+from relay.batches.payload_store import KeptResponse, PayloadStores, Prefetched
 from relay.batches.views import BatchRecord
 from relay.domain.batches import OPENAI_EMBEDDINGS
 from relay.domain.ids import mint_id
@@ -122,9 +122,17 @@ class ItemRunner:
         self._instance_id = instance_id
         self._timeout_s = item_timeout_s
 
-    async def execute(self, item: queue.ClaimedItem) -> ItemResult:
+    def prefetch(self, batch: BatchRecord, idxs: Sequence[int]) -> Prefetched:
+        """Start reading these claimed items' request bodies ahead, if the batch's store does that
+        (one query per claim instead of one per started group); pass each to :meth:`execute`."""
+        return self._payloads.of(batch.payload_store).prefetch_requests(batch.id, idxs)
+
+    async def execute(
+        self, item: queue.ClaimedItem, prefetched: asyncio.Future[bytes | None] | None = None
+    ) -> ItemResult:
         """Run one item; never raises for a failing item (it becomes ``discarded``). Cancellation
-        (``asyncio.CancelledError``) propagates to the worker pool, which decides what it means."""
+        (``asyncio.CancelledError``) propagates to the worker pool, which decides what it means.
+        ``prefetched``: its request body read ahead (:meth:`prefetch`), ``None`` in it if not."""
         batch, idx = item.batch, item.idx
         started = time.perf_counter()
         plan: Plan | None = None
@@ -134,7 +142,7 @@ class ItemRunner:
             return int((time.perf_counter() - started) * 1000)
 
         try:
-            raw = await self._load(batch, idx)
+            raw = await self._load(batch, idx, prefetched)
             snap = self._snapshot()
             principal = self._principal(batch, snap)
             body = _parse(raw)
@@ -234,7 +242,13 @@ class ItemRunner:
             item_event(item.batch, item.idx, error_kind="internal", error_message=message),
         )
 
-    async def _load(self, batch: BatchRecord, idx: int) -> bytes:
+    async def _load(
+        self, batch: BatchRecord, idx: int, prefetched: asyncio.Future[bytes | None] | None
+    ) -> bytes:
+        if prefetched is not None:
+            body = await asyncio.shield(prefetched)
+            if body is not None:
+                return body
         try:
             return await self._payloads.of(batch.payload_store).read_request(batch.id, idx)
         except FileNotFoundError:

@@ -8,7 +8,9 @@ an item may run only once the database has moved it to ``running`` with a statem
 was cancelled meanwhile (:func:`start`). One transaction per item start would cost a commit per item
 — the very cost claim-ahead removed — so every worker slot that frees up asks here, and a single task
 starts whatever has accumulated with ONE statement: at low load a group is one item, started at once;
-under load groups grow by themselves while the previous statement is in flight.
+under load groups grow by themselves while the previous statement is in flight. On Postgres the
+statements run on one connection the starter keeps (``relay.batches.held``): a pool checkout would
+first ping it (three round trips), which cost more than the statement itself.
 
 Database outages. A start that fails on a transient error is retried with backoff (the items stay
 reserved, so no one else takes them meanwhile). Whether a failed attempt committed is unknown: a retry
@@ -24,14 +26,16 @@ possibly started (the finalizer only finalizes items that are really running).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import bindparam, tuple_, update
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from relay.batches.held import Db, HeldConnection
 from relay.batches.views import I, in_state
 from relay.domain.batches import AVAILABLE, RUNNING
 from relay.store.engine import is_transient
@@ -53,31 +57,31 @@ _PG_START = (
 )
 
 
-async def start(
-    engine: AsyncEngine, instance_id: str, keys: Sequence[tuple[str, int]]
-) -> set[tuple[str, int]]:
+async def start(db: Db, instance_id: str, keys: Sequence[tuple[str, int]]) -> set[tuple[str, int]]:
     """Make these items, reserved by ``instance_id``, ``running`` (``claimed_at`` = now, which the
     rescue bound measures from); returns those started. ONE conditional statement for the group (per
     batch on Postgres), committed on its own: an item no longer available and reserved by
     ``instance_id`` (cancelled on any replica, or released and taken elsewhere) is left out and must
     not run. A start and a cancel of one item serialise on its row: it started before the cancel
-    committed (and finishes, SPEC §10.5) or never does."""
+    committed (and finishes, SPEC §10.5) or never does. ``db``: the engine, or on Postgres a
+    connection held by the caller outside any transaction (``relay.batches.held``)."""
     wanted = sorted(set(keys))
     if not wanted:
         return set()
-    if engine.dialect.name == "postgresql":
+    if db.dialect.name == "postgresql":
         by_batch: dict[str, list[int]] = {}
         for batch_id, idx in wanted:
             by_batch.setdefault(batch_id, []).append(idx)
         started: set[tuple[str, int]] = set()
-        async with engine.connect() as conn:  # no SQLAlchemy statement: the driver is in autocommit
+        async with _connection(db) as conn:  # no SQLAlchemy statement: the driver is in autocommit
             raw = (await conn.get_raw_connection()).driver_connection
             assert raw is not None
             for batch_id, idxs in by_batch.items():
                 rows = await raw.fetch(_PG_START, batch_id, idxs, instance_id)
                 started.update((batch_id, row[0]) for row in rows)
         return started
-    async with engine.execution_options(isolation_level="AUTOCOMMIT").connect() as conn:
+    assert isinstance(db, AsyncEngine), "SQLite: the engine (relay.batches.held hands it out there)"
+    async with db.execution_options(isolation_level="AUTOCOMMIT").connect() as conn:
         sql = _START_SQL.get("sqlite")
         if sql is None:
             sql = _START_SQL["sqlite"] = (
@@ -95,9 +99,18 @@ async def start(
         return {(row.batch_id, row.idx) for row in rows}
 
 
+@contextlib.asynccontextmanager
+async def _connection(db: Db) -> AsyncIterator[AsyncConnection]:
+    if isinstance(db, AsyncConnection):
+        yield db
+        return
+    async with db.connect() as conn:
+        yield conn
+
+
 class Starter:
     def __init__(self, engine: AsyncEngine, instance_id: str) -> None:
-        self._engine = engine
+        self._held = HeldConnection(engine)
         self._instance_id = instance_id
         self._waiting: dict[Key, asyncio.Future[bool]] = {}
         self._arrived = asyncio.Event()
@@ -119,6 +132,7 @@ class Starter:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+        await self._held.close()
         for future in self._waiting.values():
             if not future.done():
                 future.set_result(False)
@@ -132,7 +146,8 @@ class Starter:
             while self._waiting:
                 group = list(self._waiting)[:MAX_GROUP]
                 try:
-                    started = await start(self._engine, self._instance_id, group)
+                    async with self._held.use() as db:
+                        started = await start(db, self._instance_id, group)
                 except Exception as exc:
                     if is_transient(exc):
                         log.warning(

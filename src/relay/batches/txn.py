@@ -19,8 +19,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from sqlalchemy import ColumnElement, Interval, exists, func, literal, select, update
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection
 
+from relay.batches.held import Db
 from relay.batches.hooks import FinishedBatch, run_finish_hooks
 from relay.batches.views import B, I, in_state
 from relay.domain.batches import AVAILABLE, ITEM_STATES, RUNNING
@@ -31,10 +32,16 @@ _LOCK_NAMESPACE: Final = int.from_bytes(b"rbat", "big")
 
 
 @asynccontextmanager
-async def _write(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+async def _write(db: Db) -> AsyncIterator[AsyncConnection]:
     """A write transaction: ``BEGIN IMMEDIATE`` on SQLite (the write lock at BEGIN, so two processes
-    never both read "available" and then both write); the default READ COMMITTED on Postgres."""
-    async with engine.execution_options(sqlite_begin="IMMEDIATE").begin() as conn:
+    never both read "available" and then both write); the default READ COMMITTED on Postgres. ``db``
+    is the engine (a checkout), or on Postgres a connection a batch task holds
+    (``relay.batches.held``): the transaction then runs on it."""
+    if isinstance(db, AsyncConnection):
+        async with db.begin():
+            yield db
+        return
+    async with db.execution_options(sqlite_begin="IMMEDIATE").begin() as conn:
         yield conn
 
 

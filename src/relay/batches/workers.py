@@ -9,7 +9,11 @@ grouped, conditional statement) and runs it only if that succeeded; an item canc
 replica, is dropped unrun. It claims ahead, as far as
 :class:`~relay.batches.pacing.ClaimPacer` says (at least one ready item per slot, more when items
 finish faster than claims come back), so a freed slot starts its next item at once, without waiting
-for a claim, and claims come in groups. When nothing is available it polls
+for a claim, and claims come in groups; the request bodies of a claim's items are read ahead
+then (``database``: one query per claim; ``files``: one worker-thread hop). The dispatcher, the
+starter and the finalizer each keep one Postgres connection between their statements
+(``relay.batches.held``: no pool checkout and pre-ping per claim, start or finalize group). When
+nothing is available it polls
 again after a short, growing sleep (50 → 200 ms). A finished item's result goes to the
 :class:`~relay.batches.finalizer.Finalizer`, which writes final states in groups; the slot is free as
 soon as the run ends. A second task heartbeats every ``RELAY_BATCH_HEARTBEAT_S`` and every second
@@ -50,6 +54,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.batches import queue, recovery
 from relay.batches.finalizer import Finalizer
+from relay.batches.held import HeldConnection
 from relay.batches.pacing import ClaimPacer
 from relay.batches.runner import ItemResult, ItemRunner, cancelled_event, item_event
 from relay.batches.starter import Starter
@@ -95,12 +100,14 @@ class WorkerPool:
         # one's claim-ahead does not queue behind it), idx order within a batch.
         self._ready: dict[str, deque[queue.ClaimedItem]] = {}
         self._ready_count = 0
+        self._bodies: dict[_Key, asyncio.Future[bytes | None]] = {}  # ready items' request bodies read ahead
         self._tasks: dict[_Key, asyncio.Task[None]] = {}  # running
         self._executing: set[_Key] = set()  # items whose execution (not finalize) is in progress
         self._finalizer = Finalizer(
             engine, instance_id, self._settled, runner.flush_responses, runner.save_responses
         )
         self._starter = Starter(engine, instance_id)
+        self._claim_db = HeldConnection(engine)  # the dispatcher's claims' connection (relay.batches.held)
         self._cancel_requested: set[_Key] = set()
         self._stop_errors: dict[_Key, str] = {}  # a stop with another error than "cancelled" (expiry)
         self._wake = asyncio.Event()
@@ -131,13 +138,18 @@ class WorkerPool:
                 started = time.monotonic()
                 claimed: list[queue.ClaimedItem] | None = None
                 try:
-                    claimed = await queue.claim(self._engine, self._instance_id, want)
+                    async with self._claim_db.use() as db:
+                        claimed = await queue.claim(db, self._instance_id, want)
                 except Exception as exc:
                     _log_failure("batch claim failed; retrying in 1 s", exc)
                 else:
                     self._pacer.claimed(time.monotonic() - started, got=len(claimed))
+                bodies = self._runner.prefetch(claimed[0].batch, [c.idx for c in claimed]) if claimed else {}
                 for item in claimed or ():
-                    self._items[(item.batch_id, item.idx)] = item
+                    key = (item.batch_id, item.idx)
+                    self._items[key] = item
+                    if item.idx in bodies:
+                        self._bodies[key] = bodies[item.idx]
                     self._ready.setdefault(item.batch_id, deque()).append(item)
                     self._ready_count += 1
             self._start_ready()
@@ -192,13 +204,14 @@ class WorkerPool:
 
     async def _run(self, item: queue.ClaimedItem) -> None:
         key = (item.batch_id, item.idx)
+        body = self._bodies.pop(key, None)
         try:
             if not await self._starter.start(key):
                 # Cancelled (on any replica) or taken by another replica since we reserved it.
                 self._executing.discard(key)
                 self._items.pop(key, None)
                 return
-            result = await self._runner.execute(item)
+            result = await self._runner.execute(item, body)
         except asyncio.CancelledError:
             if key not in self._cancel_requested:
                 raise  # shutdown past its grace: stop() puts the item back
@@ -223,6 +236,7 @@ class WorkerPool:
         for item in self._ready.pop(batch_id, ()):  # reserved, not started
             self._ready_count -= 1
             self._items.pop((item.batch_id, item.idx), None)
+            self._bodies.pop((item.batch_id, item.idx), None)
             stopped += 1
         for key, task in list(self._tasks.items()):
             if key[0] == batch_id and key in self._executing and key not in self._cancel_requested:
@@ -311,6 +325,7 @@ class WorkerPool:
         self._wake.set()
         if self._dispatcher is not None:
             await asyncio.gather(self._dispatcher, return_exceptions=True)
+        await self._claim_db.close()
         if self._liveness is not None:
             self._liveness.cancel()
             await asyncio.gather(self._liveness, return_exceptions=True)

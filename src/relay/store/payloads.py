@@ -6,7 +6,8 @@ group by group as the caller produces them (Postgres: binary ``COPY``; SQLite: o
 group), so 50 000 bodies cost a few statements and only a group at a time is held for the database;
 :func:`insert_bodies` writes completed items' response bodies inside the caller's transaction (the
 one that completes them); :func:`read_many` and :func:`read_bodies` read them back, many items per
-query. A body longer than ``chunk_bytes`` is cut into several rows (``seq`` 0, 1, …), so no single
+query, and :func:`read_whole_first_chunks` the small ones a worker pool claimed, one query per
+claim. A body longer than ``chunk_bytes`` is cut into several rows (``seq`` 0, 1, …), so no single
 value is ever huge and a reader can go row by row.
 
 What it deliberately does not know. Batches, item states and whether a batch uses this store at all
@@ -22,7 +23,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from typing import Any, Final
 
-from sqlalchemy import insert, select, tuple_
+from sqlalchemy import Integer, String, bindparam, exists, func, insert, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from relay.store import tables as t
@@ -120,6 +121,48 @@ async def read_many(
         for owner_id, idx, data in rows:
             parts.setdefault((owner_id, idx), []).append(bytes(data))
     return {key: b"".join(chunk) for key, chunk in parts.items()}
+
+
+async def read_whole_first_chunks(
+    conn: AsyncConnection, owner_id: str, kind: str, idxs: Sequence[int], max_bytes: int
+) -> dict[int, bytes]:
+    """The bodies of these items that are ONE chunk of at most ``max_bytes`` (one query, on the caller's
+    connection and transaction); larger or absent bodies are left out (read them with
+    :func:`read_many`). Whether a body has a second chunk is asked of the table, not of a chunk size,
+    so a body cut with any ``chunk_bytes`` is only ever returned whole."""
+    if not idxs:
+        return {}
+    rows = await conn.execute(
+        _first_chunks_sql(),
+        {"f_owner": owner_id, "f_kind": kind, "f_idxs": sorted(set(idxs)), "f_max": max_bytes},
+    )
+    return {idx: bytes(data) for idx, data in rows}
+
+
+_FIRST_CHUNKS: list[Any] = []
+
+
+def _first_chunks_sql() -> Any:
+    """Built once: it runs once per claim of a batch using this store."""
+    if not _FIRST_CHUNKS:
+        second = P.alias("second")
+        owner, kind = bindparam("f_owner", type_=t.ID), bindparam("f_kind", type_=String())
+        _FIRST_CHUNKS.append(
+            select(P.c.idx, P.c.data).where(
+                P.c.owner_id == owner,
+                P.c.kind == kind,
+                P.c.idx.in_(bindparam("f_idxs", expanding=True)),
+                P.c.seq == 0,
+                func.length(P.c.data) <= bindparam("f_max", type_=Integer()),
+                ~exists().where(
+                    second.c.owner_id == owner,
+                    second.c.kind == kind,
+                    second.c.idx == P.c.idx,
+                    second.c.seq == 1,
+                ),
+            )
+        )
+    return _FIRST_CHUNKS[0]
 
 
 async def read_bodies(engine: AsyncEngine, owner_id: str, kind: str, idxs: Sequence[int]) -> dict[int, bytes]:
