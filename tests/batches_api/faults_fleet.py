@@ -22,7 +22,6 @@ from __future__ import annotations
 import itertools
 import json
 import signal
-import subprocess
 import time
 import uuid
 from collections import defaultdict
@@ -38,7 +37,8 @@ from tests.batches_api.helpers import batch_events, results
 from tests.fixtures.fake_upstream import FakeUpstream
 from tests.fixtures.live import PRICING, Gateway, uniq
 from tests.fixtures.polling import wait_for
-from tests.fixtures.relay_server import RELAY_BIN, RelayProcess
+from tests.fixtures.relay_server import RelayProcess
+from tests.fixtures.relay_spawn import spawn_serve
 
 FINAL = {"completed", "discarded", "cancelled"}
 HOST_KEY_ENV = "RELAY_TEST_FAULT_HOST_KEY"  # RELAY_TEST_* is not taken for a mistyped setting
@@ -94,14 +94,7 @@ class Fleet:
         }
         process = RelayProcess(self.tmp / name, self.database_url, merged)
         process.workdir.mkdir(parents=True, exist_ok=True)
-        with process.log_path.open("ab") as log:
-            process.proc = subprocess.Popen(
-                [RELAY_BIN, "serve"],
-                cwd=process.workdir,
-                env=process.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
+        process.proc = spawn_serve(process.workdir, process.env, process.log_path)
         replica = Replica(name, process, instance, upstream_key)
         self.replicas.append(replica)
         self.booting.append(replica)
