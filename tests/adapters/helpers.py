@@ -6,11 +6,10 @@ import random
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-import orjson
-
 from relay.fake_upstream import anthropic as fake_anthropic
 from relay.fake_upstream import openai_chat as fake_chat
 from relay.fake_upstream import responses as fake_responses
+from tests.fixtures.sse import parse_sse as parse_sse  # the stream tests import it from here
 
 RENDER: dict[str, Any] = {
     "openai": fake_chat,
@@ -79,23 +78,3 @@ def chunkings(data: bytes, seed: int = 7, rounds: int = 25) -> Iterator[list[byt
 
 def run(feed: Callable[[bytes], bytes], finish: Callable[[], bytes], chunks: Iterable[bytes]) -> bytes:
     return b"".join([feed(c) for c in chunks]) + finish()
-
-
-def parse_sse(data: bytes) -> list[tuple[str | None, Any]]:
-    """``[(event name, parsed data or "[DONE]")]``; every event must end with a blank line."""
-    text = data.decode()
-    assert text.endswith("\n\n"), "stream must end with a complete event"
-    events: list[tuple[str | None, Any]] = []
-    for block in text[:-2].split("\n\n"):
-        name, payload = None, None
-        for line in block.split("\n"):
-            field, _, value = line.partition(": ")
-            if field == "event":
-                name = value
-            elif field == "data":
-                payload = value
-            else:
-                raise AssertionError(f"unexpected SSE line {line!r}")
-        assert payload is not None
-        events.append((name, payload if payload == "[DONE]" else orjson.loads(payload)))
-    return events

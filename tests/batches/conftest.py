@@ -10,23 +10,19 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-from sqlalchemy import delete
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.store import tables as t
 from relay.store.engine import create_engine
+from tests.fixtures.databases import emptied_engine
 
 
 @pytest.fixture
 async def engine(migrated_url: str) -> AsyncIterator[AsyncEngine]:
-    engine = create_engine(migrated_url)
-    async with engine.begin() as conn:
-        for table in (t.usage_events, t.batch_items, t.batches, t.batch_workers, t.idempotency_keys):
-            await conn.execute(delete(table))
-    try:
+    async with emptied_engine(
+        migrated_url, (t.usage_events, t.batch_items, t.batches, t.batch_workers, t.idempotency_keys)
+    ) as engine:
         yield engine
-    finally:
-        await engine.dispose()
 
 
 @pytest.fixture

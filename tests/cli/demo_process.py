@@ -13,8 +13,6 @@ import os
 import signal
 import subprocess
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 from tests.fixtures.relay_server import RELAY_BIN, free_port
@@ -107,11 +105,3 @@ class Demo:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             return self.proc.wait()
-
-
-def wait_for(condition: Callable[[], object], what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)

@@ -18,8 +18,9 @@ from typing import Any
 
 import httpx
 
-from tests.cli.demo_process import Demo, wait_for
+from tests.cli.demo_process import Demo
 from tests.fixtures.live import metric_value
+from tests.fixtures.polling import wait_for
 from tests.fixtures.relay_server import RELAY_BIN
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\r")
@@ -118,7 +119,7 @@ def test_wait_reacts_to_a_cancel_and_every_cancelled_item_is_counted(demo: Demo,
     n = 40  # more than the demo's 16 workers and the 16 items they claim ahead: 8 stay waiting
     slow = write_jsonl(tmp_path / "slow.jsonl", [item(i, latency_ms=60_000) for i in range(n)])
     term = Terminal(demo, "batch", "submit", str(slow), "--shape", "openai", "--wait")
-    wait_for(lambda: " running " in term.screen, "the bar to show a running batch", timeout=60)
+    wait_for("the bar to show a running batch", lambda: " running " in term.screen, timeout=60)
     batch_id = next(w for w in term.screen.split() if w.startswith("b_"))
     assert status_lines(demo, batch_id)["state"] == "running"
 
@@ -141,7 +142,7 @@ def test_wait_reacts_to_a_cancel_and_every_cancelled_item_is_counted(demo: Demo,
         text = httpx.get(f"{demo.control_url}/metrics").text
         return metric_value(text, "relay_batch_items_finished_total", state="cancelled") - before
 
-    wait_for(lambda: counted() >= n, f"{n} cancelled items counted", timeout=30)
+    wait_for(f"{n} cancelled items counted", lambda: counted() >= n, timeout=30)
     assert counted() == n  # waiting, claimed-ahead and running items, each once
     finished = demo.cli("batch", "submit", str(tmp_path / "two.jsonl"), "--shape", "openai", "--wait")
     assert finished.returncode == 0, finished.stderr  # all completed: exit 0

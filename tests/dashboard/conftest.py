@@ -18,8 +18,7 @@ import pytest
 
 from tests.fixtures.databases import missing_service
 from tests.fixtures.fake_upstream import FakeUpstream
-from tests.fixtures.live import Gateway, Reaper, backend_setup, live_reaper  # noqa: F401
-from tests.fixtures.relay_server import RelayProcess
+from tests.fixtures.live import Gateway, Reaper, live_reaper, start_gateway  # noqa: F401
 
 CHROMIUM = os.environ.get("RELAY_TEST_CHROMIUM", "/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "dashboard"
@@ -32,16 +31,8 @@ def dash_gw(
     live_reaper: Reaper,  # noqa: F811
 ) -> Iterator[Gateway]:
     workdir: Path = tmp_path_factory.mktemp("dashboard")
-    database_url, redis_url, env = backend_setup("sqlite", workdir)
-    env.update({"RELAY_BATCH_WORKERS": "2", "RELAY_BATCH_HEARTBEAT_S": "1"})
-    process = RelayProcess(workdir, database_url, env)
-    try:
-        process.start()
-        gw = Gateway(process, fake_upstream, "sqlite", redis_url)
-        gw.apply_catalog()
-        yield gw
-    finally:
-        live_reaper.stop([process])
+    env = {"RELAY_BATCH_WORKERS": "2", "RELAY_BATCH_HEARTBEAT_S": "1"}
+    yield from start_gateway("sqlite", workdir, fake_upstream, live_reaper, env)
 
 
 @pytest.fixture(scope="module")

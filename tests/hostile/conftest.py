@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.fake_upstream import FakeUpstream
-from tests.fixtures.live import Gateway, Reaper, backend_setup, live_reaper  # noqa: F401
-from tests.fixtures.relay_server import RelayProcess
+from tests.fixtures.live import Gateway, Reaper, live_reaper, start_gateway  # noqa: F401
 
 HOSTILE_ENV = {
     "RELAY_HEADER_TIMEOUT_S": "2",
@@ -20,18 +19,6 @@ HOSTILE_ENV = {
     "RELAY_CONTROL_MAX_REQUEST_BYTES": str(256 * 1024),
     "RELAY_PUBLIC_URL": "https://relay.example.test",
 }
-
-
-def start_gateway(backend: str, workdir: Path, fake: FakeUpstream, reaper: Reaper) -> Iterator[Gateway]:
-    database_url, redis_url, env = backend_setup(backend, workdir)
-    process = RelayProcess(workdir, database_url, {**env, **HOSTILE_ENV})
-    try:
-        process.start()
-        gw = Gateway(process, fake, backend, redis_url)
-        gw.apply_catalog()
-        yield gw
-    finally:
-        reaper.stop([process], database_url if backend == "postgres" else None)
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
@@ -42,7 +29,7 @@ def hostile(
     live_reaper: Reaper,  # noqa: F811
 ) -> Iterator[Gateway]:
     workdir: Path = tmp_path_factory.mktemp(f"hostile-{request.param}")
-    yield from start_gateway(request.param, workdir, fake_upstream, live_reaper)
+    yield from start_gateway(request.param, workdir, fake_upstream, live_reaper, HOSTILE_ENV)
 
 
 @pytest.fixture(scope="module")
@@ -52,4 +39,5 @@ def hostile_sqlite(
     live_reaper: Reaper,  # noqa: F811
 ) -> Iterator[Gateway]:
     """One gateway on SQLite, for the fuzz run (its findings do not depend on the backend)."""
-    yield from start_gateway("sqlite", tmp_path_factory.mktemp("hostile-fuzz"), fake_upstream, live_reaper)
+    workdir = tmp_path_factory.mktemp("hostile-fuzz")
+    yield from start_gateway("sqlite", workdir, fake_upstream, live_reaper, HOSTILE_ENV)

@@ -13,9 +13,9 @@ import httpx
 from sqlalchemy import MetaData, select
 
 from relay.store.engine import create_engine
+from tests.fixtures.polling import wait_for
 from tests.fixtures.relay_server import ADMIN_TOKEN, RELAY_BIN, RelayProcess
 from tests.integration.test_credentials import World, probe
-from tests.integration.test_replicas_and_secrets import wait_for
 
 
 def status(relay: RelayProcess, credential: str) -> int:
@@ -31,20 +31,24 @@ def test_revocations_and_rotations_reach_other_replicas_and_survive_restarts(
     key, plaintext = world.key()
     _, rotating = world.key()
     one, other = world.token(), world.token()
-    wait_for(lambda: status(b, plaintext) == 200 and status(b, one["token"]) == 200, 2.0)
+    wait_for(
+        "b to know the new key and token",
+        lambda: status(b, plaintext) == 200 and status(b, one["token"]) == 200,
+        2.0,
+    )
 
     a.api("POST", f"/api/keys/{key['id']}/revoke")
-    wait_for(lambda: status(b, plaintext) == 401, 2.0)
+    wait_for("b to see the key revoked", lambda: status(b, plaintext) == 401, 2.0)
     a.api("DELETE", f"/api/tokens/{one['jti']}")
-    wait_for(lambda: status(b, one["token"]) == 401, 2.0)
+    wait_for("b to see the token revoked", lambda: status(b, one["token"]) == 401, 2.0)
     assert status(b, other["token"]) == 200
     rotating_id = next(
         k["id"] for k in a.api("GET", "/api/keys").json()["items"] if k["prefix"] == rotating[:16]
     )
     new = a.api("POST", f"/api/keys/{rotating_id}/rotate", {"grace_seconds": 0}).json()["plaintext"]
-    wait_for(lambda: status(b, rotating) == 401 and status(b, new) == 200, 2.0)
+    wait_for("b to see the rotation", lambda: status(b, rotating) == 401 and status(b, new) == 200, 2.0)
     b.api("POST", f"/api/users/{world.user['id']}/revoke-tokens")
-    wait_for(lambda: status(a, other["token"]) == 401, 2.0)
+    wait_for("a to see the revoke-all", lambda: status(a, other["token"]) == 401, 2.0)
 
     a.stop()
     b.stop()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -15,17 +14,8 @@ import pytest
 from sqlalchemy import text
 
 from relay.store.engine import create_engine
+from tests.fixtures.polling import wait_for
 from tests.fixtures.relay_server import RelayProcess
-
-
-def wait_for(predicate: Any, timeout: float) -> float:
-    """Seconds until ``predicate()`` held; fails after ``timeout`` (the SPEC's bound, not a benchmark)."""
-    start = time.monotonic()
-    while time.monotonic() - start < timeout:
-        if predicate():
-            return time.monotonic() - start
-        time.sleep(0.02)
-    raise AssertionError(f"not true within {timeout}s")
 
 
 def test_write_on_one_replica_reaches_the_other_within_2s(postgres_url: str, relay_factory: Any) -> None:
@@ -36,12 +26,20 @@ def test_write_on_one_replica_reaches_the_other_within_2s(postgres_url: str, rel
         name = f"team-{uuid.uuid4().hex[:8]}"
         a.create("teams", {"name": name})
         expected = before["counts"]["teams"] + 1
-        wait_for(lambda n=expected: b.api("GET", "/api/snapshot").json()["counts"]["teams"] == n, 2.0)
+        wait_for(
+            "the other replica to see the write (SPEC §2: within 2 s)",
+            lambda n=expected: b.api("GET", "/api/snapshot").json()["counts"]["teams"] == n,
+            2.0,
+        )
         assert b.api("GET", "/api/snapshot").json()["revision"] > before["revision"], step
     # and the other way round, for a delete
     count = a.api("GET", "/api/snapshot").json()["counts"]["teams"]
     assert b.api("DELETE", f"/api/teams/{name}").status_code == 204
-    wait_for(lambda: a.api("GET", "/api/snapshot").json()["counts"]["teams"] == count - 1, 2.0)
+    wait_for(
+        "the first replica to see the delete (SPEC §2: within 2 s)",
+        lambda: a.api("GET", "/api/snapshot").json()["counts"]["teams"] == count - 1,
+        2.0,
+    )
 
 
 def test_snapshot_survives_a_replica_restart(postgres_url: str, relay_factory: Any) -> None:

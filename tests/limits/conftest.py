@@ -1,24 +1,22 @@
 """Fixtures for the rate-limiter and key-pool suite: real shared state, real catalog records.
 
-``state`` runs each test on ``MemoryState`` and on the real Redis at ``RELAY_TEST_REDIS_URL`` (never a
-mock; a missing Redis skips, or fails under ``CI=true``). ``replicas`` makes several ``RedisState``
-objects on one prefix, standing for replicas. ``CountingState`` wraps a real ``MemoryState`` and
-counts calls, so tests can assert how many state round trips a request costs.
+``state`` (from ``tests.fixtures.shared_state``) runs each test on ``MemoryState`` and on the real
+Redis at ``RELAY_TEST_REDIS_URL`` (never a mock; a missing Redis skips, or fails under ``CI=true``).
+``replicas`` makes several ``RedisState`` objects on one prefix, standing for replicas.
+``CountingState`` wraps a real ``MemoryState`` and counts calls, so tests can assert how many state
+round trips a request costs.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, cast
-
-import pytest
 
 from relay.domain.ratelimits import RateLimitRule
 from relay.snapshot import HostKey, Policy
-from relay.state import MemoryState, RedisState, SharedState
-from tests.fixtures.databases import REDIS_URL
-from tests.state.conftest import STATE_PARAMS, each_state, redis_namespace
+from relay.state import MemoryState, SharedState
+from tests.fixtures.shared_state import redis_admin, replicas, state  # noqa: F401
 
 
 class CountingState:
@@ -39,27 +37,6 @@ class CountingState:
 
     def as_state(self) -> SharedState:
         return cast(SharedState, self)
-
-
-@pytest.fixture(params=STATE_PARAMS)
-async def state(request: pytest.FixtureRequest) -> AsyncIterator[SharedState]:
-    async with each_state(request.param) as chosen:
-        yield chosen
-
-
-@pytest.fixture
-async def replicas() -> AsyncIterator[Callable[[], RedisState]]:
-    """Make ``RedisState`` objects on one fresh prefix: separate pools, as separate replicas have."""
-    async with redis_namespace() as (prefix, _admin):
-        made: list[RedisState] = []
-
-        def make() -> RedisState:
-            made.append(RedisState(REDIS_URL, prefix=prefix))
-            return made[-1]
-
-        yield make
-        for instance in made:
-            await instance.close()
 
 
 def rule(meter: str, limit: int, window: str = "9999999s", per: str = "policy") -> RateLimitRule:

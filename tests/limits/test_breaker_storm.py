@@ -22,8 +22,8 @@ import pytest
 from relay.keypool import Failure, KeyPool
 from relay.snapshot import HostKey
 from relay.state import BreakerRecord, SharedState
+from tests.fixtures.shared_state import each_state
 from tests.limits.conftest import host_keys, policy
-from tests.state.conftest import each_state
 
 PRIORITIZED = policy(key_selection="prioritized")
 SERVER_ERROR = Failure("server", 503, None)

@@ -1,3 +1,8 @@
-"""The live inference plane over HTTP: real ``relay serve`` processes, the real fake upstream."""
+"""The live inference plane over HTTP: real ``relay serve`` processes, the real fake upstream.
 
-from tests.fixtures.live import gateway, live_reaper, replicas  # noqa: F401
+``gateway`` here is package-scoped (``package_gateway``): one process per backend serves every module of
+``tests/live``, so a new module costs no process start. Tests build their own hosts, keys, models and
+policies (``Gateway.scenario``, random names) and never assume what another test left behind.
+"""
+
+from tests.fixtures.live import live_reaper, package_gateway, replicas  # noqa: F401

@@ -1,12 +1,15 @@
-"""Assertions shared by the live suite: Relay's error bodies in each caller shape (SPEC §7)."""
+"""Shared by the live suite: Relay's error bodies in each caller shape (SPEC §7), what the fake upstream
+received, and the short request builders several modules use."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
 
 from tests.fixtures.fake_upstream import FakeUpstream
+from tests.fixtures.live import HOST_ANTHROPIC, HOST_OPENAI, MESSAGES_MODEL, Gateway, Scenario
 
 
 def assert_openai_error(
@@ -47,3 +50,31 @@ def last_upstream(fake: FakeUpstream) -> dict[str, Any]:
 def keys_called(fake: FakeUpstream) -> list[str]:
     """The upstream key of every request the fake received since its reset, in order."""
     return [r["key"] for r in fake.requests(500)]
+
+
+MAIN_KEYS = {host: f"{host}-k1" for host in (HOST_OPENAI, HOST_ANTHROPIC)}
+
+
+def messages(
+    gateway: Gateway, model: str, key: str | None = None, path: str = "/anthropic/v1/messages"
+) -> httpx.Response:
+    body = {"model": model, "max_tokens": 20, "messages": [{"role": "user", "content": "hello there"}]}
+    return gateway.post(path, body, key=key)
+
+
+def chat(gateway: Gateway, s: Scenario, **extra: Any) -> httpx.Response:
+    body = {"model": s.model, "messages": [{"role": "user", "content": "hello there"}], **extra}
+    return gateway.post("/v1/chat/completions", body, key=s.key)
+
+
+def ok(response: httpx.Response) -> None:
+    assert response.status_code == 200, response.text
+    assert response.json()["choices"][0]["message"]["content"] == "Echo: hello there"
+
+
+MESSAGE = {"model": MESSAGES_MODEL, "max_tokens": 20, "messages": [{"role": "user", "content": "hi"}]}
+
+
+def assert_relay_key_not_forwarded(received: dict[str, Any], relay_key: str) -> None:
+    assert relay_key not in json.dumps(received["headers"])
+    assert relay_key not in json.dumps(received["body"])

@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 
 from relay.state import BreakerRecord, RedisState
 from relay.state.mirror import BreakerMirror
-from tests.state.conftest import mirroring
+from tests.fixtures.shared_state import mirroring
 
 OPEN = BreakerRecord(open_until=None, failures=0, reason="upstream_auth_failed", version="v1")
 

@@ -16,18 +16,10 @@ from redis.asyncio import Redis
 
 from relay.state import LimitCheck, RedisState, StateUnavailable
 from tests.fixtures.databases import REDIS_URL
+from tests.fixtures.polling import wait_until
 from tests.fixtures.private_redis import PrivateRedis, private_redis  # noqa: F401
 
 TIMEOUT_S = 0.5
-
-
-async def wait_until(what: str, check: Callable[[], bool], timeout_s: float = 15.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not check():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 async def test_a_full_pool_waits_instead_of_failing(redis_admin: tuple[str, Redis]) -> None:
