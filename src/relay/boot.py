@@ -25,6 +25,11 @@ from relay.batches.expiry import ExpirySweeper
 from relay.batches.files import FileService
 from relay.batches.files_api import PREFIXES as FILES_PREFIXES
 from relay.batches.files_api import FilesApp
+from relay.batches.hooks import register_finish_hook
+from relay.batches.openai_batches import OpenAIBatches
+from relay.batches.openai_batches_api import PREFIX as OPENAI_BATCHES_PREFIX
+from relay.batches.openai_batches_api import OpenAIBatchesApp
+from relay.batches.openai_finalizer import OpenAIFinalizer, mark_finalizing
 from relay.batches.payload_store import DatabaseStore, FileStore, PayloadStores
 from relay.batches.runner import ItemRunner
 from relay.batches.service import BatchService
@@ -84,6 +89,7 @@ class Runtime:
     batch_workers: WorkerPool | None = None  # None when RELAY_BATCH_WORKERS=0
     files: FileService | None = None  # the Files API (SPEC §14), its expiry sweep on every replica
     batch_expiry: ExpirySweeper | None = None  # on every replica, whatever RELAY_BATCH_WORKERS
+    openai_finalizer: OpenAIFinalizer | None = None  # §14 output/error files, on every replica
 
     async def database_ok(self) -> bool:
         try:
@@ -109,6 +115,8 @@ class Runtime:
             self.files.start()
         if self.batch_expiry is not None:
             self.batch_expiry.start()
+        if self.openai_finalizer is not None:
+            self.openai_finalizer.start()
 
     async def stop_batch_workers(self) -> None:
         """Stop claiming batch items, let running ones finish (grace), put the rest back; idempotent."""
@@ -118,6 +126,8 @@ class Runtime:
     async def stop(self) -> None:
         if self.batch_expiry is not None:
             await self.batch_expiry.close()
+        if self.openai_finalizer is not None:
+            await self.openai_finalizer.close()
         await self.stop_batch_workers()
         if self.files is not None:
             await self.files.stop()
@@ -217,6 +227,7 @@ def build_runtime(settings: Settings) -> Runtime:
     )
     # Finish hooks (relay.batches.hooks: called inside the transaction that finishes a batch) are
     # registered here by the packages that need them (webhooks' outbox, the §14 façade).
+    register_finish_hook(mark_finalizing)  # §14: a finished OpenAI-API batch waits for its files
     batches = BatchService(
         engine,
         payloads,
@@ -233,6 +244,8 @@ def build_runtime(settings: Settings) -> Runtime:
         prefix: FilesApp(runtime.files, snapshot, settings.batch_max_bytes, prefix)
         for prefix in FILES_PREFIXES
     }
+    openai_batches = OpenAIBatches(batches, runtime.files, max_items=settings.batch_max_items)
+    runtime.openai_finalizer = OpenAIFinalizer(engine, batches, runtime.files, settings.batch_finalize_poll_s)
 
     runtime.inference_app = InferenceApp(
         live=LiveHandler(
@@ -246,7 +259,11 @@ def build_runtime(settings: Settings) -> Runtime:
         database_ok=runtime.database_ok,
         max_request_bytes=settings.max_request_bytes,
         metrics=metrics,
-        mounts={BATCHES_PREFIX: BatchesApp(batches, snapshot, settings.batch_max_bytes), **files_apps},
+        mounts={
+            BATCHES_PREFIX: BatchesApp(batches, snapshot, settings.batch_max_bytes),
+            OPENAI_BATCHES_PREFIX: OpenAIBatchesApp(openai_batches, snapshot, settings.batch_max_bytes),
+            **files_apps,
+        },
     )
 
     admin_batches = BatchAdmin(engine, batches)
