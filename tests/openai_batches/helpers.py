@@ -3,6 +3,7 @@ batch to end, reading its output and error files."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Any
@@ -11,7 +12,8 @@ import httpx
 from openai import OpenAI
 from openai.types import Batch
 
-from tests.fixtures.live import CHAT_MODEL, EMBED_MODEL, RESPONSES_MODEL, Gateway
+from relay.store.engine import create_engine
+from tests.fixtures.live import CHAT_MODEL, EMBED_MODEL, RESPONSES_MODEL, Gateway, uniq
 
 ENDED = ("completed", "failed", "expired", "cancelled")
 NOT_FOUND = {"error": {"type": "invalid_request_error", "code": "not_found", "message": "batch not found"}}
@@ -74,3 +76,35 @@ def file_lines(client: OpenAI, file_id: str | None) -> list[dict[str, Any]]:
 
 def raw(gw: Gateway, method: str, path: str, key: str | None = None, **kwargs: Any) -> httpx.Response:
     return gw.client.request(method, "/openai/v1" + path, headers=gw.auth(key), **kwargs)
+
+
+def db(gw: Gateway, statement: Any) -> Any:
+    """Run one statement on the relay's database (tests move ``expires_at`` into the past with it)."""
+
+    async def go() -> Any:
+        engine = create_engine(gw.relay.database_url)
+        try:
+            async with engine.begin() as conn:
+                result = await conn.execute(statement)
+                return result.scalar() if statement.is_select else None
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(go())
+
+
+def new_user(gw: Gateway) -> str:
+    name = uniq("ou")
+    doc = {
+        "kind": "User",
+        "name": name,
+        "spec": {"email": f"{name}@example.com", "memberships": [{"project": gw.project}]},
+    }
+    gw.control_write("POST", "/api/apply", {"documents": [doc]}, 200)
+    return gw.object_id("users", name)
+
+
+def token(gw: Gateway, user_id: str) -> str:
+    return str(
+        gw.control_write("POST", f"/api/users/{user_id}/tokens", {"project": gw.project}, 201).json()["token"]
+    )
