@@ -137,6 +137,10 @@ class OpenAIFinalizer:
                 ended = await batch_store.set_api_state(
                     conn, batch_id, api_status=outcome_of(row), api_data=data, only_if_status=claim
                 )
+                # WEBHOOKS (SPEC §10.10), for the lead when relay.webhooks lands: a §14 batch's event is
+                # best stored here, in this transaction, once its files exist (its `api_status` is the
+                # event type's state); the webhooks' finish hook would then skip api "openai" batches
+                # unless `failed` (those finish at create, with no files to wait for).
         except BaseException:
             await self._remove(owner, written)
             raise
