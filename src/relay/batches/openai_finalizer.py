@@ -143,6 +143,7 @@ class OpenAIFinalizer:
                 # unless `failed` (those finish at create, with no files to wait for).
         except BaseException:
             await self._remove(owner, written)
+            await self._release(batch_id, claim)
             raise
         if not ended:
             log.warning(
@@ -163,6 +164,14 @@ class OpenAIFinalizer:
                     yield output_line(line_id, row.custom_id, row.status or 200, request_id, body or b"null")
                 else:
                     errors.append(error_line(line_id, row.custom_id, row.error or "", row.status, request_id))
+
+    async def _release(self, batch_id: str, claim: str) -> None:
+        """Give a claim back after a failure, so the next pass (any replica's) retries at once."""
+        try:
+            async with self._engine.begin() as conn:
+                await batch_store.set_api_state(conn, batch_id, api_status=FINALIZING, only_if_status=claim)
+        except Exception as exc:  # the claim then lapses after its lease
+            log.warning("could not release the finalizing claim of %s (%s)", batch_id, type(exc).__name__)
 
     async def _remove(self, owner: str, file_ids: list[str]) -> None:
         for file_id in file_ids:
