@@ -228,6 +228,8 @@ def build_runtime(settings: Settings) -> Runtime:
     # Finish hooks (relay.batches.hooks: called inside the transaction that finishes a batch) are
     # registered here by the packages that need them (webhooks' outbox, the §14 façade).
     register_finish_hook(mark_finalizing)  # §14: a finished OpenAI-API batch waits for its files
+    # WEBHOOKS (for the lead, once relay.webhooks is merged here): the §14 batches' events are stored in
+    # the transaction of their end state: register_end_event(relay.webhooks.outbox.enqueue).
     batches = BatchService(
         engine,
         payloads,

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from relay.batches import queue
 from relay.batches.files import FileService
 from relay.batches.hooks import register_finish_hook
-from relay.batches.openai_finalizer import OpenAIFinalizer, mark_finalizing
+from relay.batches.openai_finalizer import OpenAIFinalizer, mark_finalizing, register_end_event
 from relay.batches.payload_store import DatabaseStore, FileStore, PayloadStores
 from relay.batches.service import BatchService
 from relay.domain.batches import mint_batch_id
@@ -107,3 +107,33 @@ async def test_the_hook_leaves_other_apis_and_failed_batches_alone(hooked: Async
     await queue.insert_batch(hooked, batch_row(id=failed_id, api="openai", api_status="failed"), 0)
     assert (await state(hooked, relay["id"]))[0] is None
     assert (await state(hooked, failed_id))[0] == "failed"
+
+
+async def test_the_end_event_is_called_once_in_the_end_state_transaction(
+    hooked: AsyncEngine, replicas: list[AsyncEngine], tmp_path: Path
+) -> None:
+    """What the webhooks' outbox gets (SPEC §10.10): one call per batch with its end state's event type,
+    inside the transaction that sets it (the callback's row write commits with it), for a finalized
+    batch and for one that failed validation (finished at create)."""
+    calls: list[tuple[str, str, dict[str, int]]] = []
+
+    async def record(
+        conn: Any, *, batch_id: str, api: str, project_id: str, counts: Any, event_type: str
+    ) -> int:
+        assert (api, project_id) == ("openai", "prj_1")
+        calls.append((batch_id, event_type, dict(counts)))
+        await batch_store.set_api_state(conn, batch_id, api_data={"seen_in_transaction": True})
+        return 1
+
+    unregister = register_end_event(record)
+    try:
+        batch_id = await cancelled_openai_batch(hooked)
+        racers = [finalizer(engine, tmp_path / str(i)) for i, engine in enumerate(replicas)]
+        await asyncio.gather(*(racer.finalize_waiting() for racer in racers))
+        failed_id = mint_batch_id("openai")
+        await queue.insert_batch(hooked, batch_row(id=failed_id, api="openai", api_status="failed"), 0)
+    finally:
+        unregister()
+    assert calls == [(batch_id, "batch.cancelled", {"cancelled": 3}), (failed_id, "batch.failed", {})]
+    assert (await state(hooked, batch_id))[1] == {"seen_in_transaction": True}
+    assert (await state(hooked, failed_id))[1] == {"seen_in_transaction": True}

@@ -3,12 +3,15 @@ and error files are written and it becomes ``completed``, ``cancelled`` or ``exp
 
 What it does. :func:`mark_finalizing` is the finish hook (``relay.batches.hooks``, registered in
 ``relay.boot``): inside the transaction that finishes a §14 batch it moves ``api_status`` from
-``in_progress`` to ``finalizing`` (only a row write, as hooks must). :class:`OpenAIFinalizer` runs on
-every replica, whatever ``RELAY_BATCH_WORKERS``: every ``RELAY_BATCH_FINALIZE_POLL_S`` it claims the
-``finalizing`` batches — a compare-and-set of ``api_status`` to ``fin@<deadline>`` — writes their files
-through the Files service, then sets the end state with the files' ids (another compare-and-set,
-from its own claim). A claim whose deadline passed (its replica died or stalled) is claimed again, so
-a restart during finalizing still ends the batch with its files.
+``in_progress`` to ``finalizing`` (only a row write, as hooks must). :func:`register_end_event` takes
+the webhooks' outbox: it is called in the transaction that gives a batch its end state (the
+finalizer's, or for a batch that failed validation the create's), so its event is stored exactly
+once. :class:`OpenAIFinalizer` runs on every replica, whatever ``RELAY_BATCH_WORKERS``: every
+``RELAY_BATCH_FINALIZE_POLL_S`` it claims the ``finalizing`` batches — a compare-and-set of
+``api_status`` to ``fin@<deadline>`` — writes their files through the Files service, then sets the
+end state with the files' ids (another compare-and-set, from its own claim). A claim whose deadline
+passed (its replica died or stalled) is claimed again, so a restart during finalizing still ends the
+batch with its files.
 
 What it deliberately does not know. How items ran, how file bytes are stored, HTTP.
 
@@ -23,14 +26,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
-from typing import Any, Final
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import Any, Final, Protocol
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from relay.batches.files import FileService
 from relay.batches.hooks import FinishedBatch
-from relay.batches.openai_batches import API, CLAIM_PREFIX, FINALIZING, IN_PROGRESS, outcome_of
+from relay.batches.openai_batches import API, CLAIM_PREFIX, FAILED, FINALIZING, IN_PROGRESS, outcome_of
 from relay.batches.service import BatchService
 from relay.batches.views import BatchRecord
 from relay.domain.batches import COMPLETED
@@ -44,11 +47,62 @@ LEASE_S: Final = 600  # how long a claim holds before another replica may take t
 PASS_BATCHES: Final = 20
 
 
+class EndEvent(Protocol):
+    """Called in the transaction that gives a §14 batch its end state (``relay.webhooks.outbox.enqueue``
+    has this signature): ``event_type`` is ``batch.completed|cancelled|expired|failed``."""
+
+    async def __call__(
+        self,
+        conn: AsyncConnection,
+        *,
+        batch_id: str,
+        api: str,
+        project_id: str,
+        counts: Mapping[str, int],
+        event_type: str,
+    ) -> object: ...
+
+
+_END_EVENTS: list[EndEvent] = []
+
+
+def register_end_event(callback: EndEvent) -> Callable[[], None]:
+    """Call ``callback`` whenever a §14 batch reaches its end state, inside that transaction (the
+    webhooks' outbox, registered in ``relay.boot``); returns its unregister. Twice is once."""
+    if callback not in _END_EVENTS:
+        _END_EVENTS.append(callback)
+
+    def unregister() -> None:
+        if callback in _END_EVENTS:
+            _END_EVENTS.remove(callback)
+
+    return unregister
+
+
+async def _ended(
+    conn: AsyncConnection, batch_id: str, project_id: str, counts: Mapping[str, int], state: str
+) -> None:
+    for callback in list(_END_EVENTS):
+        await callback(
+            conn,
+            batch_id=batch_id,
+            api=API,
+            project_id=project_id,
+            counts=counts,
+            event_type=f"batch.{state}",
+        )
+
+
 async def mark_finalizing(conn: AsyncConnection, finished: Sequence[FinishedBatch]) -> None:
-    """The finish hook: a finished §14 batch waits for its files (inside the finishing transaction)."""
+    """The finish hook: a finished §14 batch waits for its files (inside the finishing transaction); one
+    that failed validation (finished at create, no item) has reached its end state."""
     for batch in finished:
-        if batch.api == API and batch.api_status == IN_PROGRESS:
+        if batch.api != API:
+            continue
+        if batch.api_status == IN_PROGRESS:
             await batch_store.set_api_state(conn, batch.id, api_status=FINALIZING, only_if_status=IN_PROGRESS)
+        elif batch.api_status == FAILED:
+            await _ended(conn, batch.id, batch.project_id, batch.counts, FAILED)
 
 
 class OpenAIFinalizer:
@@ -133,14 +187,13 @@ class OpenAIFinalizer:
                 written.append(made["id"])
                 data["error_file_id"] = made["id"]
             data["ended_at"] = int(time.time())
+            outcome = outcome_of(row)
             async with self._engine.begin() as conn:
                 ended = await batch_store.set_api_state(
-                    conn, batch_id, api_status=outcome_of(row), api_data=data, only_if_status=claim
+                    conn, batch_id, api_status=outcome, api_data=data, only_if_status=claim
                 )
-                # WEBHOOKS (SPEC §10.10), for the lead when relay.webhooks lands: a §14 batch's event is
-                # best stored here, in this transaction, once its files exist (its `api_status` is the
-                # event type's state); the webhooks' finish hook would then skip api "openai" batches
-                # unless `failed` (those finish at create, with no files to wait for).
+                if ended:  # the webhooks' event (SPEC §10.10), in the transaction of the end state
+                    await _ended(conn, batch_id, row["project_id"], counts, outcome)
         except BaseException:
             await self._remove(owner, written)
             await self._release(batch_id, claim)
