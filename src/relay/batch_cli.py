@@ -171,7 +171,7 @@ def openai_format(path: Path) -> str | None:
             if isinstance(parsed, dict):
                 first = (number, parsed)
             break
-    if first is None or "custom_id" not in first[1]:
+    if first is None or not _is_openai_object(first[1]):
         for number, raw in enumerate(raw_lines, start=1):
             if b'"custom_id"' in raw and _is_openai_line(raw):
                 fail(
@@ -203,7 +203,12 @@ def _is_openai_line(raw: bytes) -> bool:
         parsed = json.loads(raw)
     except ValueError:
         return True  # not JSON: the OpenAI checker names it
-    return isinstance(parsed, dict) and "custom_id" in parsed
+    return _is_openai_object(parsed)
+
+
+def _is_openai_object(value: Any) -> bool:
+    """An OpenAI batch line has a ``custom_id`` (an Anthropic one, ``custom_id`` + ``params``, is not)."""
+    return isinstance(value, dict) and "custom_id" in value and "params" not in value
 
 
 def _submit_openai(http: httpx.Client, file: Path, endpoint: str) -> tuple[str, int]:

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from relay.batch_cli import openai_format
 from tests.cli.demo_process import Demo
 
 CHAT = "/v1/chat/completions"
@@ -80,3 +81,11 @@ def test_mixed_and_bad_openai_files_are_refused_naming_the_line(demo: Demo, tmp_
     plain_without_shape = demo.cli("batch", "submit", str(write(tmp_path / "p.jsonl", [body(0)])))
     assert plain_without_shape.returncode == 1 and "--shape is required" in plain_without_shape.stderr
     assert demo.cli("batch", "list", "--limit", "100").stdout == before  # nothing submitted
+
+
+def test_anthropic_batch_lines_are_not_taken_for_openai_ones(tmp_path: Path) -> None:
+    """``{"custom_id", "params"}`` lines are the Anthropic format (``--shape anthropic``), not OpenAI's."""
+    anthropic = write(tmp_path / "mb.jsonl", [{"custom_id": "a", "params": {"model": "m", "messages": []}}])
+    assert openai_format(anthropic) is None
+    openai_file = write(tmp_path / "oa.jsonl", [openai_line("a", body(0))])
+    assert openai_format(openai_file) == CHAT
