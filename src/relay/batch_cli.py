@@ -6,6 +6,13 @@ until every item is final, then one summary line that names failures and the com
 With ``--shape anthropic``, a file whose lines are Anthropic Message Batches requests
 (``{"custom_id", "params"}``) is submitted to the §15 API instead (its ``msgbatch_…`` id works with
 every command here); plain Messages bodies still go to ``/v1/batches``.
+An OpenAI-format JSONL (``custom_id``/``method``/``url``/``body`` lines, detected per file: a file is
+one format or the other, never a mix) is checked here line by line, then uploaded and created through
+the OpenAI-compatible API (``/openai/v1/files``, ``/openai/v1/batches``; SPEC §14), so its custom ids
+are kept; it prints the ``batch_…`` id. ``list`` prints the caller's batches of every API (§10.10).
+``results --format openai`` writes OpenAI-format lines (the output file, then the error file, of a
+§14 batch; converted results of a §10 batch, ``custom_id`` null).
+
 ``status`` prints a derived state a person can read at a glance — ``waiting`` (nothing started yet),
 ``running``, ``finished`` or ``cancelled`` — with the item counts by state, because the API's ``Status``
 stays ``queued`` until a cancel and would make a finished batch look unstarted. ``results`` streams the
@@ -35,6 +42,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from relay.cli_support import fail
 from relay.config import load_client_settings
+from relay.domain.openai_batches import ENDPOINT_SHAPES, LineChecker, error_line
 
 batch_app = typer.Typer(
     no_args_is_help=True,
@@ -165,13 +173,114 @@ def _with_lines(message: str, lines: list[int] | None) -> str:
     return re.sub(r"requests\[(\d+)\]", name, message)
 
 
+def openai_format(path: Path) -> str | None:
+    """The endpoint of an OpenAI-format JSONL file (its lines checked as SPEC §14 does), or None for a
+    file of plain request bodies; a mix of the two formats, or a bad OpenAI line, fails naming the line."""
+    if not path.is_file():
+        fail(f"{path}: no such file")
+    raw_lines = path.read_bytes().splitlines()
+    first: tuple[int, dict[str, Any]] | None = None
+    for number, raw in enumerate(raw_lines, start=1):
+        if raw.strip():
+            try:
+                parsed = json.loads(raw)
+            except ValueError:
+                return None  # a JSON array or a bad line: read_batch_file names it
+            if isinstance(parsed, dict):
+                first = (number, parsed)
+            break
+    if first is None or not _is_openai_object(first[1]):
+        for number, raw in enumerate(raw_lines, start=1):
+            if b'"custom_id"' in raw and _is_openai_line(raw):
+                fail(
+                    f"{path}: line {number} is an OpenAI batch line (custom_id) but the first line is a "
+                    "request body: a file holds request bodies or OpenAI batch lines, not both"
+                )
+        return None
+    endpoint = first[1].get("url")
+    if endpoint not in ENDPOINT_SHAPES:
+        fail(f"{path}: line {first[0]}: url must be one of {', '.join(ENDPOINT_SHAPES)}")
+    checker = LineChecker(str(endpoint), max_items=10**9)
+    for number, raw in enumerate(raw_lines, start=1):
+        if raw.strip() and not _is_openai_line(raw):
+            fail(
+                f"{path}: line {number} is a request body but line {first[0]} is an OpenAI batch line "
+                "(custom_id, method, url, body): a file holds one format, not a mix"
+            )
+        checker.feed(raw)
+    problems = checker.errors()
+    if problems:
+        p = problems[0]
+        where = f"line {p['line']}" if p["line"] is not None else "file"
+        fail(f"{path}: {where}: {p['message']}" + (f" ({p['param']})" if p["param"] else ""))
+    return str(endpoint)
+
+
+def _is_openai_line(raw: bytes) -> bool:
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        return True  # not JSON: the OpenAI checker names it
+    return _is_openai_object(parsed)
+
+
+def _is_openai_object(value: Any) -> bool:
+    """An OpenAI batch line has a ``custom_id`` (an Anthropic one, ``custom_id`` + ``params``, is not)."""
+    return isinstance(value, dict) and "custom_id" in value and "params" not in value
+
+
+def _submit_openai(http: httpx.Client, file: Path, endpoint: str) -> tuple[str, int]:
+    """Upload the file and create its batch through the OpenAI-compatible API; ``(batch id, total)``."""
+    try:
+        with file.open("rb") as handle:
+            uploaded = http.post(
+                "/openai/v1/files",
+                data={"purpose": "batch"},
+                files={"file": (file.name, handle, "application/jsonl")},
+            )
+        if uploaded.status_code >= 400:
+            fail(f"{file}: upload: {uploaded.status_code}: {_message(_json(uploaded)) or uploaded.text}")
+        body = {"input_file_id": uploaded.json()["id"], "endpoint": endpoint, "completion_window": "24h"}
+        created = http.post("/openai/v1/batches", json=body)
+    except httpx.HTTPError as exc:
+        fail(f"cannot reach Relay at {http.base_url} (RELAY_URL): {exc}")
+    if created.status_code >= 400:
+        fail(f"{file}: {created.status_code}: {_message(_json(created)) or created.text}")
+    batch_id = str(created.json()["id"])
+    view = _call(http, "GET", f"/v1/batches/{batch_id}", params={"items": "false"})
+    return batch_id, int(view["TotalItems"])
+
+
+def _json(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return None
+
+
 @batch_app.command("submit")
 def batch_submit(
-    file: Path = typer.Argument(..., help="JSONL (one request body per line) or a JSON array"),
-    shape: str = typer.Option(..., "--shape", help="openai | anthropic | openai_responses"),
+    file: Path = typer.Argument(..., help="JSONL (request bodies, or OpenAI batch lines) or a JSON array"),
+    shape: str | None = typer.Option(
+        None,
+        "--shape",
+        help="openai | anthropic | openai_responses (plain bodies; OpenAI lines name their url)",
+    ),
     wait: bool = typer.Option(False, "--wait", help="Show progress on stderr until every item is final"),
 ) -> None:
     """Submit a batch; prints only its id on stdout."""
+    endpoint = openai_format(file)
+    if endpoint is not None:
+        if shape is not None and shape != ENDPOINT_SHAPES[endpoint]:
+            fail(f"--shape {shape} does not match the file's url {endpoint}")
+        with _client() as http:
+            batch_id, total = _submit_openai(http, file, endpoint)
+            print(batch_id, flush=True)
+            if wait:
+                raise typer.Exit(exit_code(_wait(http, batch_id, total)["counts"]))
+        return
+    if shape is None:
+        fail("--shape is required for a file of request bodies (openai | anthropic | openai_responses)")
     if shape not in SHAPES:
         fail(f"unknown shape {shape!r}: use one of {', '.join(SHAPES)}")
     requests, lines = read_batch_file(file)
@@ -258,13 +367,80 @@ def batch_status(batch_id: str = typer.Argument(..., help="The batch id (b_…)"
         print(f"{failed} failed: see them with: relay batch results {view['ID']} --failed")
 
 
+@batch_app.command("list")
+def batch_list(
+    limit: int = typer.Option(20, "--limit", help="Batches per page, 1-100"),
+    after: str | None = typer.Option(None, "--after", help="List the batches older than this one"),
+) -> None:
+    """Your batches of every API, newest first: id, state, items, created."""
+    params: dict[str, Any] = {"limit": limit}
+    if after is not None:
+        params["after"] = after
+    with _client() as http:
+        page = _call(http, "GET", "/v1/batches", params=params)
+    for view in page["batches"]:
+        state = derived_state(view)
+        items = f"{view['TotalItems']:>6} items"
+        print(f"{view['ID']}  {state:<9}  {items}  {view['CreatedAt']}  {counts_text(view['counts'])}")
+    if page["next_cursor"]:
+        print(f"more: relay batch list --after {page['next_cursor']}", file=sys.stderr)
+
+
+def _openai_results(http: httpx.Client, batch_id: str, sink: Any) -> None:
+    """OpenAI-format lines: a §14 batch's output then error file; a §10 batch's results converted."""
+    if batch_id.startswith("batch_"):
+        batch = _call(http, "GET", f"/openai/v1/batches/{batch_id}")
+        for file_id in (batch["output_file_id"], batch["error_file_id"]):
+            if file_id is not None:
+                with http.stream("GET", f"/openai/v1/files/{file_id}/content") as response:
+                    if response.status_code >= 400:
+                        response.read()
+                        fail(f"{response.status_code}: {response.text}")
+                    for chunk in response.iter_bytes():
+                        sink.write(chunk)
+        return
+    with http.stream("GET", f"/v1/batches/{batch_id}/results", params={"format": "jsonl"}) as response:
+        if response.status_code >= 400:
+            response.read()
+            fail(f"{response.status_code}: {response.text}")
+        for text in response.iter_lines():
+            if not text:
+                continue
+            result = json.loads(text)
+            line_id = f"{batch_id}-{result['idx']}"
+            if result["state"] == "completed":
+                answer = {"status_code": 200, "request_id": None, "body": result.get("response")}
+                line: Any = {"id": line_id, "custom_id": None, "response": answer, "error": None}
+                sink.write(json.dumps(line).encode() + b"\n")
+            elif "error" in result:
+                sink.write(error_line(line_id, None, result["error"], None, "") + b"\n")
+
+
 @batch_app.command("results")
 def batch_results(
-    batch_id: str = typer.Argument(..., help="The batch id (b_…)"),
+    batch_id: str = typer.Argument(..., help="The batch id (b_… or batch_…)"),
     output: Path | None = typer.Option(None, "-o", "--output", help="Write to this file, not stdout"),
     failed: bool = typer.Option(False, "--failed", help="Only the failed (discarded) items, with why"),
+    fmt: str = typer.Option(
+        "relay", "--format", help="relay (result objects) | openai (OpenAI output and error lines)"
+    ),
 ) -> None:
     """A batch's results as JSONL, one result object per line."""
+    if fmt not in ("relay", "openai"):
+        fail(f"unknown format {fmt!r}: use relay or openai")
+    if fmt == "openai":
+        with _client() as http:
+            sink = output.open("wb") if output is not None else sys.stdout.buffer
+            try:
+                _openai_results(http, batch_id, sink)
+            except httpx.HTTPError as exc:
+                fail(f"cannot read the results from {http.base_url}: {exc}")
+            finally:
+                if output is not None:
+                    sink.close()
+                else:
+                    sink.flush()
+        return
     with _client() as http:
         _call(http, "GET", f"/v1/batches/{batch_id}", params={"items": "false"})  # a clear error first
         try:

@@ -28,6 +28,10 @@ from relay.batches.files_api import FilesApp
 from relay.batches.hooks import register_finish_hook
 from relay.batches.message_batches_api import PREFIXES as MESSAGE_BATCHES_PREFIXES
 from relay.batches.message_batches_api import MessageBatchesApp
+from relay.batches.openai_batches import OpenAIBatches
+from relay.batches.openai_batches_api import PREFIX as OPENAI_BATCHES_PREFIX
+from relay.batches.openai_batches_api import OpenAIBatchesApp
+from relay.batches.openai_finalizer import OpenAIFinalizer, mark_finalizing, register_end_event
 from relay.batches.payload_store import DatabaseStore, FileStore, PayloadStores
 from relay.batches.runner import ItemRunner
 from relay.batches.service import BatchService
@@ -94,6 +98,7 @@ class Runtime:
     batch_expiry: ExpirySweeper | None = None  # on every replica, whatever RELAY_BATCH_WORKERS
     webhooks: Deliverer | None = None  # every replica delivers (SPEC §10.10)
     webhook_client: Upstream | None = None
+    openai_finalizer: OpenAIFinalizer | None = None  # §14 output/error files, on every replica
 
     async def database_ok(self) -> bool:
         try:
@@ -123,6 +128,8 @@ class Runtime:
             await self.webhook_client.start()
         if self.webhooks is not None:
             await self.webhooks.start()
+        if self.openai_finalizer is not None:
+            self.openai_finalizer.start()
 
     async def stop_batch_workers(self) -> None:
         """Stop claiming batch items, let running ones finish (grace), put the rest back; idempotent."""
@@ -132,6 +139,8 @@ class Runtime:
     async def stop(self) -> None:
         if self.batch_expiry is not None:
             await self.batch_expiry.close()
+        if self.openai_finalizer is not None:
+            await self.openai_finalizer.close()
         await self.stop_batch_workers()
         if self.files is not None:
             await self.files.stop()
@@ -251,6 +260,9 @@ def build_runtime(settings: Settings) -> Runtime:
     )
     # Finish hooks (relay.batches.hooks: called inside the transaction that finishes a batch) are
     # registered here by the packages that need them (webhooks' outbox, the §14 façade).
+    register_finish_hook(mark_finalizing)  # §14: a finished OpenAI-API batch waits for its files
+    # The §14 batches' webhook events are stored in the transaction of their end state (after files).
+    register_end_event(outbox.enqueue)
     batches = BatchService(
         engine,
         payloads,
@@ -280,6 +292,8 @@ def build_runtime(settings: Settings) -> Runtime:
         )
         for prefix in MESSAGE_BATCHES_PREFIXES
     }
+    openai_batches = OpenAIBatches(batches, runtime.files, max_items=settings.batch_max_items)
+    runtime.openai_finalizer = OpenAIFinalizer(engine, batches, runtime.files, settings.batch_finalize_poll_s)
 
     runtime.inference_app = InferenceApp(
         live=LiveHandler(
@@ -297,6 +311,8 @@ def build_runtime(settings: Settings) -> Runtime:
             BATCHES_PREFIX: BatchesApp(batches, snapshot, settings.batch_max_bytes),
             **files_apps,
             **message_batches_apps,
+            OPENAI_BATCHES_PREFIX: OpenAIBatchesApp(openai_batches, snapshot, settings.batch_max_bytes),
+            **files_apps,
         },
     )
 

@@ -1,0 +1,132 @@
+"""The OpenAI Batches façade's HTTP face (SPEC §14 Batches): a raw-ASGI app mounted at
+``/openai/v1/batches`` on the inference listener (``/v1/batches`` stays §10's).
+
+Routes: ``POST`` (create; ``Idempotency-Key`` honoured, SPEC §10.10), ``GET`` (list, ``?limit&after``),
+``GET /{id}``, ``POST /{id}/cancel``. Thin handlers: authenticate like every ``/v1`` route (creating
+needs a usable policy; reading and cancelling one's batches a valid credential), call
+:class:`relay.batches.openai_batches.OpenAIBatches`, render. Errors are OpenAI-shaped: a bad parameter
+is a 400 whose ``param`` names it; an unknown or foreign id is the same 404 ``batch not found``.
+
+What it deliberately does not know. The engine, files, ids and clocks (the service's).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+from starlette.types import Receive, Scope, Send
+
+from relay.adapters import OPENAI, error_body
+from relay.auth import authenticate, authenticate_owner
+from relay.batches import idempotency
+from relay.batches.openai_batches import ROUTE, OpenAIBatches
+from relay.snapshot import Snapshot
+from relay.domain.credentials import read_credential
+from relay.domain.openai_batches import BadParam
+from relay.errors import NotFound, RelayError
+from relay.inference.wire import (
+    error_headers,
+    new_request_id,
+    query_params,
+    read_body,
+    request_headers,
+    require_method,
+    send_bytes,
+)
+from relay.store.outage import unavailable_or_internal
+
+log = logging.getLogger("relay.batches")
+PREFIX = "/openai/v1/batches"
+LIST_LIMIT_DEFAULT = 20
+LIST_LIMIT_MAX = 100
+
+
+class OpenAIBatchesApp:
+    def __init__(self, service: OpenAIBatches, snapshot: Callable[[], Snapshot], max_bytes: int) -> None:
+        self._service = service
+        self._snapshot = snapshot
+        self._max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        request_id = new_request_id()
+        method: str = scope["method"]
+        parts = [p for p in scope["path"][len(PREFIX) :].split("/") if p]
+        headers = request_headers(scope)
+        try:
+            credential = read_credential(headers.get("authorization"), headers.get("x-api-key"))
+            snap = self._snapshot()
+            if not parts:
+                require_method(method, "GET", "POST")
+                if method == "GET":
+                    limit, after = _list_params(scope)
+                    page = await self._service.list(authenticate_owner(credential, snap), limit, after)
+                    await _send(send, 200, orjson.dumps(page), request_id)
+                    return
+                principal = authenticate(credential, snap)  # creating needs a policy (SPEC §10.1)
+                body = await read_body(
+                    receive, scope, self._max_bytes, what="batch body", setting="RELAY_BATCH_MAX_BYTES"
+                )
+                claim = idempotency.claim_from(headers.get(idempotency.HEADER), principal.owner, ROUTE, body)
+                answer = await self._service.replay(claim) if claim is not None else None
+                if answer is None:
+                    answer = await self._service.create(principal, body, idempotency=claim)
+                await _send(send, answer.status_code, answer.body, request_id)
+            elif len(parts) == 1:
+                require_method(method, "GET")
+                owner = authenticate_owner(credential, snap)
+                await _send(
+                    send, 200, orjson.dumps(await self._service.retrieve(owner, parts[0])), request_id
+                )
+            elif len(parts) == 2 and parts[1] == "cancel":
+                require_method(method, "POST")
+                owner = authenticate_owner(credential, snap)
+                await _send(send, 200, orjson.dumps(await self._service.cancel(owner, parts[0])), request_id)
+            else:
+                raise NotFound(f"no route for {method} {scope['path']}")
+        except RelayError as exc:
+            await _send(send, exc.status, orjson.dumps(_error(exc)), request_id, error_headers(exc))
+        except Exception as exc:
+            status, code, message, extra = unavailable_or_internal(exc, f"openai batch request {request_id}")
+            body_out = error_body(OPENAI, status=status, code=code, message=message)
+            await _send(send, status, body_out, request_id, extra)
+
+
+def _error(exc: RelayError) -> dict[str, Any]:
+    """The OpenAI error shape; 400s name their ``param``, 404s are ``invalid_request_error``."""
+    if isinstance(exc, BadParam):
+        error = {
+            "type": "invalid_request_error",
+            "code": exc.code,
+            "message": exc.message,
+            "param": exc.param,
+        }
+        return {"error": error}
+    if exc.status in (400, 404):
+        return {"error": {"type": "invalid_request_error", "code": exc.code, "message": exc.message}}
+    return dict(orjson.loads(error_body(OPENAI, status=exc.status, code=exc.code, message=exc.message)))
+
+
+def _list_params(scope: Scope) -> tuple[int, str | None]:
+    """``limit`` 1–100 (default 20, else 400 naming it) and ``after`` (a batch id of the caller's)."""
+    query = query_params(scope)
+    limit = LIST_LIMIT_DEFAULT
+    if "limit" in query:
+        raw = query["limit"][-1]
+        if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= LIST_LIMIT_MAX:
+            raise BadParam("limit", f"limit must be an integer from 1 to {LIST_LIMIT_MAX}, got {raw!r}")
+        limit = int(raw)
+    after = query["after"][-1] if "after" in query else None
+    if after == "":
+        raise BadParam("after", "after must be the id of one of your batches")
+    return limit, after
+
+
+async def _send(
+    send: Send, status: int, body: bytes, request_id: str, extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    await send_bytes(send, status, body, "application/json", request_id, extra or [])

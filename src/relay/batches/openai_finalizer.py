@@ -1,0 +1,239 @@
+"""The OpenAI Batches façade's finalizing (SPEC §14): once every item of a §14 batch is final, its output
+and error files are written and it becomes ``completed``, ``cancelled`` or ``expired``.
+
+What it does. :func:`mark_finalizing` is the finish hook (``relay.batches.hooks``, registered in
+``relay.boot``): inside the transaction that finishes a §14 batch it moves ``api_status`` from
+``in_progress`` to ``finalizing`` (only a row write, as hooks must). :func:`register_end_event` takes
+the webhooks' outbox: it is called in the transaction that gives a batch its end state (the
+finalizer's, or for a batch that failed validation the create's), so its event is stored exactly
+once. :class:`OpenAIFinalizer` runs on every replica, whatever ``RELAY_BATCH_WORKERS``: every
+``RELAY_BATCH_FINALIZE_POLL_S`` it claims the ``finalizing`` batches — a compare-and-set of
+``api_status`` to ``fin@<deadline>`` — writes their files through the Files service, then sets the
+end state with the files' ids (another compare-and-set, from its own claim). A claim whose deadline
+passed (its replica died or stalled) is claimed again, so a restart during finalizing still ends the
+batch with its files.
+
+What it deliberately does not know. How items ran, how file bytes are stored, HTTP.
+
+Invariants. Two replicas never both write a batch's files: a claim is one conditional UPDATE, and
+the end state is only set from the claim that wrote the files (a replica that lost its claim removes
+what it wrote). No file is written when it would be empty (its id stays null). Output lines are
+completed items in line order; error lines every other item, in line order (SPEC §14).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import Any, Final, Protocol
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from relay.batches.files import FileService
+from relay.batches.hooks import FinishedBatch
+from relay.batches.openai_batches import API, CLAIM_PREFIX, FAILED, FINALIZING, IN_PROGRESS, outcome_of
+from relay.batches.service import BatchService
+from relay.batches.views import BatchRecord
+from relay.domain.batches import COMPLETED
+from relay.domain.ids import mint_id
+from relay.domain.openai_batches import error_line, output_line
+from relay.store import batches as batch_store
+from relay.store import facade_batches
+
+log = logging.getLogger("relay.batches")
+LEASE_S: Final = 600  # how long a claim holds before another replica may take the batch over
+PASS_BATCHES: Final = 20
+
+
+class EndEvent(Protocol):
+    """Called in the transaction that gives a §14 batch its end state (``relay.webhooks.outbox.enqueue``
+    has this signature): ``event_type`` is ``batch.completed|cancelled|expired|failed``."""
+
+    async def __call__(
+        self,
+        conn: AsyncConnection,
+        *,
+        batch_id: str,
+        api: str,
+        project_id: str,
+        counts: Mapping[str, int],
+        event_type: str,
+    ) -> object: ...
+
+
+_END_EVENTS: list[EndEvent] = []
+
+
+def register_end_event(callback: EndEvent) -> Callable[[], None]:
+    """Call ``callback`` whenever a §14 batch reaches its end state, inside that transaction (the
+    webhooks' outbox, registered in ``relay.boot``); returns its unregister. Twice is once."""
+    if callback not in _END_EVENTS:
+        _END_EVENTS.append(callback)
+
+    def unregister() -> None:
+        if callback in _END_EVENTS:
+            _END_EVENTS.remove(callback)
+
+    return unregister
+
+
+async def _ended(
+    conn: AsyncConnection, batch_id: str, project_id: str, counts: Mapping[str, int], state: str
+) -> None:
+    for callback in list(_END_EVENTS):
+        await callback(
+            conn,
+            batch_id=batch_id,
+            api=API,
+            project_id=project_id,
+            counts=counts,
+            event_type=f"batch.{state}",
+        )
+
+
+async def mark_finalizing(conn: AsyncConnection, finished: Sequence[FinishedBatch]) -> None:
+    """The finish hook: a finished §14 batch waits for its files (inside the finishing transaction); one
+    that failed validation (finished at create, no item) has reached its end state."""
+    for batch in finished:
+        if batch.api != API:
+            continue
+        if batch.api_status == IN_PROGRESS:
+            await batch_store.set_api_state(conn, batch.id, api_status=FINALIZING, only_if_status=IN_PROGRESS)
+        elif batch.api_status == FAILED:
+            await _ended(conn, batch.id, batch.project_id, batch.counts, FAILED)
+
+
+class OpenAIFinalizer:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        batches: BatchService,
+        files: FileService,
+        interval_s: float,
+        lease_s: float = LEASE_S,
+    ) -> None:
+        self._engine = engine
+        self._batches = batches
+        self._files = files
+        self._interval_s = interval_s
+        self._lease_s = lease_s
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="openai-batch-finalizer")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval_s)
+            try:
+                await self.finalize_waiting()
+            except Exception as exc:
+                log.warning("openai batch finalizing failed (%s); retrying", type(exc).__name__)
+
+    async def finalize_waiting(self) -> int:
+        """Claim and finalize the batches waiting (or whose claim lapsed); how many this pass ended."""
+        async with self._engine.connect() as conn:
+            waiting = await facade_batches.waiting_to_finalize(
+                conn, API, waiting=FINALIZING, prefix=CLAIM_PREFIX, limit=PASS_BATCHES
+            )
+        done = 0
+        now = int(time.time())
+        for batch_id, status in waiting:
+            if status.startswith(CLAIM_PREFIX) and _deadline(status) > now:
+                continue  # another replica (or this one) holds it
+            claim = f"{CLAIM_PREFIX}{now + int(self._lease_s)}"
+            async with self._engine.begin() as conn:
+                if not await batch_store.set_api_state(
+                    conn, batch_id, api_status=claim, only_if_status=status
+                ):
+                    continue  # someone else claimed it first
+            if await self._finalize(batch_id, claim):
+                done += 1
+        return done
+
+    async def _finalize(self, batch_id: str, claim: str) -> bool:
+        async with self._engine.connect() as conn:
+            row = await batch_store.get_batch(conn, batch_id)
+            counts = (await batch_store.item_counts(conn, [batch_id]))[batch_id]
+        assert row is not None
+        data: dict[str, Any] = dict(row["api_data"] or {})
+        owner = row["owner"]
+        expires_after = data.get("output_expires_after_s")
+        written: list[str] = []
+        errors: list[bytes] = []
+        record = await self._batches.record(batch_id)
+        lines = self._lines(batch_id, record, errors)
+        try:
+            if counts.get(COMPLETED, 0):
+                made = await self._files.create_output(
+                    owner, lines, filename=f"{batch_id}_output.jsonl", expires_after_s=expires_after
+                )
+                written.append(made["id"])
+                data["output_file_id"] = made["id"]
+            else:
+                async for _ in lines:
+                    pass
+            if errors:
+                made = await self._files.create_output(
+                    owner, errors, filename=f"{batch_id}_error.jsonl", expires_after_s=expires_after
+                )
+                written.append(made["id"])
+                data["error_file_id"] = made["id"]
+            data["ended_at"] = int(time.time())
+            outcome = outcome_of(row)
+            async with self._engine.begin() as conn:
+                ended = await batch_store.set_api_state(
+                    conn, batch_id, api_status=outcome, api_data=data, only_if_status=claim
+                )
+                if ended:  # the webhooks' event (SPEC §10.10), in the transaction of the end state
+                    await _ended(conn, batch_id, row["project_id"], counts, outcome)
+        except BaseException:
+            await self._remove(owner, written)
+            await self._release(batch_id, claim)
+            raise
+        if not ended:
+            log.warning(
+                "lost the finalizing claim of batch %s; its files are written by another replica", batch_id
+            )
+            await self._remove(owner, written)
+        return ended
+
+    async def _lines(self, batch_id: str, record: BatchRecord, errors: list[bytes]) -> AsyncIterator[bytes]:
+        """The output lines, in line order; the error lines go to ``errors`` on the way."""
+        async for page in self._batches.result_pages(record):
+            async with self._engine.connect() as conn:
+                request_ids = await facade_batches.request_ids(conn, batch_id, [row.idx for row, _ in page])
+            for row, body in page:
+                line_id = mint_id("batch_req")
+                request_id = request_ids.get(row.idx, "")
+                if row.state == COMPLETED:
+                    yield output_line(line_id, row.custom_id, row.status or 200, request_id, body or b"null")
+                else:
+                    errors.append(error_line(line_id, row.custom_id, row.error or "", row.status, request_id))
+
+    async def _release(self, batch_id: str, claim: str) -> None:
+        """Give a claim back after a failure, so the next pass (any replica's) retries at once."""
+        try:
+            async with self._engine.begin() as conn:
+                await batch_store.set_api_state(conn, batch_id, api_status=FINALIZING, only_if_status=claim)
+        except Exception as exc:  # the claim then lapses after its lease
+            log.warning("could not release the finalizing claim of %s (%s)", batch_id, type(exc).__name__)
+
+    async def _remove(self, owner: str, file_ids: list[str]) -> None:
+        for file_id in file_ids:
+            try:
+                await self._files.remove(await self._files.get(owner, file_id))
+            except Exception as exc:
+                log.warning("could not remove file %s (%s)", file_id, type(exc).__name__)
+
+
+def _deadline(status: str) -> int:
+    digits = status[len(CLAIM_PREFIX) :]
+    return int(digits) if digits.isdigit() else 0

@@ -1,0 +1,81 @@
+"""Reads a batch façade needs beyond the engine's (SPEC §14): summed usage, items' request ids, and the
+batches waiting for their files to be written.
+
+What it does. :func:`usage_totals` sums the usage events of the completed items of a page of batches
+in one GROUP BY; :func:`request_ids` reads the request ids of a page of one batch's items (their
+usage events'); :func:`waiting_to_finalize` lists a façade's batches whose ``api_status`` says they
+wait for (or are being given) their output files.
+
+What it deliberately does not know. What a façade renders from these, and its state names beyond
+the two it is asked about (``waiting`` and a claim ``prefix``).
+
+Invariants. Every read is one query, whatever the batch's size. A completed item's event is the one
+without ``error_kind`` (SPEC §10.8: exactly one event per item).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from sqlalchemy import func, or_, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from relay.store import tables as t
+
+B = t.batches
+U = t.usage_events
+
+
+class UsageTotals(NamedTuple):
+    input_tokens: int
+    cached_input_tokens: int
+    output_tokens: int
+
+
+async def usage_totals(conn: AsyncConnection, batch_ids: Sequence[str]) -> dict[str, UsageTotals]:
+    """``{batch id: totals}`` over the completed items' usage events (batches with none: zeros)."""
+    out = {batch_id: UsageTotals(0, 0, 0) for batch_id in batch_ids}
+    if not batch_ids:
+        return out
+    rows = await conn.execute(
+        select(
+            U.c.batch_id,
+            func.coalesce(func.sum(U.c.input_tokens), 0),
+            func.coalesce(func.sum(U.c.cached_input_tokens), 0),
+            func.coalesce(func.sum(U.c.output_tokens), 0),
+        )
+        .where(U.c.batch_id.in_(list(batch_ids)), U.c.error_kind.is_(None))
+        .group_by(U.c.batch_id)
+    )
+    for batch_id, inputs, cached, outputs in rows:
+        out[batch_id] = UsageTotals(int(inputs), int(cached), int(outputs))
+    return out
+
+
+async def request_ids(conn: AsyncConnection, batch_id: str, idxs: Sequence[int]) -> dict[int, str]:
+    """``{idx: request id}`` of these items' usage events (items without one are left out)."""
+    if not idxs:
+        return {}
+    rows = await conn.execute(
+        select(U.c.batch_idx, U.c.request_id).where(U.c.batch_id == batch_id, U.c.batch_idx.in_(list(idxs)))
+    )
+    return {int(idx): str(request_id) for idx, request_id in rows}
+
+
+async def waiting_to_finalize(
+    conn: AsyncConnection, api: str, *, waiting: str, prefix: str, limit: int
+) -> list[tuple[str, str]]:
+    """``[(batch id, api_status)]`` of ``api``'s finished batches whose ``api_status`` is ``waiting``
+    or starts with ``prefix`` (a claim), oldest finish first."""
+    rows = await conn.execute(
+        select(B.c.id, B.c.api_status)
+        .where(
+            B.c.api == api,
+            B.c.completed_at.is_not(None),
+            or_(B.c.api_status == waiting, B.c.api_status.startswith(prefix, autoescape=True)),
+        )
+        .order_by(B.c.completed_at, B.c.id)
+        .limit(limit)
+    )
+    return [(str(batch_id), str(status)) for batch_id, status in rows]
