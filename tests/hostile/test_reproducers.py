@@ -14,10 +14,12 @@ from typing import Any
 import httpx
 import pytest
 
+from relay.control.throttle import EMAIL_FAILURES
 from relay.inference.app import INFERENCE_ROUTES
 from tests.fixtures.live import CHAT_MODEL, Gateway
 from tests.fixtures.relay_server import ADMIN_TOKEN
 from tests.hostile.conftest import HOSTILE_ENV
+from tests.hostile.guesses import client_from, fresh_loopback_address, guesses_at_once
 from tests.hostile.wire import connect, exchange, read_answer, request_head, send_quietly
 
 CONTROL_LIMIT = int(HOSTILE_ENV["RELAY_CONTROL_MAX_REQUEST_BYTES"])
@@ -285,6 +287,20 @@ def test_login_is_throttled_per_email_with_retry_after(hostile: Gateway) -> None
     assert ok.status_code == 200, ok.text
     cookie = ok.headers["set-cookie"]
     assert "relay_session=" in cookie and "Secure" in cookie and "HttpOnly" in cookie  # https public URL
+
+
+def test_concurrent_wrong_passwords_are_verified_at_most_the_limit(hostile: Gateway) -> None:
+    """50 guesses at once for one email: each is counted before its password is hashed, so only the
+    limit's worth reach the argon2 check (401); the rest are refused first (429)."""
+    user, password = make_user(hostile)
+    address = fresh_loopback_address()
+    answers = guesses_at_once([hostile.relay.control_url], user["email"], 50, address)
+    assert answers == {401: EMAIL_FAILURES, 429: 50 - EMAIL_FAILURES}, answers
+    with client_from(fresh_loopback_address()) as client:  # the email is used up, from anywhere
+        right = client.post(
+            f"{hostile.relay.control_url}/api/auth/login", json={"email": user["email"], "password": password}
+        )
+    assert_json_error(right, 429, "too many failed logins for this email")
 
 
 def test_the_dashboard_sign_in_shares_the_login_throttle(hostile: Gateway) -> None:
