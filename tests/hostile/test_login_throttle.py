@@ -152,3 +152,14 @@ async def test_redis_not_answering_falls_back_to_this_processs_counts(
         await state.close()
     warnings = [r for r in caplog.records if "this process only" in r.getMessage()]
     assert len(warnings) == 1  # at most one a minute
+
+
+async def test_attempts_without_an_email_count_per_address_only() -> None:
+    """The dashboard's admin-token sign-in: no shared name to use up, so guesses from one address never
+    lock out another; the guessing address still runs out."""
+    throttle = LoginThrottle()
+    await fail(throttle, None, "10.0.6.1", ADDRESS_FAILURES)
+    with pytest.raises(RateLimited, match="address"):
+        await throttle.attempt(None, "10.0.6.1")
+    await allowed(throttle, None, "10.0.6.2")
+    await allowed(throttle, "(admin token)", "10.0.6.2")  # nothing was counted under any email

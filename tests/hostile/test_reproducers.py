@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from relay.control.throttle import EMAIL_FAILURES
+from relay.control.throttle import ADDRESS_FAILURES, EMAIL_FAILURES
 from relay.inference.app import INFERENCE_ROUTES
 from tests.fixtures.live import CHAT_MODEL, Gateway
 from tests.fixtures.relay_server import ADMIN_TOKEN
@@ -304,8 +304,9 @@ def test_concurrent_wrong_passwords_are_verified_at_most_the_limit(hostile: Gate
 
 
 def test_the_dashboard_sign_in_shares_the_login_throttle(hostile: Gateway) -> None:
-    """The dashboard's sign-in form is a second door to the same credentials: its guesses (passwords
-    and the admin token) count against the same per-email and per-address limits as the API's login."""
+    """The dashboard's sign-in form is a second door to the same credentials: its password guesses count
+    against the same per-email and per-address limits as the API's login; its admin-token guesses
+    against the per-address limit only (there is no email to lock)."""
     import re
 
     base = hostile.relay.control_url
@@ -330,8 +331,18 @@ def test_the_dashboard_sign_in_shares_the_login_throttle(hostile: Gateway) -> No
         api = httpx.post(f"{base}/api/auth/login", json={"email": user["email"], "password": password})
         assert_json_error(api, 429, "too many failed logins")
         assert sign_in(client, email=user["email"], password=password).status_code == 429
-        for _ in range(10):
+
+    # Admin-token guesses count per address only: anyone's guesses elsewhere never lock the operator out.
+    with client_from(fresh_loopback_address()) as client:
+        for _ in range(EMAIL_FAILURES + 2):
             assert sign_in(client, admin_token="sk-guess").status_code == 401
+    with client_from(fresh_loopback_address()) as client:
+        signed_in = sign_in(client, admin_token=ADMIN_TOKEN)
+        assert signed_in.status_code == 303 and "relay_ui=" in signed_in.headers["set-cookie"], signed_in.text
+    address = fresh_loopback_address()  # ...but the guesser's own address runs out of guesses
+    with client_from(address) as client:
+        answers = [sign_in(client, admin_token="sk-guess").status_code for _ in range(ADDRESS_FAILURES + 1)]
+        assert answers == [401] * ADDRESS_FAILURES + [429]
         assert sign_in(client, admin_token=ADMIN_TOKEN).status_code == 429
 
 

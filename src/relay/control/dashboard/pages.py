@@ -75,10 +75,11 @@ def mount_pages(router: APIRouter, dash: Dashboard) -> None:
         except Refused as exc:
             return await signin_page(request, exc.status, exc.message)
         # Guesses are throttled as on POST /api/auth/login, with the same counts, each counted before
-        # anything is compared: per email (the admin token counts under one name) and per client address.
+        # anything is compared: per email and per client address; admin-token guesses per address only
+        # (under one shared name anyone could lock the operator out of every replica).
         address = request.client.host if request.client else "unknown"
         admin_token = fields.get("admin_token", "")
-        email = "(admin token)" if admin_token else fields.get("email", "")[:320]
+        email = None if admin_token else fields.get("email", "")[:320]
         try:
             attempt = await dash.login_throttle.attempt(email, address)
         except RelayError as exc:
