@@ -182,12 +182,12 @@ class WebhookMetrics:
         )
         self.pending = Gauge(
             "relay_webhook_queue_depth",
-            "Webhook events waiting for delivery (pending), in the whole database",
+            "Webhook events of enabled webhooks waiting for delivery (pending), in the whole database",
             registry=registry,
         )
         self.oldest_pending = Gauge(
             "relay_webhook_oldest_pending_seconds",
-            "Age of the oldest webhook event still pending (0 when none)",
+            "Age of the oldest pending webhook event of an enabled webhook (0 when none)",
             registry=registry,
         )
         for outcome in self.OUTCOMES:

@@ -10,6 +10,7 @@ import httpx
 
 from relay.control.throttle import ADDRESS_FAILURES, EMAIL_FAILURES, WINDOW_S
 from tests.fixtures.live import Gateway, replicas  # noqa: F401
+from tests.hostile.guesses import fresh_loopback_address, guesses_at_once
 from tests.hostile.test_login_throttle import away_from_a_window_boundary
 from tests.hostile.test_reproducers import assert_json_error, make_user
 
@@ -40,3 +41,17 @@ def test_the_limits_hold_across_both_replicas(replicas: tuple[Gateway, Gateway])
         throttled = login(gw, other["email"], other_password)
         assert_json_error(throttled, 429, "too many failed logins for this address")
         assert 1 <= int(throttled.headers["retry-after"]) <= WINDOW_S
+
+
+def test_concurrent_guesses_over_both_replicas_are_verified_at_most_the_limit(
+    replicas: tuple[Gateway, Gateway],  # noqa: F811
+) -> None:
+    """50 guesses at once for one email, alternating replicas: each replica reserves the attempt in the
+    shared counters before hashing, so the two together verify the limit's worth (401), no more."""
+    user, password = make_user(replicas[0])
+    away_from_a_window_boundary()
+    urls = [gw.relay.control_url for gw in replicas]
+    answers = guesses_at_once(urls, user["email"], 50, fresh_loopback_address())
+    assert answers == {401: EMAIL_FAILURES, 429: 50 - EMAIL_FAILURES}, answers
+    for gw in replicas:
+        assert_json_error(login(gw, user["email"], password), 429, "too many failed logins for this email")

@@ -14,10 +14,12 @@ from typing import Any
 import httpx
 import pytest
 
+from relay.control.throttle import ADDRESS_FAILURES, EMAIL_FAILURES
 from relay.inference.app import INFERENCE_ROUTES
 from tests.fixtures.live import CHAT_MODEL, Gateway
 from tests.fixtures.relay_server import ADMIN_TOKEN
 from tests.hostile.conftest import HOSTILE_ENV
+from tests.hostile.guesses import client_from, fresh_loopback_address, guesses_at_once
 from tests.hostile.wire import connect, exchange, read_answer, request_head, send_quietly
 
 CONTROL_LIMIT = int(HOSTILE_ENV["RELAY_CONTROL_MAX_REQUEST_BYTES"])
@@ -287,9 +289,24 @@ def test_login_is_throttled_per_email_with_retry_after(hostile: Gateway) -> None
     assert "relay_session=" in cookie and "Secure" in cookie and "HttpOnly" in cookie  # https public URL
 
 
+def test_concurrent_wrong_passwords_are_verified_at_most_the_limit(hostile: Gateway) -> None:
+    """50 guesses at once for one email: each is counted before its password is hashed, so only the
+    limit's worth reach the argon2 check (401); the rest are refused first (429)."""
+    user, password = make_user(hostile)
+    address = fresh_loopback_address()
+    answers = guesses_at_once([hostile.relay.control_url], user["email"], 50, address)
+    assert answers == {401: EMAIL_FAILURES, 429: 50 - EMAIL_FAILURES}, answers
+    with client_from(fresh_loopback_address()) as client:  # the email is used up, from anywhere
+        right = client.post(
+            f"{hostile.relay.control_url}/api/auth/login", json={"email": user["email"], "password": password}
+        )
+    assert_json_error(right, 429, "too many failed logins for this email")
+
+
 def test_the_dashboard_sign_in_shares_the_login_throttle(hostile: Gateway) -> None:
-    """The dashboard's sign-in form is a second door to the same credentials: its guesses (passwords
-    and the admin token) count against the same per-email and per-address limits as the API's login."""
+    """The dashboard's sign-in form is a second door to the same credentials: its password guesses count
+    against the same per-email and per-address limits as the API's login; its admin-token guesses
+    against the per-address limit only (there is no email to lock)."""
     import re
 
     base = hostile.relay.control_url
@@ -314,8 +331,18 @@ def test_the_dashboard_sign_in_shares_the_login_throttle(hostile: Gateway) -> No
         api = httpx.post(f"{base}/api/auth/login", json={"email": user["email"], "password": password})
         assert_json_error(api, 429, "too many failed logins")
         assert sign_in(client, email=user["email"], password=password).status_code == 429
-        for _ in range(10):
+
+    # Admin-token guesses count per address only: anyone's guesses elsewhere never lock the operator out.
+    with client_from(fresh_loopback_address()) as client:
+        for _ in range(EMAIL_FAILURES + 2):
             assert sign_in(client, admin_token="sk-guess").status_code == 401
+    with client_from(fresh_loopback_address()) as client:
+        signed_in = sign_in(client, admin_token=ADMIN_TOKEN)
+        assert signed_in.status_code == 303 and "relay_ui=" in signed_in.headers["set-cookie"], signed_in.text
+    address = fresh_loopback_address()  # ...but the guesser's own address runs out of guesses
+    with client_from(address) as client:
+        answers = [sign_in(client, admin_token="sk-guess").status_code for _ in range(ADDRESS_FAILURES + 1)]
+        assert answers == [401] * ADDRESS_FAILURES + [429]
         assert sign_in(client, admin_token=ADMIN_TOKEN).status_code == 429
 
 

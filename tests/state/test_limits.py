@@ -135,3 +135,17 @@ async def test_concurrent_reserves_admit_exactly_the_limit(state: SharedState) -
     verdicts = await asyncio.gather(*(state.reserve(checks, lease(), 30) for _ in range(30)))
     assert sum(v.admitted for v in verdicts) == 10
     assert {v.failed_key for v in verdicts if not v.admitted} == {"burst"}
+
+
+async def test_refund_gives_an_admitted_window_amount_back_never_below_zero(state: SharedState) -> None:
+    for _ in range(2):
+        assert (await state.reserve([window("ref", 2)], lease(), 30)).admitted
+    assert not (await state.reserve([window("ref", 2)], lease(), 30)).admitted
+    await state.refund([("ref", BIG, 1)])
+    assert (await state.reserve([window("ref", 2)], lease(), 30)).admitted  # the refunded slot
+    assert not (await state.reserve([window("ref", 2)], lease(), 30)).admitted
+    await state.refund([("ref", BIG, 5), ("never-used", BIG, 3)])  # more than it holds: down to zero
+    assert (await state.reserve([window("ref", 2, amount=2)], lease(), 30)).admitted
+    assert not (await state.reserve([window("ref", 2)], lease(), 30)).admitted  # not below zero
+    assert (await state.reserve([window("never-used", 1)], lease(), 30)).admitted
+    assert not (await state.reserve([window("never-used", 1)], lease(), 30)).admitted

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 
 import orjson
@@ -171,3 +172,31 @@ async def test_a_lapsed_claim_is_taken_again_and_its_late_attempt_not_recorded(e
     assert len(recorded) == 1 and recorded[0].attempt == 1
     assert await store.claim_due(engine, "r3", "tok3", limit=5, lease_s=30) == []  # delivered: never again
     assert await store.pending_summary(engine) == (0, None)
+
+
+async def test_expired_pending_events_are_failed_whatever_enabled_says_but_not_while_claimed(
+    engine: AsyncEngine,
+) -> None:
+    on, off = await webhook(engine), await webhook(engine)
+    await enqueue(engine, "b_1", "prj_any")  # one event for each webhook
+    async with engine.begin() as conn:
+        await conn.execute(update(t.webhooks).where(t.webhooks.c.id == off).values(enabled=False))
+    [claimed] = await store.claim_due(engine, "r1", "tok1", limit=5, lease_s=30)
+    assert claimed.webhook_id == on  # the disabled webhook's event is never claimed
+    count, oldest = await store.pending_summary(engine)
+    assert count == 1 and oldest is not None  # the gauges leave the disabled webhook's event out
+    assert await store.fail_expired(engine, 3600) == 0  # neither is an hour old
+    async with engine.begin() as conn:  # both were created two hours ago
+        await conn.execute(update(t.webhook_events).values(created_at=utcnow() - timedelta(hours=2)))
+    assert await store.fail_expired(engine, 3600) == 1  # the claimed one is left to its attempt
+    by_webhook = {row["webhook_id"]: row for row in await events(engine)}
+    assert by_webhook[off]["state"] == "failed" and by_webhook[off]["next_attempt_at"] is None
+    assert by_webhook[off]["finished_at"] is not None and by_webhook[off]["attempts"] == 0
+    assert by_webhook[on]["state"] == "pending"
+    async with engine.begin() as conn:  # its lease runs out unrecorded (the replica died)
+        pending = t.webhook_events.c.state == "pending"
+        await conn.execute(update(t.webhook_events).where(pending).values(next_attempt_at=utcnow()))
+    assert await store.fail_expired(engine, 3600) == 1
+    assert {row["state"] for row in await events(engine)} == {"failed"}
+    assert await store.pending_summary(engine) == (0, None)
+    assert await store.fail_expired(engine, 3600) == 0

@@ -125,6 +125,40 @@ def test_an_event_never_acknowledged_is_failed_after_the_window(
     assert metric_value(gw.metrics(), "relay_webhook_deliveries_total", outcome="failed") == 1
 
 
+def test_a_disabled_webhooks_pending_event_is_failed_after_the_window(
+    database_url: str, relay_factory: Factory, fake_upstream: FakeUpstream, receiver: Receiver
+) -> None:
+    """Disabled mid-retry, a webhook's event is never claimed again: it leaves the queue gauges at once
+    and the deliverer's expiry pass fails it after the window (+ one claim lease), so enabling the
+    webhook again brings no attempt."""
+    env = {"RELAY_WEBHOOK_RETRY_SCALE": "0.0001", "RELAY_WEBHOOK_TIMEOUT_S": "2"}  # 24 h → 8.6 s; lease 7 s
+    gw = start(relay_factory, fake_upstream, database_url, env)
+    project, key = own_project(gw)
+    path = receiver.path(statuses=[500])
+    hook = new_webhook(gw, receiver.url(path), project=project)
+    submitted = time.monotonic()
+    wait_finished(gw, submit(gw, "openai", [chat_item(0)], key=key), key=key)
+    assert receiver.wait(path, 1)
+    gw.control_write("PATCH", f"/api/webhooks/{hook['name']}", {"enabled": False}, 200)
+    time.sleep(0.5)  # an attempt claimed just before is recorded
+    attempts = deliveries(gw, hook["name"], limit=1000)
+    assert attempts[0]["next_attempt_at"] is not None, attempts[:2]  # disabled while still pending
+    tried = len(receiver.received(path))
+    assert tried == len(attempts)
+    # Once the gauges have been refreshed (every 5 s) they leave it out, before the pass fails it.
+    time.sleep(5.5)
+    assert metric_value(gw.metrics(), "relay_webhook_queue_depth") == 0
+    assert metric_value(gw.metrics(), "relay_webhook_oldest_pending_seconds") == 0
+    assert time.monotonic() < submitted + 8.6 + 7, "too slow: the pass may have failed it already"
+    time.sleep(max(0.0, submitted + 8.6 + 7 + 3 - time.monotonic()))  # window + lease + a pass or two
+
+    gw.control_write("PATCH", f"/api/webhooks/{hook['name']}", {"enabled": True}, 200)
+    time.sleep(3.0)  # several claim polls: a still-pending event would be attempted now
+    assert len(receiver.received(path)) == tried  # failed by the pass: nothing left to attempt
+    assert deliveries(gw, hook["name"], limit=1000) == attempts  # and no attempt recorded for it
+    assert metric_value(gw.metrics(), "relay_webhook_queue_depth") == 0
+
+
 def test_two_replicas_record_each_attempt_once_and_deliver_nothing_twice(
     relay_factory: Factory, fake_upstream: FakeUpstream, receiver: Receiver
 ) -> None:

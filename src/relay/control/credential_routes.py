@@ -82,16 +82,19 @@ def mount_credential_routes(
     @app.post("/api/auth/login", tags=["Auth"])
     async def login(request: Request, payload: JsonBody) -> JSONResponse:
         """A user's session from email and password; also set as the ``relay_session`` cookie.
-        Failed logins are throttled per email and per client address (429 with ``Retry-After``)."""
+        Failed logins are throttled per email and per client address (429 with ``Retry-After``); each
+        attempt is counted before the password is checked, so concurrent guesses cannot pass together."""
         email = str(payload.get("email", ""))[:320]
         address = request.client.host if request.client else "unknown"
-        await login_throttle.check(email, address)  # before any password is hashed
+        attempt = await login_throttle.attempt(email, address)  # counted before any password is hashed
         try:
             session = await tokens.login(payload)
         except Unauthenticated:
-            await login_throttle.failed(email, address)
+            raise  # a wrong guess: the attempt stays counted
+        except Exception:
+            await login_throttle.refund(attempt)
             raise
-        await login_throttle.succeeded(email)
+        await login_throttle.succeeded(attempt)
         response = JSONResponse({"session": session})
         response.set_cookie(
             SESSION_COOKIE,

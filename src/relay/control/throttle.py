@@ -1,19 +1,26 @@
-"""Login throttling (SPEC §3.2's login, hardened): failed logins are counted per email and per client
+"""Login throttling (SPEC §3.2's login, hardened): login attempts are counted per email and per client
 address; past the limit the next attempt answers 429 with ``Retry-After`` before any password is hashed.
 
-Why failures only: a user who logs in correctly is never slowed by someone else guessing; an attacker
-gets ``EMAIL_FAILURES`` guesses per email and ``ADDRESS_FAILURES`` per address per ``WINDOW_S`` (argon2
-already costs each guess tens of milliseconds).
+Reserve first, then verify: :meth:`LoginThrottle.attempt` counts the attempt atomically *before* the
+password is compared (one synchronous step in this process; one ``reserve`` of ``window`` checks in the
+shared state), so N concurrent guesses cannot all pass a check made before any of them was counted. An
+attempt that turns out not to be a wrong guess gives its count back (:meth:`LoginThrottle.refund`; a
+success: :meth:`LoginThrottle.succeeded`), so what stays counted is failures: a user who logs in
+correctly is never slowed by someone else guessing; an attacker gets ``EMAIL_FAILURES`` guesses per
+email and ``ADDRESS_FAILURES`` per address per ``WINDOW_S`` (argon2 already costs each guess tens of
+milliseconds), however many they send at once. Callers that have no email (the dashboard's admin-token
+sign-in) pass ``None`` and are counted per address only, so nobody can lock the operator out from
+elsewhere by guessing under a fixed name.
 
 Where the counts live:
 
 - **In this process** always (:class:`LocalCounts`: a sliding window; a success clears that email's
   failures). Without ``RELAY_REDIS_URL`` (embedded mode, one replica) that is the whole throttle.
-- **In the shared hot state** too when it is given (``RELAY_REDIS_URL``): every replica adds its failures
-  to the same per-email and per-address counters (fixed ``WINDOW_S`` windows on Redis's clock), so N
-  replicas together allow the limit once, not N times. The shared state has no delete, so a success
-  does not clear the shared count; it ends with its window. Email addresses are hashed in key names (no
-  addresses at rest in Redis).
+- **In the shared hot state** too when it is given (``RELAY_REDIS_URL``): every replica reserves its
+  attempts in the same per-email and per-address counters (fixed ``WINDOW_S`` windows on Redis's
+  clock), so N replicas together allow the limit once, not N times. A refund takes one back from the
+  current window (a success does not clear the shared count of earlier failures; they end with their
+  window). Email addresses are hashed in key names (no addresses at rest in Redis).
 - **When Redis does not answer** (``StateUnavailable``, including the outage gate failing at once), the
   throttle falls back to this process's own counts — neither fail-open (an outage, or an attacker able
   to cause one, would lift the limit entirely) nor fail-closed (a Redis outage would lock every user
@@ -31,6 +38,7 @@ import hashlib
 import logging
 import time
 from collections import OrderedDict, deque
+from dataclasses import dataclass
 
 from relay.errors import RateLimited
 from relay.state import LimitCheck, SharedState, StateUnavailable
@@ -45,27 +53,43 @@ MAX_TRACKED = 100_000
 WARN_EVERY_S = 60.0
 
 
+#: One counter: ("email", normalised email) or ("address", client address).
+Key = tuple[str, str]
+Keys = tuple[Key, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """A reserved login attempt: its counters, when this process counted it (a monotonic stamp that
+    names it in the local counts), and whether the shared state counted it too (then a refund goes
+    there as well)."""
+
+    keys: Keys
+    at: float
+    shared: bool
+
+
 def _message(kind: str) -> str:
     return f"too many failed logins for this {kind}; retry later"
 
 
 class LocalCounts:
-    """Failures seen by this process, in a sliding window (the whole throttle on one replica)."""
+    """Attempts counted by this process (wrong guesses, and those still being verified), in a sliding
+    window (the whole throttle on one replica)."""
 
     def __init__(self, window_s: float, limits: dict[str, int]) -> None:
         self._window = window_s
         self._limits = limits
-        self._failures: OrderedDict[tuple[str, str], deque[float]] = OrderedDict()
+        self._failures: OrderedDict[Key, deque[float]] = OrderedDict()
 
-    def check(self, keys: tuple[tuple[str, str], ...], now: float) -> None:
-        """Raise :class:`RateLimited` when either key is over its limit in the window."""
+    def reserve(self, keys: Keys, now: float) -> None:
+        """Count one attempt against every key, or raise :class:`RateLimited` (counting nothing) when one
+        is at its limit in the window. Synchronous: no other request runs between the test and the add."""
         for key in keys:
             recent = self._recent(key, now)
             if recent is not None and len(recent) >= self._limits[key[0]]:
                 retry = max(1.0, recent[0] + self._window - now)
                 raise RateLimited(_message(key[0]), retry_after=retry)
-
-    def failed(self, keys: tuple[tuple[str, str], ...], now: float) -> None:
         for key in keys:
             recent = self._recent(key, now)
             if recent is None:
@@ -75,10 +99,23 @@ class LocalCounts:
         while len(self._failures) > MAX_TRACKED:
             self._failures.popitem(last=False)
 
-    def forget(self, key: tuple[str, str]) -> None:
+    def refund(self, keys: Keys, at: float) -> None:
+        """Take back the attempt counted at ``at`` (gone already if its window ended or it was evicted)."""
+        for key in keys:
+            recent = self._failures.get(key)
+            if recent is None:
+                continue
+            try:
+                recent.remove(at)
+            except ValueError:
+                continue
+            if not recent:
+                del self._failures[key]
+
+    def forget(self, key: Key) -> None:
         self._failures.pop(key, None)
 
-    def _recent(self, key: tuple[str, str], now: float) -> deque[float] | None:
+    def _recent(self, key: Key, now: float) -> deque[float] | None:
         recent = self._failures.get(key)
         if recent is None:
             return None
@@ -109,48 +146,60 @@ class LoginThrottle:
         self._next_warning = 0.0
 
     @staticmethod
-    def _keys(email: str, address: str) -> tuple[tuple[str, str], ...]:
+    def _keys(email: str | None, address: str) -> Keys:
+        if email is None:
+            return (("address", address),)
         return (("email", email.strip().lower()), ("address", address))
 
     def _shared_key(self, kind: str, value: str) -> str:
         digest = hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:32]
         return f"login:{kind}:{digest}"
 
-    async def check(self, email: str, address: str, now: float | None = None) -> None:
-        """Raise :class:`RateLimited` (429, ``Retry-After``) when the email or the address has used up
-        its failures: in this process, or across every replica when the state is shared."""
+    async def attempt(self, email: str | None, address: str, now: float | None = None) -> Attempt:
+        """Count one login attempt for ``email`` (``None``: none, the address alone) from ``address``,
+        before anything is verified; raise :class:`RateLimited` (429, ``Retry-After``), counting
+        nothing, when either has used up its attempts: in this process, or across every replica when
+        the state is shared. The caller keeps the attempt if it was a wrong guess and otherwise gives
+        it back with :meth:`refund` or :meth:`succeeded`."""
         keys = self._keys(email, address)
-        self._local.check(keys, time.monotonic() if now is None else now)
+        stamp = time.monotonic() if now is None else now
+        self._local.reserve(keys, stamp)
         if self._state is None:
-            return
+            return Attempt(keys, stamp, shared=False)
         checks = [
-            LimitCheck(self._shared_key(kind, value), "window_peek", self._limits[kind], self._window)
+            LimitCheck(self._shared_key(kind, value), "window", self._limits[kind], self._window)
             for kind, value in keys
         ]
         try:
             verdict = await self._state.reserve(checks, "", 0.0)
         except StateUnavailable as exc:
             self._warn(exc)  # the local counts above were the check
-            return
+            return Attempt(keys, stamp, shared=False)
         if not verdict.admitted:
-            kind = "email" if verdict.failed_key == checks[0].key else "address"
+            self._local.refund(keys, stamp)
+            kind = next(
+                (k for (k, _v), c in zip(keys, checks, strict=True) if c.key == verdict.failed_key), ""
+            )
             raise RateLimited(_message(kind), retry_after=max(1.0, verdict.retry_after))
+        return Attempt(keys, stamp, shared=True)
 
-    async def failed(self, email: str, address: str, now: float | None = None) -> None:
-        """Count one failed attempt against the email and the address."""
-        keys = self._keys(email, address)
-        self._local.failed(keys, time.monotonic() if now is None else now)
-        if self._state is None:
+    async def refund(self, attempt: Attempt) -> None:
+        """Give back an attempt that was not a wrong guess (a success, a malformed request)."""
+        self._local.refund(attempt.keys, attempt.at)
+        if not attempt.shared or self._state is None:
             return
-        adds = [(self._shared_key(kind, value), self._window, 1) for kind, value in keys]
         try:
-            await self._state.commit(adds, (), "")
+            await self._state.refund([(self._shared_key(k, v), self._window, 1) for k, v in attempt.keys])
         except StateUnavailable as exc:
             self._warn(exc)
 
-    async def succeeded(self, email: str) -> None:
-        """A correct login clears this process's failures of that email (not the shared window's)."""
-        self._local.forget(self._keys(email, "")[0])
+    async def succeeded(self, attempt: Attempt) -> None:
+        """A correct login: its attempt is given back, and this process forgets the email's failures
+        (the shared window keeps earlier failures until it ends)."""
+        await self.refund(attempt)
+        for key in attempt.keys:
+            if key[0] == "email":
+                self._local.forget(key)
 
     def _warn(self, exc: StateUnavailable) -> None:
         now = time.monotonic()

@@ -129,6 +129,12 @@ class SharedState(Protocol):
         concurrency key in ``release``."""
         ...
 
+    async def refund(self, adds: Sequence[tuple[str, int, int]]) -> None:
+        """Take each ``(key, window_s, amount)`` back from the key's current window, never below zero (a
+        window that holds less gives back what it has): an attempt admitted by a ``window`` check that
+        turned out not to count. A refund made after its window ended takes from the next window."""
+        ...
+
     async def window_usage(self, key: str, window_s: int, *, per_caller: bool) -> tuple[dict[str, int], int]:
         """What the current ``window_s`` window holds: ``({"": used}, window_end)`` for ``key`` itself
         (absent when nothing was added), or with ``per_caller`` every ``key:<suffix>`` counter as

@@ -130,6 +130,13 @@ class MemoryState:
                 if not leases:
                     del self._leases[key]
 
+    async def refund(self, adds: Sequence[tuple[str, int, int]]) -> None:
+        second = math.floor(time.time())
+        for key, window_s, amount in adds:
+            entry = self._windows.get((key, window_s))
+            if entry is not None and entry[0] == second // window_s:
+                entry[1] = max(0, entry[1] - amount)
+
     async def window_usage(self, key: str, window_s: int, *, per_caller: bool) -> tuple[dict[str, int], int]:
         index = math.floor(time.time()) // window_s
         prefix = key + ":"

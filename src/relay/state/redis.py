@@ -148,6 +148,7 @@ class RedisState:
         self._lru = prefix + "lru:"
         self._reserve = self._redis.register_script(scripts.RESERVE)
         self._commit = self._redis.register_script(scripts.COMMIT)
+        self._refund = self._redis.register_script(scripts.REFUND)
         self._trip = self._redis.register_script(scripts.TRIP)
         self._reset = self._redis.register_script(scripts.RESET)
         self._pick = self._redis.register_script(scripts.PICK)
@@ -243,6 +244,22 @@ class RedisState:
             # The release is re-sent once Redis answers, so a lease never waits for its TTL while this
             # process lives. Token adds are not (a timed-out script may have run: no double count).
             self._keep_release(releases, lease_id)
+            raise self._failed(exc) from exc
+
+    async def refund(self, adds: Sequence[tuple[str, int, int]]) -> None:
+        keys: list[str] = []
+        args: list[Any] = []
+        for key, window_s, amount in adds:
+            if amount > 0:
+                keys.append(self._rl + key)
+                args += (window_s, amount)
+        if not keys:
+            return
+        if self._gate.down:
+            raise self._skipped()
+        try:
+            await self._refund(keys=keys, args=args)
+        except RedisError as exc:
             raise self._failed(exc) from exc
 
     async def window_usage(self, key: str, window_s: int, *, per_caller: bool) -> tuple[dict[str, int], int]:

@@ -105,6 +105,22 @@ end
 return 0
 """
 
+# KEYS: base window keys (<p>rl:<key>). ARGV: per key: window_s, amount.
+# Takes amount back from each key's current window, never below zero; DECRBY keeps the counter's TTL.
+REFUND = """
+local sec = tonumber(redis.call('TIME')[1])
+for i = 1, #KEYS do
+  local window = tonumber(ARGV[i * 2 - 1])
+  local wkey = KEYS[i] .. ':' .. ARGV[i * 2 - 1] .. ':' .. math.floor(sec / window)
+  local used = tonumber(redis.call('GET', wkey) or '0')
+  local take = math.min(used, tonumber(ARGV[i * 2]))
+  if take > 0 then
+    redis.call('DECRBY', wkey, take)
+  end
+end
+return 0
+"""
+
 # KEYS[1]: <p>br:<key_id>.
 # ARGV: mode ('permanent' | 'retry' | 'backoff'), retry_after_ms, reason, version,
 #       ttl_after_open_ms, permanent_ttl_ms, max_backoff_ms, channel, key_id, seen (-1: unconditional).

@@ -1,4 +1,5 @@
-"""SQL for the webhook outbox (SPEC §10.10): write events, claim due ones, record attempts, list them.
+"""SQL for the webhook outbox (SPEC §10.10): write events, claim due ones, record attempts, fail the
+expired, list them.
 
 What it does. :func:`matching_webhooks` and :func:`insert_events` run inside the caller's transaction
 (the one that finishes a batch), so the events commit or roll back with the finish. :func:`claim_due`
@@ -228,6 +229,37 @@ async def finish_attempt(engine: AsyncEngine, event: ClaimedEvent, attempt: Atte
     return True
 
 
+async def fail_expired(engine: AsyncEngine, older_than_s: float) -> int:
+    """Mark ``failed`` every pending event created more than ``older_than_s`` ago that no claim holds
+    now (its ``next_attempt_at`` has passed), whatever its webhook's ``enabled`` says: a disabled
+    webhook's events are never claimed, and would otherwise stay pending for ever. No attempt is
+    recorded (none was made). Returns how many were failed."""
+
+    def expired(conn: AsyncConnection) -> ColumnElement[bool]:
+        return and_(
+            E.c.state == _PENDING,
+            E.c.next_attempt_at <= _now(conn),
+            E.c.created_at <= _later(conn, -older_than_s),
+        )
+
+    async with engine.connect() as conn:  # a plain read first, as in claim_due: usually nothing
+        if (await conn.execute(select(E.c.id).where(expired(conn)).limit(1))).first() is None:
+            return 0
+    async with _write(engine) as conn:
+        changed = await conn.execute(
+            update(E)
+            .where(expired(conn))
+            .values(
+                state="failed",
+                next_attempt_at=None,
+                finished_at=_now(conn),
+                claimed_by=None,
+                claim_token=None,
+            )
+        )
+        return changed.rowcount or 0
+
+
 # ---------------------------------------------------------------------------------------------- reads
 
 
@@ -255,10 +287,15 @@ async def recent_deliveries(engine: AsyncEngine, webhook_id: str, limit: int) ->
 
 
 async def pending_summary(engine: AsyncEngine) -> tuple[int, datetime | None]:
-    """(pending events, the oldest pending event's ``created_at``) over every webhook."""
+    """(pending events, the oldest pending event's ``created_at``) over every *enabled* webhook: a
+    disabled webhook's events wait without being attempted, and are left out (until they expire)."""
     async with engine.connect() as conn:
         row = (
-            await conn.execute(select(func.count(), func.min(E.c.created_at)).where(E.c.state == _PENDING))
+            await conn.execute(
+                select(func.count(), func.min(E.c.created_at))
+                .select_from(E.join(WH, WH.c.id == E.c.webhook_id))
+                .where(E.c.state == _PENDING, WH.c.enabled.is_(True))
+            )
         ).one()
     oldest = row[1]
     if isinstance(oldest, str):  # SQLite's aggregate loses the column type

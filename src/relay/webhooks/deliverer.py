@@ -8,7 +8,11 @@ is POSTed with the Standard Webhooks headers (``relay.webhooks.signing``; the ev
 response head — is bounded by ``timeout_s`` (10 s by default), so a hanging receiver holds one slot for
 at most that long. 2xx is delivered; anything else, a timeout or a connection error retries on
 ``RetrySchedule`` until 24 h have passed, then the event is failed. Every replica runs one, whatever
-its ``RELAY_BATCH_WORKERS``. A slower task refreshes the queue-depth gauges.
+its ``RELAY_BATCH_WORKERS``. Every few seconds the loop also refreshes the queue-depth gauges (enabled
+webhooks' events only), and every ``expiry_every_s`` it fails every pending event older than the
+window plus one claim lease, whatever its webhook's ``enabled`` says (``store.webhooks.fail_expired``):
+a disabled webhook's events are never claimed, so the attempt-time rule would never fail them. The
+lease's grace lets an enabled webhook's last attempt, due at the window's end, be made first.
 
 What it deliberately does not know. Batches (events are opaque bodies), SQL (``store.webhooks``), how
 events come to exist (``relay.webhooks.outbox``).
@@ -44,6 +48,9 @@ log = logging.getLogger("relay.webhooks")
 
 LEASE_MARGIN_S = 5.0  # a claim outlives the longest attempt by this much
 STATS_EVERY_S = 5.0
+#: The expiry pass runs every window / EXPIRY_PASSES_PER_WINDOW, within these bounds (60 s at 24 h).
+EXPIRY_PASSES_PER_WINDOW = 24
+EXPIRY_EVERY_BOUNDS_S = (1.0, 60.0)
 
 
 class Deliverer:
@@ -70,6 +77,8 @@ class Deliverer:
         self._poll_s = poll_s
         self._metrics = metrics
         self._lease_s = timeout_s + LEASE_MARGIN_S
+        low, high = EXPIRY_EVERY_BOUNDS_S
+        self._expiry_every_s = min(high, max(low, schedule.window_s / EXPIRY_PASSES_PER_WINDOW))
         self._running: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
         self._stopping = False
@@ -95,7 +104,7 @@ class Deliverer:
     # ---------------------------------------------------------------------------------------- claim
 
     async def _loop(self) -> None:
-        last_stats = 0.0
+        last_stats = last_expiry = 0.0
         delay = self._poll_s
         while not self._stopping:
             self._wake.clear()  # before claiming: a slot freed from here on wakes the wait below
@@ -112,6 +121,9 @@ class Deliverer:
                         self._running.add(task)
                         task.add_done_callback(self._done)
                     full = len(claimed) == free
+                if time.monotonic() - last_expiry >= self._expiry_every_s:
+                    last_expiry = time.monotonic()
+                    await self._fail_expired()
                 if self._metrics is not None and time.monotonic() - last_stats >= STATS_EVERY_S:
                     last_stats = time.monotonic()
                     await self._refresh_gauges(self._metrics)
@@ -130,6 +142,11 @@ class Deliverer:
         self._running.discard(task)
         if len(self._running) == self._slots - 1:
             self._wake.set()  # a slot freed while every slot was busy: there may be more due
+
+    async def _fail_expired(self) -> None:
+        failed = await store.fail_expired(self._engine, self._schedule.window_s + self._lease_s)
+        if failed:
+            log.warning("%d webhook events marked failed: still pending past the retry window", failed)
 
     async def _refresh_gauges(self, metrics: WebhookMetrics) -> None:
         pending, oldest = await store.pending_summary(self._engine)

@@ -74,28 +74,32 @@ def mount_pages(router: APIRouter, dash: Dashboard) -> None:
             fields = await dash.form(request, pre=request.cookies.get(PRE_COOKIE))
         except Refused as exc:
             return await signin_page(request, exc.status, exc.message)
-        # Guesses are throttled as on POST /api/auth/login, with the same counts: per email (the
-        # admin token counts under one name) and per client address, before anything is compared.
+        # Guesses are throttled as on POST /api/auth/login, with the same counts, each counted before
+        # anything is compared: per email and per client address; admin-token guesses per address only
+        # (under one shared name anyone could lock the operator out of every replica).
         address = request.client.host if request.client else "unknown"
-        email = "(admin token)" if fields.get("admin_token") else fields.get("email", "")[:320]
+        admin_token = fields.get("admin_token", "")
+        email = None if admin_token else fields.get("email", "")[:320]
         try:
-            await dash.login_throttle.check(email, address)
+            attempt = await dash.login_throttle.attempt(email, address)
         except RelayError as exc:
             return await signin_page(request, exc.status, exc.message)
-        if fields.get("admin_token"):
-            if not constant_time_equal(fields["admin_token"].strip(), dash.admin_token):
-                await dash.login_throttle.failed(email, address)
-                return await signin_page(request, 401, "invalid admin token")
+        if admin_token:
+            if not constant_time_equal(admin_token.strip(), dash.admin_token):
+                return await signin_page(request, 401, "invalid admin token")  # stays counted
             value, max_age = dash.signer.admin_cookie(), ADMIN_TTL_S
         else:
             try:
                 session = await dash.tokens.login({"email": email, "password": fields.get("password", "")})
             except RelayError as exc:
-                if exc.status == 401:
-                    await dash.login_throttle.failed(email, address)
+                if exc.status != 401:  # not a wrong guess
+                    await dash.login_throttle.refund(attempt)
                 return await signin_page(request, exc.status, exc.message)
+            except Exception:
+                await dash.login_throttle.refund(attempt)
+                raise
             value, max_age = "u." + session, 12 * 3600
-        await dash.login_throttle.succeeded(email)
+        await dash.login_throttle.succeeded(attempt)
         response = dash.redirect("/ui/")
         cookie(response, COOKIE, value, max_age)
         response.delete_cookie(PRE_COOKIE, path="/ui")
