@@ -34,6 +34,7 @@ REFUSALS: list[tuple[Any, str]] = [
     ({"requests": [request("x" * 65)]}, "requests[0].custom_id: must be 1 to 64 characters"),
     ({"requests": [request("has space")]}, "requests[0].custom_id: must be 1 to 64 characters"),
     ({"requests": [request("a.b")]}, "requests[0].custom_id: must be 1 to 64 characters"),
+    ({"requests": [request("a\n")]}, "requests[0].custom_id: must be 1 to 64 characters"),
     ({"requests": [{"custom_id": 7, "params": params()}]}, "requests[0].custom_id: field required"),
     (
         {"requests": [request("a"), request("b"), request("a")]},
