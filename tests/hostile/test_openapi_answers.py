@@ -83,7 +83,12 @@ def api(hostile: Gateway) -> Conformance:
 def test_catalog_routes_answer_what_the_document_declares(api: Conformance) -> None:
     make_user(api.gw)  # the module catalog has every other kind but webhooks
     hook = {"name": f"w-{uuid.uuid4().hex[:8]}", "url": "http://127.0.0.1:9/hook"}
-    assert api.call("post", "/api/webhooks", body=hook).status_code == 201
+    generated = api.call("post", "/api/webhooks", body=hook)  # no secret: generated, returned once
+    assert generated.status_code == 201 and generated.json()["secret"], generated.text
+    assert "secret" not in api.call("get", "/api/webhooks/{ref}", f"/api/webhooks/{hook['name']}").json()
+    given = {"name": f"w-{uuid.uuid4().hex[:8]}", "url": "http://127.0.0.1:9/hook", "secret": "s" * 32}
+    chosen = api.call("post", "/api/webhooks", body=given)
+    assert chosen.status_code == 201 and "secret" not in chosen.json(), chosen.text
     deliveries = api.call("get", "/api/webhooks/{ref}/deliveries", f"/api/webhooks/{hook['name']}/deliveries")
     assert deliveries.json() == {"items": []}
     for kind in KINDS:

@@ -34,6 +34,7 @@ REFUSALS: list[tuple[Any, str]] = [
     ({"requests": [request("x" * 65)]}, "requests[0].custom_id: must be 1 to 64 characters"),
     ({"requests": [request("has space")]}, "requests[0].custom_id: must be 1 to 64 characters"),
     ({"requests": [request("a.b")]}, "requests[0].custom_id: must be 1 to 64 characters"),
+    ({"requests": [request("a\n")]}, "requests[0].custom_id: must be 1 to 64 characters"),
     ({"requests": [{"custom_id": 7, "params": params()}]}, "requests[0].custom_id: field required"),
     (
         {"requests": [request("a"), request("b"), request("a")]},
@@ -98,6 +99,8 @@ def test_idempotency_key_answers_the_first_answer_and_creates_nothing(mb_gateway
     assert batch_count(gw) == batches
     reused = raw(gw, "POST", PATH, json={"requests": [request("other")]}, headers=headers)
     assert reused.status_code == 409 and reused.json()["type"] == "error"
+    assert reused.json()["error"]["type"] == "invalid_request_error"
+    assert reused.json()["error"]["message"].startswith("idempotency_key_reused: ")
     assert batch_count(gw) == batches
     bad = raw(gw, "POST", PATH, json=body, headers={"x-api-key": gw.key, "idempotency-key": ""})
     assert bad.status_code == 400 and "Idempotency-Key" in bad.json()["error"]["message"]

@@ -2,7 +2,7 @@
 while it runs a §14 batch's items leaves every line of the input in the output or the error file
 exactly once (the killed replica's running items as ``worker_lost``), on SQLite and Postgres; a
 Postgres restart mid-batch loses no line. The
-fleet and its checks are ``batches_api/test_faults.py``'s."""
+fleet and its checks are ``batches_api/faults_fleet.py``'s."""
 
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ class FileBytesDir:
         self.modes = modes
 
     def path(self, file_id: str) -> Path:
-        if not FILE_ID.match(file_id):
+        if not FILE_ID.fullmatch(file_id):
             raise ValueError(f"not a file id: {file_id!r}")
         return self.directory / file_id
 

@@ -61,7 +61,7 @@ def validate_create(body: Any, max_items: int) -> tuple[list[dict[str, Any]], li
         custom_id = request.get("custom_id")
         if not isinstance(custom_id, str):
             raise BatchRejected(f"{where}.custom_id: field required, a string")
-        if not CUSTOM_ID_RE.match(custom_id):
+        if not CUSTOM_ID_RE.fullmatch(custom_id):
             raise BatchRejected(f"{where}.custom_id: must be 1 to 64 characters of A-Z, a-z, 0-9, _ and -")
         if custom_id in seen:
             raise BatchRejected(

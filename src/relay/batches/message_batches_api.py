@@ -34,7 +34,7 @@ from relay.adapters import ANTHROPIC, error_body
 from relay.adapters.json_codec import DEFAULT_MAX_DEPTH, JsonRefused, loads_input
 from relay.auth import authenticate, authenticate_owner
 from relay.batches import idempotency
-from relay.batches.idempotency import Answer
+from relay.batches.idempotency import Answer, IdempotencyKeyReused
 from relay.batches.message_batches import (
     EXPIRES_AFTER,
     created_batch,
@@ -261,7 +261,10 @@ def _request_base(scope: Scope, headers: dict[str, str]) -> str:
 
 
 async def _error(send: Send, exc: RelayError, request_id: str) -> None:
-    body = error_body(ANTHROPIC, status=exc.status, code=exc.code, message=exc.message)
+    # Anthropic's error object has no code field: an identifier a client must branch on (SPEC §10.10's
+    # 409) leads the message instead, ``idempotency_key_reused: …``.
+    message = f"{exc.code}: {exc.message}" if isinstance(exc, IdempotencyKeyReused) else exc.message
+    body = error_body(ANTHROPIC, status=exc.status, code=exc.code, message=message)
     await send_bytes(send, exc.status, body, "application/json", request_id, error_headers(exc))
 
 

@@ -73,7 +73,7 @@ class PayloadDir:
         self._retired: list[int] = []  # evicted descriptors with unsynced bytes: the next sync closes them
 
     def _dir(self, batch_id: str) -> Path:
-        if not _BATCH_ID.match(batch_id):
+        if not _BATCH_ID.fullmatch(batch_id):
             raise ValueError(f"not a batch id: {batch_id!r}")
         return self.root / batch_id
 
@@ -293,7 +293,7 @@ class _Appender:
 
 
 def _open_for_reading(directory: Path, name: str) -> int | None:
-    if not _RESPONSES_FILE.match(name):
+    if not _RESPONSES_FILE.fullmatch(name):
         raise ValueError(f"not a responses file: {name!r}")
     try:
         return os.open(directory / name, os.O_RDONLY | os.O_CLOEXEC)

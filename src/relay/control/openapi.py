@@ -7,7 +7,8 @@ document once: every operation lists every status it can answer, each error with
 catalog routes get their real response schemas (the object as rendered: the kind's fields without
 its write-only ones, plus ``id``, ``created_at``, ``updated_at`` and each reference's ``<field>_id``), and
 every other route the model of its answer from :mod:`relay.control.answers` (FastAPI only knows them
-as "an object": the handlers return plain dicts).
+as "an object": the handlers return plain dicts). A create whose answer adds a field once (a webhook's
+generated ``secret``) is declared as ``<Kind>Created``: the object plus that optional field.
 
 What it deliberately does not know: how the routes work (only paths and methods).
 """
@@ -36,6 +37,16 @@ ERROR_SCHEMA = {
     },
 }
 OPEN = ("/api/openapi.json", "/api/docs")
+#: Fields a kind's create answer adds to its object, once: a webhook created without a ``secret`` is
+#: answered with the generated one (``relay.control.catalog.with_generated_secret``, SPEC §10.10).
+CREATE_EXTRAS: dict[str, dict[str, Any]] = {
+    "Webhook": {
+        "secret": {
+            "type": "string",
+            "description": "the generated signing secret, shown only here (absent when the create gave one)",
+        }
+    }
+}
 WHY = {
     "400": "bad request: invalid JSON (too deep, a lone surrogate), an invalid field, bad query",
     "401": "missing or wrong admin bearer (or user session on /api/auth/*); checked before the body",
@@ -71,6 +82,9 @@ def rewrite(document: dict[str, Any]) -> dict[str, Any]:
     kinds = {f"/api/{k.plural}": k for k in KINDS}
     for kind in KINDS:
         schemas[f"{kind.name}Object"] = object_schema(kind, schemas)
+        extras = CREATE_EXTRAS.get(kind.name)
+        if extras is not None:
+            schemas[f"{kind.name}Created"] = created_schema(kind, schemas[f"{kind.name}Object"], extras)
     for path, item in doc.get("paths", {}).items():
         for method, operation in item.items():
             if method not in ("get", "post", "put", "patch", "delete"):
@@ -163,6 +177,15 @@ def object_schema(kind: Kind, schemas: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def created_schema(kind: Kind, rendered: dict[str, Any], extras: dict[str, Any]) -> dict[str, Any]:
+    """The create answer of ``kind``: its rendered object plus the optional ``extras`` (still closed:
+    anything else in the answer is a lie of the document)."""
+    schema = copy.deepcopy(rendered)
+    schema["title"] = f"{kind.name}Created"
+    schema["properties"].update(copy.deepcopy(extras))
+    return schema
+
+
 def _kind_response(kind: Kind, one: bool, method: str, operation: dict[str, Any]) -> None:
     ref = {"$ref": f"#/components/schemas/{kind.name}Object"}
     responses = operation["responses"]
@@ -175,7 +198,10 @@ def _kind_response(kind: Kind, one: bool, method: str, operation: dict[str, Any]
         }
         responses["200"] = _json(f"every {kind.name}", listing)
     elif method == "post" and not one:
-        responses["201"] = _json(f"the created {kind.name}", ref)
+        created = ref
+        if kind.name in CREATE_EXTRAS:
+            created = {"$ref": f"#/components/schemas/{kind.name}Created"}
+        responses["201"] = _json(f"the created {kind.name}", created)
     elif method in ("get", "patch") and one:
         responses["200"] = _json(f"the {kind.name}", ref)
 

@@ -39,7 +39,7 @@ def mint_batch_id(api: Api) -> str:
 
 def is_batch_id(value: str) -> bool:
     """True for an id of any API's batch: a known prefix and the base32 body of ``mint_id``."""
-    return bool(BATCH_ID_RE.match(value))
+    return bool(BATCH_ID_RE.fullmatch(value))
 
 
 AVAILABLE = "available"

@@ -49,4 +49,4 @@ def mint_id(prefix: str) -> str:
 
 
 def is_valid_name(name: str) -> bool:
-    return bool(NAME_RE.match(name))
+    return bool(NAME_RE.fullmatch(name))

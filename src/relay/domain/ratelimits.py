@@ -36,7 +36,7 @@ MAX_LIMIT_USD = Decimal(MAX_LIMIT_NANOS) / NANOS_PER_USD
 
 def window_seconds(window: str) -> int:
     """``1s``/``1m``/``1h``/``1d``/``1w``/``30d`` or ``<n>s`` as seconds; ValueError otherwise."""
-    match = _WINDOW.match(window)
+    match = _WINDOW.fullmatch(window)
     if not match:
         raise ValueError(f"window {window!r} must be 1s, 1m, 1h, 1d, 1w, 30d or <n>s")
     if match.group(5):

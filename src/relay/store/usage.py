@@ -260,7 +260,7 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
         ts = datetime.fromisoformat(stamp)
     except (binascii.Error, UnicodeDecodeError, ValueError):
         raise ValueError("not a cursor this API returned") from None
-    if ts.tzinfo is None or not _EVENT_ID.match(event_id):
+    if ts.tzinfo is None or not _EVENT_ID.fullmatch(event_id):
         raise ValueError("not a cursor this API returned")
     try:
         # Only the exact text encode_cursor writes is one (an edge offset like 0001-01-01T00:00+14:00
