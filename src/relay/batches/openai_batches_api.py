@@ -23,7 +23,6 @@ from relay.adapters import OPENAI, error_body
 from relay.auth import authenticate, authenticate_owner
 from relay.batches import idempotency
 from relay.batches.openai_batches import ROUTE, OpenAIBatches
-from relay.snapshot import Snapshot
 from relay.domain.credentials import read_credential
 from relay.domain.openai_batches import BadParam
 from relay.errors import NotFound, RelayError
@@ -36,6 +35,7 @@ from relay.inference.wire import (
     require_method,
     send_bytes,
 )
+from relay.snapshot import Snapshot
 from relay.store.outage import unavailable_or_internal
 
 log = logging.getLogger("relay.batches")
