@@ -162,6 +162,7 @@ class OpenAIFinalizer:
         async with self._engine.connect() as conn:
             row = await batch_store.get_batch(conn, batch_id)
             counts = (await batch_store.item_counts(conn, [batch_id]))[batch_id]
+            expired = await batch_store.has_expired_items(conn, batch_id)
         assert row is not None
         data: dict[str, Any] = dict(row["api_data"] or {})
         owner = row["owner"]
@@ -187,7 +188,7 @@ class OpenAIFinalizer:
                 written.append(made["id"])
                 data["error_file_id"] = made["id"]
             data["ended_at"] = int(time.time())
-            outcome = outcome_of(row)
+            outcome = outcome_of(row, expired=expired)
             async with self._engine.begin() as conn:
                 ended = await batch_store.set_api_state(
                     conn, batch_id, api_status=outcome, api_data=data, only_if_status=claim

@@ -64,6 +64,7 @@ from sqlalchemy import (
     literal,
     literal_column,
     null,
+    or_,
     select,
     tuple_,
     update,
@@ -225,7 +226,12 @@ def _claim_sql(dialect: str) -> _ClaimSQL:
     batch_id = bindparam("c_batch", type_=ID)
     pick = (
         select(B)
-        .where(B.c.completed_at.is_(None), B.c.status == literal_column("'queued'"), _unreserved_in(B.c.id))
+        .where(
+            B.c.completed_at.is_(None),
+            B.c.status == literal_column("'queued'"),
+            or_(B.c.expires_at.is_(None), B.c.expires_at > now),  # an expired batch starts nothing (§14)
+            _unreserved_in(B.c.id),
+        )
         .order_by(B.c.last_claimed_at.asc().nulls_first(), B.c.created_at, B.c.id)
         .limit(1)
         .with_for_update(skip_locked=True, key_share=True)
@@ -276,7 +282,7 @@ async def claim(db: Db, instance_id: str, limit: int) -> list[ClaimedItem]:
         params: dict[str, Any] = {"c_instance": instance_id, "c_limit": limit}
         if conn.dialect.name != "postgresql":
             params["c_now"] = datetime.now(UTC)
-        picked = (await conn.execute(sql.pick)).first()
+        picked = (await conn.execute(sql.pick, {k: v for k, v in params.items() if k == "c_now"})).first()
         if picked is None:
             return []
         batch = record_from_row(picked._mapping)

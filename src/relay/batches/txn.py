@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from relay.batches.held import Db
 from relay.batches.hooks import FinishedBatch, run_finish_hooks
 from relay.batches.views import B, I, in_state
-from relay.domain.batches import AVAILABLE, ITEM_STATES, RUNNING
+from relay.domain.batches import AVAILABLE, EXPIRED_PREFIX, ITEM_STATES, RUNNING
 from relay.store.tables import UTCDateTime
 
 # Namespace (first key) of the per-batch advisory locks: the bytes "rbat", which fit a Postgres int4.
@@ -106,6 +106,7 @@ async def _complete_if_done(conn: AsyncConnection, batch_ids: Iterable[str]) -> 
             B.c.completed_at,
             B.c.cancel_requested_at,
             B.c.api_status,
+            _expired_item_in(B.c.id).label("has_expired"),
         )
     )
     rows = sorted(done.all(), key=lambda row: row.id)
@@ -126,7 +127,7 @@ async def _complete_if_done(conn: AsyncConnection, batch_ids: Iterable[str]) -> 
             project_id=row.project_id,
             counts={state: counts[row.id][state] for state in ITEM_STATES if state in counts[row.id]},
             cancelled=row.status == "cancelled" or row.cancel_requested_at is not None,
-            expired=is_expired(row.expires_at, row.completed_at) and row.status != "cancelled",
+            expired=bool(row.has_expired) and row.status != "cancelled",
             api_status=row.api_status,
         )
         for row in rows
@@ -135,8 +136,14 @@ async def _complete_if_done(conn: AsyncConnection, batch_ids: Iterable[str]) -> 
     return finished
 
 
+def _expired_item_in(batch_id: Any) -> ColumnElement[bool]:
+    """The batch has an item its expiry cancelled (error ``expired: …``): what makes a batch expired,
+    not when its last item ended (one that succeeds just after the deadline leaves it completed)."""
+    return exists().where(I.c.batch_id == batch_id, I.c.error.startswith(EXPIRED_PREFIX, autoescape=True))
+
+
 def is_expired(expires_at: datetime | None, at: datetime | None) -> bool:
-    """A batch with a deadline counts as expired once it finished (or, unfinished, is) past it."""
+    """Whether ``at`` is at or past a batch's deadline (a running batch's items then stop as expired)."""
     if expires_at is None or at is None:
         return False
     return _aware(at) >= _aware(expires_at)
