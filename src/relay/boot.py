@@ -257,6 +257,7 @@ def build_runtime(settings: Settings) -> Runtime:
         engine,
         settings.batch_expiry_sweep_s,
         stop_running=runtime.batch_workers.cancel_batch if runtime.batch_workers is not None else None,
+        instance_id=settings.instance_id,
     )
     # Finish hooks (relay.batches.hooks: called inside the transaction that finishes a batch) are
     # registered here by the packages that need them (webhooks' outbox, the §14 façade).

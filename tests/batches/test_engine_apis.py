@@ -12,7 +12,7 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from relay.batches import expiry, queue, recovery
+from relay.batches import expiry, queue, recovery, txn
 from relay.batches.hooks import FinishedBatch, register_finish_hook
 from relay.batches.views import batch_record
 from relay.domain.batches import is_batch_id, mint_batch_id
@@ -156,7 +156,8 @@ async def test_an_item_running_at_expiry_finishes_the_batch_when_put_back(
     await expire_now(engine, batch_id)
     assert [r.id for r in await expiry.expire_due(engine)] == [batch_id]
     assert finished == []  # idx 0 still runs
-    assert await expiry.running_batches(engine, [batch_id]) == {batch_id}
+    assert [r.id for r in await txn.expired_running(engine, "r1", 10)] == [batch_id]
+    assert await txn.expired_running(engine, "r2", 10) == []
     key = (claimed[0].batch_id, claimed[0].idx)
     # A stopping replica does not hand an expired batch's item back: it is cancelled as expired.
     assert await recovery.put_back(engine, "r1", [key], events_for=put_back_events) == 0

@@ -77,6 +77,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from relay.batches.held import Db
 from relay.batches.txn import (  # noqa: F401  (recovery and expiry import them from here)
     _ago,
+    _check_events,
     _complete_if_done,
     _item_in,
     _lock_batches,
@@ -112,15 +113,6 @@ class ClaimedItem:
 def _unreserved_in(batch_id: Any) -> ColumnElement[bool]:
     """The batch has an available item no replica has reserved (``ix_batch_items_unreserved``)."""
     return exists().where(I.c.batch_id == batch_id, in_state(AVAILABLE), I.c.claimed_by.is_(None))
-
-
-def _check_events(events: Sequence[UsageEvent], keys: Sequence[tuple[str, int]]) -> None:
-    """The events a callback built must be batch events for exactly these items, in this order."""
-    got = [(event.batch_id, event.batch_idx) for event in events]
-    if got != list(keys) or any(event.source != "batch" for event in events):
-        raise ValueError(
-            f"expected one batch usage event per item, in order, for {len(keys)} items; got {len(events)}"
-        )
 
 
 def _check_final(final: FinalItem) -> None:
