@@ -18,6 +18,7 @@ anyone else gets :class:`BatchNotFound`, never a 403 (SPEC §10.8). Ids and time
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -31,7 +32,7 @@ from relay.adapters.json_codec import DEFAULT_MAX_DEPTH, JsonRefused, loads_inpu
 from relay.auth import Principal
 from relay.batches import queue, views
 from relay.batches.idempotency import Answer, IdempotencyClaim, replay
-from relay.batches.payload_store import PayloadStores
+from relay.batches.payload_store import PayloadStore, PayloadStores
 from relay.batches.runner import cancelled_event
 from relay.batches.views import BatchRecord
 from relay.domain.batches import (
@@ -48,6 +49,8 @@ from relay.domain.batches import (
 )
 from relay.errors import InvalidRequest, NotFound
 from relay.store import batches as batch_store
+
+log = logging.getLogger("relay.batches")
 
 RESULTS_PAGE = 500
 
@@ -146,7 +149,11 @@ class BatchService:
         total = len(new.requests)
         if total:
             bodies = (body if isinstance(body, bytes) else orjson.dumps(body) for body in new.requests)
-            total = await store.write_requests(batch_id, bodies)
+            try:
+                total = await store.write_requests(batch_id, bodies)
+            except BaseException:
+                await self._discard(store, batch_id)  # what a part-write left
+                raise
         row: dict[str, Any] = {
             "id": batch_id,
             "created_at": created_at,
@@ -173,13 +180,35 @@ class BatchService:
         try:
             await queue.insert_batch(self._engine, row, total, custom_ids=new.custom_ids, first=first)
         except IntegrityError:
+            # Nothing of this batch committed: its bodies go (a concurrent duplicate's loser, say).
+            await self._discard(store, batch_id)
             if idempotency is None:
                 raise
             prior = await replay(self._engine, idempotency)  # a concurrent duplicate committed first
             if prior is None:
                 raise
             return prior
+        except BaseException:
+            await self._discard(store, batch_id)  # unless the commit happened after all
+            raise
         return answer
+
+    async def _discard(self, store: PayloadStore, batch_id: str) -> None:
+        """Remove the request bodies of a create whose batch did not commit, once the database shows
+        no such batch (a failure at COMMIT may have committed it; an IntegrityError may be an id
+        another batch has). Best effort: when it cannot be done (the database is down), the bodies
+        stay, unreferenced."""
+        try:
+            async with self._engine.connect() as conn:
+                if await batch_store.get_batch(conn, batch_id) is not None:
+                    return
+            await store.discard_requests(batch_id)
+        except Exception as exc:
+            log.warning(
+                "could not remove the request bodies of uncommitted batch %s (%s)",
+                batch_id,
+                type(exc).__name__,
+            )
 
     def _validate(self, raw: bytes) -> tuple[str, list[Any]]:
         """Parse and validate a submission (:class:`BatchRejected`, nothing written); ``(shape,
