@@ -26,6 +26,7 @@ from relay.batches.files import FileService
 from relay.batches.files_api import PREFIXES as FILES_PREFIXES
 from relay.batches.files_api import FilesApp
 from relay.batches.hooks import register_finish_hook
+from relay.batches.idempotency import purge_expired
 from relay.batches.message_batches_api import PREFIXES as MESSAGE_BATCHES_PREFIXES
 from relay.batches.message_batches_api import MessageBatchesApp
 from relay.batches.openai_batches import OpenAIBatches
@@ -258,6 +259,7 @@ def build_runtime(settings: Settings) -> Runtime:
         settings.batch_expiry_sweep_s,
         stop_running=runtime.batch_workers.cancel_batch if runtime.batch_workers is not None else None,
         instance_id=settings.instance_id,
+        housekeeping=lambda: purge_expired(engine),  # §10.10 rows past their 24 h window
     )
     # Finish hooks (relay.batches.hooks: called inside the transaction that finishes a batch) are
     # registered here by the packages that need them (webhooks' outbox, the §14 façade).

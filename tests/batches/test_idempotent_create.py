@@ -1,10 +1,12 @@
-"""Concurrent duplicate idempotent creates on real SQLite and Postgres, with each payload store: one
-batch, and no request bodies of the losers left behind (``BatchService.create``)."""
+"""Idempotent creates on real SQLite and Postgres: concurrent duplicates, with each payload store, leave
+one batch and no request bodies of the losers behind (``BatchService.create``); rows past the 24 h
+window are purged by the expiry sweeper's loop."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -12,11 +14,14 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.auth import Principal
-from relay.batches.idempotency import Answer, IdempotencyClaim
+from relay.batches.expiry import ExpirySweeper
+from relay.batches.idempotency import WINDOW, Answer, IdempotencyClaim, purge_expired
 from relay.batches.payload_store import DatabaseStore, FileStore, PayloadStores
 from relay.batches.service import BatchService, CreatedBatch, NewBatch
 from relay.snapshot import Policy
+from relay.store import idempotency as store
 from relay.store import tables as t
+from relay.store.idempotency import StoredAnswer
 from tests.batches.test_queue import KEY_HASH
 
 CONCURRENT = 6
@@ -81,3 +86,28 @@ async def test_concurrent_duplicates_leave_one_batch_and_no_orphaned_bodies(
         assert owners == batch_ids and directories == []
     else:
         assert owners == [] and directories == batch_ids
+
+
+async def test_idempotency_rows_older_than_the_window_are_swept(engine: AsyncEngine) -> None:
+    now = datetime.now(UTC)
+    ages = {"fresh": timedelta(hours=1), "old-1": timedelta(hours=25), "old-2": timedelta(days=3)}
+    async with engine.begin() as conn:
+        for key, age in ages.items():
+            stored = StoredAnswer("f" * 64, 202, b"{}")
+            await store.record_answer(conn, KEY_HASH, key, stored, created_at=now - age, window=WINDOW)
+    assert await purge_expired(engine, limit=1) == 1  # bounded: one statement, at most ``limit`` rows
+    ran = asyncio.Event()
+
+    async def housekeeping() -> None:
+        await purge_expired(engine)
+        ran.set()
+
+    sweeper = ExpirySweeper(engine, 0.01, housekeeping=housekeeping)  # the sweeper's loop runs it
+    sweeper.start()
+    try:
+        await asyncio.wait_for(ran.wait(), 30)
+    finally:
+        await sweeper.close()
+    async with engine.connect() as conn:
+        keys = list((await conn.execute(select(t.idempotency_keys.c.key))).scalars())
+    assert keys == ["fresh"]

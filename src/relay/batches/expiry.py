@@ -54,7 +54,8 @@ async def expire_due(engine: AsyncEngine) -> list[BatchRecord]:
 
 class ExpirySweeper:
     """Every ``interval_s``: :func:`expire_due`, then ``stop_running(batch_id, error)`` for the expired
-    batches with an item running on ``instance_id`` (this replica's worker pool stops its own)."""
+    batches with an item running on ``instance_id`` (this replica's worker pool stops its own), then
+    ``housekeeping()`` (``relay.boot`` passes the idempotency rows' purge; bounded work per pass)."""
 
     def __init__(
         self,
@@ -63,6 +64,7 @@ class ExpirySweeper:
         stop_running: Callable[[str, str], Awaitable[object]] | None = None,
         *,
         instance_id: str | None = None,
+        housekeeping: Callable[[], Awaitable[object]] | None = None,
     ) -> None:
         if stop_running is not None and instance_id is None:
             raise ValueError("stopping running items needs this replica's instance id")
@@ -70,6 +72,7 @@ class ExpirySweeper:
         self._interval_s = interval_s
         self._stop_running = stop_running
         self._instance_id = instance_id
+        self._housekeeping = housekeeping
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -99,3 +102,8 @@ class ExpirySweeper:
                         break
             except Exception as exc:
                 log.warning("batch expiry sweep failed (%s); retrying", type(exc).__name__)
+            if self._housekeeping is not None:
+                try:
+                    await self._housekeeping()
+                except Exception as exc:
+                    log.warning("batch housekeeping failed (%s); retrying", type(exc).__name__)
