@@ -14,7 +14,7 @@ from relay.batches.openai_batches import outcome_of
 from relay.domain.batches import mint_batch_id
 from relay.store import batches as batch_store
 from relay.store import tables as t
-from tests.batches.test_engine_apis import expire_now, finished  # noqa: F401  (a fixture)
+from tests.batches.test_engine_apis import Finished, expire_now, finished  # noqa: F401  (a fixture)
 from tests.batches.test_queue import claim_run, complete, items, submit
 
 
@@ -48,12 +48,12 @@ async def test_a_reserved_item_of_a_batch_that_expired_meanwhile_never_starts(en
 
 async def test_a_last_item_succeeding_after_the_deadline_leaves_the_batch_completed(
     engine: AsyncEngine,
-    finished: list,  # noqa: F811
+    finished: Finished,  # noqa: F811
 ) -> None:
     batch_id = await openai_batch(engine, 1, expires_in_s=3600)
     claimed = await claim_run(engine, "r1", 1)
     await expire_now(engine, batch_id)  # the deadline passes while it runs, before any sweep
-    assert await complete(engine, "r1", claimed[0])
+    assert await complete(engine, "r1", claimed[0], hooks=finished.hooks)
     assert [(b.id, b.expired, b.cancelled) for b in finished] == [(batch_id, False, False)]
     async with engine.connect() as conn:
         row = await batch_store.get_batch(conn, batch_id)
@@ -63,14 +63,14 @@ async def test_a_last_item_succeeding_after_the_deadline_leaves_the_batch_comple
 
 async def test_a_batch_whose_expiry_cancelled_an_item_is_expired(
     engine: AsyncEngine,
-    finished: list,  # noqa: F811
+    finished: Finished,  # noqa: F811
 ) -> None:
     batch_id = await openai_batch(engine, 2, expires_in_s=3600)
     claimed = await claim_run(engine, "r1", 1)
     await expire_now(engine, batch_id)
-    await expiry.expire_due(engine)
+    await expiry.expire_due(engine, hooks=finished.hooks)
     assert finished == []  # idx 0 still runs
-    assert await complete(engine, "r1", claimed[0])  # it succeeds after the sweep
+    assert await complete(engine, "r1", claimed[0], hooks=finished.hooks)  # it succeeds after the sweep
     assert [(b.id, b.expired, b.counts) for b in finished] == [
         (batch_id, True, {"completed": 1, "cancelled": 1})
     ]

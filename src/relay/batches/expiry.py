@@ -31,6 +31,7 @@ from typing import Final
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from relay.batches.hooks import NO_HOOKS, FinishHooks
 from relay.batches.runner import item_event
 from relay.batches.txn import expire_due_batches, expired_running
 from relay.batches.views import BatchRecord
@@ -45,11 +46,11 @@ def _expiry_events(record: BatchRecord, idxs: list[int], error: str) -> list[Usa
     return [item_event(record, idx, error_kind="expired", error_message=error) for idx in idxs]
 
 
-async def expire_due(engine: AsyncEngine) -> list[BatchRecord]:
+async def expire_due(engine: AsyncEngine, hooks: FinishHooks = NO_HOOKS) -> list[BatchRecord]:
     """Cancel the available items of up to :data:`SWEEP_BATCHES` due batches (with their usage
     events) and finish those with nothing running; returns the batches swept (some may still have
     running items)."""
-    return await expire_due_batches(engine, SWEEP_BATCHES, _expiry_events)
+    return await expire_due_batches(engine, SWEEP_BATCHES, _expiry_events, hooks)
 
 
 class ExpirySweeper:
@@ -65,7 +66,9 @@ class ExpirySweeper:
         *,
         instance_id: str | None = None,
         housekeeping: Callable[[], Awaitable[object]] | None = None,
+        hooks: FinishHooks = NO_HOOKS,
     ) -> None:
+        self._hooks = hooks
         if stop_running is not None and instance_id is None:
             raise ValueError("stopping running items needs this replica's instance id")
         self._engine = engine
@@ -84,7 +87,7 @@ class ExpirySweeper:
             await asyncio.gather(self._task, return_exceptions=True)
 
     async def sweep(self) -> list[BatchRecord]:
-        swept = await expire_due(self._engine)
+        swept = await expire_due(self._engine, self._hooks)
         if self._stop_running is not None and self._instance_id is not None:
             for record in await expired_running(self._engine, self._instance_id, SWEEP_BATCHES):
                 assert record.expires_at is not None

@@ -75,6 +75,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from relay.batches.held import Db
+from relay.batches.hooks import NO_HOOKS, FinishHooks
 from relay.batches.txn import (  # noqa: F401  (recovery and expiry import them from here)
     _ago,
     _check_events,
@@ -138,6 +139,7 @@ async def insert_batch(
     *,
     custom_ids: Sequence[str | None] | None = None,
     first: InTransaction | None = None,
+    hooks: FinishHooks = NO_HOOKS,
 ) -> None:
     """Write the batch row and its ``total_items`` items (all ``available``) in one transaction.
 
@@ -169,7 +171,7 @@ async def insert_batch(
             await first(conn)
         await conn.execute(insert(B).values(**values))
         if total_items == 0:
-            await _complete_if_done(conn, [batch_id])
+            await _complete_if_done(conn, [batch_id], hooks)
             return
         if custom_ids is not None:
             await conn.execute(
@@ -312,6 +314,7 @@ async def finalize_many(
     instance_id: str,
     finals: Sequence[FinalItem],
     save_responses: SaveResponses | None = None,
+    hooks: FinishHooks = NO_HOOKS,
 ) -> set[tuple[str, int]]:
     """Give these running items their final states and write their usage events, all in ONE
     transaction (each item's event commits with its state, SPEC §10.8); returns the (batch_id, idx)
@@ -376,12 +379,16 @@ async def finalize_many(
             await save_responses(conn, done)
         batch_ids = sorted({f.batch_id for f in done})
         await _lock_batches(conn, batch_ids)
-        await _complete_if_done(conn, batch_ids)
+        await _complete_if_done(conn, batch_ids, hooks)
     return mine
 
 
 async def cancel(
-    engine: AsyncEngine, batch_id: str, *, events_for: Callable[[list[int]], list[UsageEvent]]
+    engine: AsyncEngine,
+    batch_id: str,
+    *,
+    events_for: Callable[[list[int]], list[UsageEvent]],
+    hooks: FinishHooks = NO_HOOKS,
 ) -> list[int]:
     """Cancel a batch (SPEC §10.5): its status becomes ``cancelled`` and every ``available`` item —
     reserved by a replica or not: no one ran it, so its reservation goes — becomes ``cancelled`` (error
@@ -395,7 +402,7 @@ async def cancel(
     """
     for attempt in range(3):
         try:
-            return await _cancel(engine, batch_id, events_for)
+            return await _cancel(engine, batch_id, events_for, hooks)
         except DBAPIError as exc:
             if attempt == 2 or not is_transient(exc):
                 raise
@@ -403,7 +410,10 @@ async def cancel(
 
 
 async def _cancel(
-    engine: AsyncEngine, batch_id: str, events_for: Callable[[list[int]], list[UsageEvent]]
+    engine: AsyncEngine,
+    batch_id: str,
+    events_for: Callable[[list[int]], list[UsageEvent]],
+    hooks: FinishHooks,
 ) -> list[int]:
     async with _write(engine) as conn:
         # Advisory lock first: cancel changes only available items, which no finisher holds.
@@ -430,7 +440,7 @@ async def _cancel(
             events = events_for(idxs)
             _check_events(events, [(batch_id, idx) for idx in idxs])
             await insert_events(conn, [event.to_row() for event in events])
-        await _complete_if_done(conn, [batch_id])
+        await _complete_if_done(conn, [batch_id], hooks)
     return idxs
 
 

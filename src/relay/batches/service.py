@@ -31,6 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from relay.adapters.json_codec import DEFAULT_MAX_DEPTH, JsonRefused, loads_input
 from relay.auth import Principal
 from relay.batches import queue, views
+from relay.batches.hooks import NO_HOOKS, FinishHooks
 from relay.batches.idempotency import Answer, IdempotencyClaim, replay
 from relay.batches.payload_store import PayloadStore, PayloadStores
 from relay.batches.runner import cancelled_event
@@ -100,7 +101,9 @@ class BatchService:
         stop_running: Callable[[str], Awaitable[object]] | None = None,
         max_json_depth: int = DEFAULT_MAX_DEPTH,
         on_cancelled: Callable[[int], object] | None = None,
+        hooks: FinishHooks = NO_HOOKS,
     ) -> None:
+        self._hooks = hooks  # run when a create (no items) or a cancel finishes a batch
         self._max_depth = max_json_depth
         self._engine = engine
         self._payloads = payloads
@@ -178,7 +181,9 @@ class BatchService:
         answer = render(CreatedBatch(batch_id, created_at, total))
         first = idempotency.writer(answer, created_at) if idempotency is not None else None
         try:
-            await queue.insert_batch(self._engine, row, total, custom_ids=new.custom_ids, first=first)
+            await queue.insert_batch(
+                self._engine, row, total, custom_ids=new.custom_ids, first=first, hooks=self._hooks
+            )
         except IntegrityError:
             # Nothing of this batch committed: its bodies go (a concurrent duplicate's loser, say).
             await self._discard(store, batch_id)
@@ -336,7 +341,10 @@ class BatchService:
 
     async def cancel_record(self, record: BatchRecord) -> dict[str, Any]:
         cancelled = await queue.cancel(
-            self._engine, record.id, events_for=lambda idxs: [cancelled_event(record, idx) for idx in idxs]
+            self._engine,
+            record.id,
+            events_for=lambda idxs: [cancelled_event(record, idx) for idx in idxs],
+            hooks=self._hooks,
         )
         if cancelled and self._on_cancelled is not None:
             self._on_cancelled(len(cancelled))

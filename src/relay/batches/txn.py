@@ -25,7 +25,7 @@ from sqlalchemy import ColumnElement, Interval, exists, func, literal, select, u
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from relay.batches.held import Db
-from relay.batches.hooks import FinishedBatch, run_finish_hooks
+from relay.batches.hooks import NO_HOOKS, FinishedBatch, FinishHooks
 from relay.batches.views import B, BatchRecord, I, in_state, record_from_row
 from relay.domain.batches import AVAILABLE, CANCELLED, EXPIRED_PREFIX, ITEM_STATES, RUNNING, expired_error
 from relay.store.tables import UTCDateTime
@@ -92,7 +92,9 @@ def _item_in(batch_id: Any, state: str) -> ColumnElement[bool]:
     return exists().where(I.c.batch_id == batch_id, in_state(state))
 
 
-async def _complete_if_done(conn: AsyncConnection, batch_ids: Iterable[str]) -> list[FinishedBatch]:
+async def _complete_if_done(
+    conn: AsyncConnection, batch_ids: Iterable[str], hooks: FinishHooks
+) -> list[FinishedBatch]:
     """Set ``completed_at`` on those batches that have nothing available or running any more, and run
     the finish hooks (``relay.batches.hooks``) for them in this transaction; returns them.
 
@@ -146,7 +148,7 @@ async def _complete_if_done(conn: AsyncConnection, batch_ids: Iterable[str]) -> 
         )
         for row in rows
     ]
-    await run_finish_hooks(conn, finished)
+    await hooks.run(conn, finished)
     return finished
 
 
@@ -189,7 +191,9 @@ def _due(conn: AsyncConnection) -> Any:
     )
 
 
-async def expire_due_batches(db: Db, limit: int, events_for: ExpiryEvents) -> list[BatchRecord]:
+async def expire_due_batches(
+    db: Db, limit: int, events_for: ExpiryEvents, hooks: FinishHooks = NO_HOOKS
+) -> list[BatchRecord]:
     """Cancel every ``available`` item (reserved or not) of up to ``limit`` due batches (:func:`_due`)
     with ``expired: batch expired at <instant>`` and the usage events ``events_for`` builds, and finish
     those left with nothing running, in one transaction; returns the batches swept. Nothing due (the
@@ -220,7 +224,7 @@ async def expire_due_batches(db: Db, limit: int, events_for: ExpiryEvents) -> li
                 events = events_for(record, idxs, error)
                 _check_events(events, [(batch_id, idx) for idx in idxs])
                 await insert_events(conn, [event.to_row() for event in events])
-        await _complete_if_done(conn, ids)
+        await _complete_if_done(conn, ids, hooks)
     return [records[batch_id] for batch_id in ids]
 
 
