@@ -12,9 +12,10 @@ from collections.abc import Callable
 
 import openai
 
-from tests.batches_api.test_faults import Fleet, apply_catalog, fleet_for, in_flight, items, wait_for  # noqa: F401
+from tests.batches_api.faults_fleet import Fleet, apply_catalog, fleet_for, in_flight, items  # noqa: F401
 from tests.fixtures.fake_upstream import FakeUpstream
 from tests.fixtures.live import uniq
+from tests.fixtures.polling import wait_for
 from tests.fixtures.private_postgres import PrivateCluster, private_postgres  # noqa: F401
 from tests.openai_batches.helpers import ENDED, create, file_lines, line, sdk, wait_ended
 
