@@ -111,3 +111,24 @@ async def test_idempotency_rows_older_than_the_window_are_swept(engine: AsyncEng
     async with engine.connect() as conn:
         keys = list((await conn.execute(select(t.idempotency_keys.c.key))).scalars())
     assert keys == ["fresh"]
+
+
+@pytest.mark.parametrize("store", ["database", "files"])
+async def test_a_create_whose_insert_fails_otherwise_leaves_no_bodies(
+    clean: AsyncEngine, tmp_path: Path, store: str
+) -> None:
+    root = tmp_path / "payloads"
+    stores = PayloadStores(FileStore(root), DatabaseStore(clean), store)  # type: ignore[arg-type]
+    service = BatchService(clean, stores, max_items=100)
+    # Bodies are written, then the insert refuses the batch (one custom id for two items).
+    new = NewBatch(api="openai", shape="openai", requests=[{"model": "m"}] * 2, custom_ids=["only-one"])
+    try:
+        with pytest.raises(ValueError, match="custom ids"):
+            await service.create(principal(), new, render)
+    finally:
+        stores.close()
+    async with clean.connect() as conn:
+        chunks = (await conn.execute(select(func.count()).select_from(t.payload_chunks))).scalar()
+        batches = (await conn.execute(select(func.count()).select_from(t.batches))).scalar()
+    directories = [p for p in root.iterdir() if p.is_dir()] if root.exists() else []
+    assert (chunks, batches, directories) == (0, 0, [])
