@@ -25,13 +25,14 @@ from relay.batches.expiry import ExpirySweeper
 from relay.batches.files import FileService
 from relay.batches.files_api import PREFIXES as FILES_PREFIXES
 from relay.batches.files_api import FilesApp
-from relay.batches.hooks import register_finish_hook
+from relay.batches.hooks import FinishHooks
+from relay.batches.idempotency import purge_expired
 from relay.batches.message_batches_api import PREFIXES as MESSAGE_BATCHES_PREFIXES
 from relay.batches.message_batches_api import MessageBatchesApp
 from relay.batches.openai_batches import OpenAIBatches
 from relay.batches.openai_batches_api import PREFIX as OPENAI_BATCHES_PREFIX
 from relay.batches.openai_batches_api import OpenAIBatchesApp
-from relay.batches.openai_finalizer import OpenAIFinalizer, mark_finalizing, register_end_event
+from relay.batches.openai_finalizer import EndEvents, OpenAIFinalizer, finalizing_hook
 from relay.batches.payload_store import DatabaseStore, FileStore, PayloadStores
 from relay.batches.runner import ItemRunner
 from relay.batches.service import BatchService
@@ -220,9 +221,13 @@ def build_runtime(settings: Settings) -> Runtime:
         settings.batch_payload_store,
     )
     batch_metrics = BatchMetrics(registry, settings.batch_workers) if settings.batch_workers > 0 else None
-    # Completion webhooks (SPEC §10.10): every transaction that finishes a batch writes its events to
-    # the outbox through a finish hook; the batch engine never imports webhooks.
-    register_finish_hook(outbox.finish_hook)
+    # Finish hooks (relay.batches.hooks: called inside the transaction that finishes a batch), built
+    # here and passed to everything that finishes batches: completion webhooks (SPEC §10.10: the
+    # events go to the outbox; the batch engine never imports webhooks), and §14: a finished
+    # OpenAI-API batch waits for its files. The §14 batches' webhook events are stored in the
+    # transaction of their end state (after files): the façade's end events.
+    end_events = EndEvents(outbox.enqueue)
+    hooks = FinishHooks(outbox.finish_hook, finalizing_hook(end_events))
     runtime.webhook_client = Upstream(
         timeout_s=settings.webhook_timeout_s, connect_timeout_s=settings.webhook_timeout_s
     )
@@ -252,17 +257,16 @@ def build_runtime(settings: Settings) -> Runtime:
             rescue_after_s=settings.batch_rescue_after_s,
             heartbeat_s=settings.batch_heartbeat_s,
             metrics=batch_metrics,
+            hooks=hooks,
         )
     runtime.batch_expiry = ExpirySweeper(
         engine,
         settings.batch_expiry_sweep_s,
         stop_running=runtime.batch_workers.cancel_batch if runtime.batch_workers is not None else None,
+        instance_id=settings.instance_id,
+        housekeeping=lambda: purge_expired(engine),  # §10.10 rows past their 24 h window
+        hooks=hooks,
     )
-    # Finish hooks (relay.batches.hooks: called inside the transaction that finishes a batch) are
-    # registered here by the packages that need them (webhooks' outbox, the §14 façade).
-    register_finish_hook(mark_finalizing)  # §14: a finished OpenAI-API batch waits for its files
-    # The §14 batches' webhook events are stored in the transaction of their end state (after files).
-    register_end_event(outbox.enqueue)
     batches = BatchService(
         engine,
         payloads,
@@ -270,6 +274,7 @@ def build_runtime(settings: Settings) -> Runtime:
         max_json_depth=settings.max_json_depth,
         stop_running=runtime.batch_workers.cancel_batch if runtime.batch_workers is not None else None,
         on_cancelled=batch_metrics.finished.labels("cancelled").inc if batch_metrics is not None else None,
+        hooks=hooks,
     )
 
     runtime.files = FileService(
@@ -293,7 +298,9 @@ def build_runtime(settings: Settings) -> Runtime:
         for prefix in MESSAGE_BATCHES_PREFIXES
     }
     openai_batches = OpenAIBatches(batches, runtime.files, max_items=settings.batch_max_items)
-    runtime.openai_finalizer = OpenAIFinalizer(engine, batches, runtime.files, settings.batch_finalize_poll_s)
+    runtime.openai_finalizer = OpenAIFinalizer(
+        engine, batches, runtime.files, settings.batch_finalize_poll_s, end_events=end_events
+    )
 
     runtime.inference_app = InferenceApp(
         live=LiveHandler(

@@ -3,7 +3,7 @@ every finishing transaction, expiry, other APIs' batches (ids, custom ids, no it
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -12,8 +12,8 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from relay.batches import expiry, queue, recovery
-from relay.batches.hooks import FinishedBatch, register_finish_hook
+from relay.batches import expiry, queue, recovery, txn
+from relay.batches.hooks import FinishedBatch, FinishHooks
 from relay.batches.views import batch_record
 from relay.domain.batches import is_batch_id, mint_batch_id
 from relay.domain.failures import cause_of
@@ -33,20 +33,25 @@ from tests.batches.test_queue import (
 )
 
 
+class Finished(list[FinishedBatch]):
+    """The batches finishing transactions reported to :attr:`hooks` (pass them to what finishes)."""
+
+    hooks: FinishHooks
+
+
 @pytest.fixture
-def finished() -> Iterator[list[FinishedBatch]]:
-    """Every batch a finishing transaction reported, via a registered hook that also writes a row in
-    that transaction (proving it runs inside it)."""
-    seen: list[FinishedBatch] = []
+def finished() -> Finished:
+    """Every batch a finishing transaction reported, via a hook that also writes a row in that
+    transaction (proving it runs inside it), passed explicitly as ``hooks=finished.hooks``."""
+    seen = Finished()
 
     async def hook(conn: AsyncConnection, batches: Sequence[FinishedBatch]) -> None:
         seen.extend(batches)
         for batch in batches:
             await batch_store.set_api_state(conn, batch.id, api_status="finished-hook")
 
-    unregister = register_finish_hook(hook)
-    yield seen
-    unregister()
+    seen.hooks = FinishHooks(hook)
+    return seen
 
 
 async def api_status(engine: AsyncEngine, batch_id: str) -> str | None:
@@ -55,12 +60,12 @@ async def api_status(engine: AsyncEngine, batch_id: str) -> str | None:
     return record.api_status
 
 
-async def test_the_last_finalize_finishes_once_with_counts(engine: AsyncEngine, finished: list) -> None:
+async def test_the_last_finalize_finishes_once_with_counts(engine: AsyncEngine, finished: Finished) -> None:
     batch_id = await submit(engine, 2)
     claimed = await claim_run(engine, "r1", 2)
-    assert await complete(engine, "r1", claimed[0])
+    assert await complete(engine, "r1", claimed[0], hooks=finished.hooks)
     assert finished == []  # one item still running
-    assert await complete(engine, "r1", claimed[1])
+    assert await complete(engine, "r1", claimed[1], hooks=finished.hooks)
     assert [(b.id, b.api, b.counts, b.cancelled, b.expired) for b in finished] == [
         (batch_id, "relay", {"completed": 2}, False, False)
     ]
@@ -68,10 +73,12 @@ async def test_the_last_finalize_finishes_once_with_counts(engine: AsyncEngine, 
     assert await api_status(engine, batch_id) == "finished-hook"  # written in the finishing transaction
 
 
-async def test_cancel_finishes_once_and_flags_cancelled(engine: AsyncEngine, finished: list) -> None:
+async def test_cancel_finishes_once_and_flags_cancelled(engine: AsyncEngine, finished: Finished) -> None:
     batch_id = await submit(engine, 3)
-    await queue.cancel(engine, batch_id, events_for=cancel_events(batch_id))
-    await queue.cancel(engine, batch_id, events_for=cancel_events(batch_id))  # idempotent: no second call
+    await queue.cancel(engine, batch_id, events_for=cancel_events(batch_id), hooks=finished.hooks)
+    await queue.cancel(
+        engine, batch_id, events_for=cancel_events(batch_id), hooks=finished.hooks
+    )  # idempotent: no second call
     assert [(b.id, b.counts, b.cancelled, b.expired) for b in finished] == [
         (batch_id, {"cancelled": 3}, True, False)
     ]
@@ -79,34 +86,40 @@ async def test_cancel_finishes_once_and_flags_cancelled(engine: AsyncEngine, fin
     assert record is not None and record.cancel_requested_at is not None
 
 
-async def test_cancel_with_a_running_item_finishes_when_it_ends(engine: AsyncEngine, finished: list) -> None:
+async def test_cancel_with_a_running_item_finishes_when_it_ends(
+    engine: AsyncEngine, finished: Finished
+) -> None:
     batch_id = await submit(engine, 2)
     claimed = await claim_run(engine, "r1", 1)
-    await queue.cancel(engine, batch_id, events_for=cancel_events(batch_id))
+    await queue.cancel(engine, batch_id, events_for=cancel_events(batch_id), hooks=finished.hooks)
     assert finished == []
-    assert await complete(engine, "r1", claimed[0])
+    assert await complete(engine, "r1", claimed[0], hooks=finished.hooks)
     assert [(b.id, b.counts, b.cancelled) for b in finished] == [
         (batch_id, {"completed": 1, "cancelled": 1}, True)
     ]
 
 
-async def test_rescue_finishes_once(engine: AsyncEngine, finished: list) -> None:
+async def test_rescue_finishes_once(engine: AsyncEngine, finished: Finished) -> None:
     batch_id = await submit(engine, 1)
     await claim_run(engine, "dead", 1)
     await set_back(engine, t.batch_workers, "heartbeat_at", 3600)
-    rescued = await recovery.rescue(engine, stale_after_s=15, rescue_after_s=900, events_for=rescue_events)
+    rescued = await recovery.rescue(
+        engine, stale_after_s=15, rescue_after_s=900, events_for=rescue_events, hooks=finished.hooks
+    )
     assert len(rescued) == 1
-    await recovery.rescue(engine, stale_after_s=15, rescue_after_s=900, events_for=rescue_events)
+    await recovery.rescue(
+        engine, stale_after_s=15, rescue_after_s=900, events_for=rescue_events, hooks=finished.hooks
+    )
     assert [(b.id, b.counts) for b in finished] == [(batch_id, {"discarded": 1})]
 
 
-async def test_put_back_into_a_cancelled_batch_finishes_once(engine: AsyncEngine, finished: list) -> None:
+async def test_put_back_into_a_cancelled_batch_finishes_once(engine: AsyncEngine, finished: Finished) -> None:
     batch_id = await submit(engine, 1)
     claimed = await claim_run(engine, "r1", 1)
-    await queue.cancel(engine, batch_id, events_for=cancel_events(batch_id))
+    await queue.cancel(engine, batch_id, events_for=cancel_events(batch_id), hooks=finished.hooks)
     assert finished == []
     key = (claimed[0].batch_id, claimed[0].idx)
-    assert await recovery.put_back(engine, "r1", [key], events_for=put_back_events) == 0
+    assert await recovery.put_back(engine, "r1", [key], events_for=put_back_events, hooks=finished.hooks) == 0
     assert [(b.id, b.counts, b.cancelled) for b in finished] == [(batch_id, {"cancelled": 1}, True)]
 
 
@@ -119,7 +132,7 @@ async def expire_now(engine: AsyncEngine, batch_id: str) -> datetime:
 
 
 async def test_expiry_cancels_open_items_with_expired_and_finishes_once(
-    engine: AsyncEngine, finished: list
+    engine: AsyncEngine, finished: Finished
 ) -> None:
     batch_id = await submit(engine, 3, id=mint_batch_id("openai"), api="openai")
     other = await submit(
@@ -131,11 +144,11 @@ async def test_expiry_cancels_open_items_with_expired_and_finishes_once(
     )
     claimed = await claim_run(engine, "r1", 1)
     assert claimed[0].batch_id == batch_id and claimed[0].idx == 0
-    assert await complete(engine, "r1", claimed[0])
+    assert await complete(engine, "r1", claimed[0], hooks=finished.hooks)
     await expire_now(engine, batch_id)
-    swept = await expiry.expire_due(engine)
+    swept = await expiry.expire_due(engine, hooks=finished.hooks)
     assert [r.id for r in swept] == [batch_id]  # not the batch whose deadline is ahead
-    assert await expiry.expire_due(engine) == []  # finished: nothing left to sweep
+    assert await expiry.expire_due(engine, hooks=finished.hooks) == []  # finished: nothing left to sweep
     rows = await items(engine, batch_id)
     assert [r["state"] for r in rows] == ["completed", "cancelled", "cancelled"]
     assert all(r["error"].startswith("expired: batch expired at ") for r in rows[1:])
@@ -149,26 +162,27 @@ async def test_expiry_cancels_open_items_with_expired_and_finishes_once(
 
 
 async def test_an_item_running_at_expiry_finishes_the_batch_when_put_back(
-    engine: AsyncEngine, finished: list
+    engine: AsyncEngine, finished: Finished
 ) -> None:
     batch_id = await submit(engine, 2, id=mint_batch_id("openai"), api="openai")
     claimed = await claim_run(engine, "r1", 1)
     await expire_now(engine, batch_id)
-    assert [r.id for r in await expiry.expire_due(engine)] == [batch_id]
+    assert [r.id for r in await expiry.expire_due(engine, hooks=finished.hooks)] == [batch_id]
     assert finished == []  # idx 0 still runs
-    assert await expiry.running_batches(engine, [batch_id]) == {batch_id}
+    assert [r.id for r in await txn.expired_running(engine, "r1", 10)] == [batch_id]
+    assert await txn.expired_running(engine, "r2", 10) == []
     key = (claimed[0].batch_id, claimed[0].idx)
     # A stopping replica does not hand an expired batch's item back: it is cancelled as expired.
-    assert await recovery.put_back(engine, "r1", [key], events_for=put_back_events) == 0
+    assert await recovery.put_back(engine, "r1", [key], events_for=put_back_events, hooks=finished.hooks) == 0
     rows = await items(engine, batch_id)
     assert [r["state"] for r in rows] == ["cancelled", "cancelled"]
     assert all(r["error"].startswith("expired: ") for r in rows)
     assert [(b.id, b.expired, b.cancelled) for b in finished] == [(batch_id, True, False)]
 
 
-async def test_relay_batches_never_expire(engine: AsyncEngine, finished: list) -> None:
+async def test_relay_batches_never_expire(engine: AsyncEngine, finished: Finished) -> None:
     batch_id = await submit(engine, 1)
-    assert await expiry.expire_due(engine) == []
+    assert await expiry.expire_due(engine, hooks=finished.hooks) == []
     assert (await batch_record(engine, batch_id)).completed_at is None  # type: ignore[union-attr]
 
 
@@ -207,12 +221,14 @@ async def test_other_apis_ids_custom_ids_and_facade_state(engine: AsyncEngine) -
 
 
 async def test_an_item_less_batch_only_for_other_apis_finishes_at_create(
-    engine: AsyncEngine, finished: list
+    engine: AsyncEngine, finished: Finished
 ) -> None:
     with pytest.raises(ValueError, match="at least one item"):
-        await queue.insert_batch(engine, batch_row(), 0)
+        await queue.insert_batch(engine, batch_row(), 0, hooks=finished.hooks)
     failed = mint_batch_id("openai")
-    await queue.insert_batch(engine, batch_row(id=failed, api="openai", api_status="failed"), 0)
+    await queue.insert_batch(
+        engine, batch_row(id=failed, api="openai", api_status="failed"), 0, hooks=finished.hooks
+    )
     record = await batch_record(engine, failed)
     assert record is not None and record.completed_at is not None and record.total_items == 0
     assert [(b.id, b.counts) for b in finished] == [(failed, {})]
@@ -227,12 +243,8 @@ async def test_a_hook_that_fails_rolls_the_finish_back(engine: AsyncEngine) -> N
     async def broken(conn: AsyncConnection, batches: Sequence[Any]) -> None:
         raise RuntimeError("hook failed")
 
-    unregister = register_finish_hook(broken)
-    try:
-        with pytest.raises(RuntimeError):
-            await queue.cancel(engine, batch_id, events_for=cancel_events(batch_id))
-    finally:
-        unregister()
+    with pytest.raises(RuntimeError):
+        await queue.cancel(engine, batch_id, events_for=cancel_events(batch_id), hooks=FinishHooks(broken))
     record = await batch_record(engine, batch_id)
     assert record is not None and record.completed_at is None and record.status == "queued"
     assert await events(engine, batch_id) == []
@@ -282,3 +294,10 @@ async def test_result_rows_carry_custom_ids_and_upstream_status(engine: AsyncEng
         (0, "first", "completed", 200),
         (1, "second", "running", None),
     ]
+
+
+async def test_only_the_hooks_passed_run(engine: AsyncEngine, finished: Finished) -> None:
+    """No registry: a finishing transaction given no hooks (another runtime's, say) runs none."""
+    batch_id = await submit(engine, 1)
+    await queue.cancel(engine, batch_id, events_for=cancel_events(batch_id))
+    assert finished == [] and await api_status(engine, batch_id) is None

@@ -1,17 +1,20 @@
 """The finalizer's response flush (relay.batches.finalizer) on real databases: a group's rows commit
 only after its response bodies are on disk, and a failed flush discards the group's completed items
-instead of committing rows that point at bytes which may be lost."""
+instead of committing rows that point at bytes which may be lost; a finish hook that fails fails only
+its own batch's items."""
 
 from __future__ import annotations
 
 import asyncio
 import errno
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.batches import queue, starter
 from relay.batches.finalizer import Finalizer
+from relay.batches.hooks import FinishHooks
 from relay.batches.payload_store import KeptResponse
 from relay.batches.runner import ItemResult
 from relay.domain.batches import ResponseRef
@@ -83,3 +86,36 @@ async def test_a_failed_flush_discards_the_completed_items_of_the_group(engine: 
         ("discarded", "upstream returned 500", None),
     ]
     assert await events(engine, batch_id) == [(0, lost), (1, "upstream returned 500")]
+
+
+async def test_a_finish_hook_that_fails_fails_only_its_own_batch(engine: AsyncEngine) -> None:
+    """Items of two batches in one group; a hook that raises when ``bad`` finishes: the group's
+    transaction fails, and the finalizer writes it again batch by batch, so ``good`` still finishes."""
+    bad, good = await submit(engine, 1), await submit(engine, 1)
+    claimed = await queue.claim(engine, "r1", 1) + await queue.claim(engine, "r1", 1)
+    assert {c.batch_id for c in claimed} == {bad, good}
+    await starter.start(engine, "r1", [(c.batch_id, c.idx) for c in claimed])
+    hooked: list[str] = []
+
+    async def hook(conn: Any, batches: Any) -> None:
+        if any(batch.id == bad for batch in batches):
+            raise RuntimeError("a broken hook")
+        hooked.extend(batch.id for batch in batches)
+
+    async def flush() -> None:
+        return None
+
+    settled: list[tuple[str, bool]] = []
+    finalizer = Finalizer(
+        engine, "r1", lambda key, result, done: settled.append((key[0], done)), flush, hooks=FinishHooks(hook)
+    )
+    finalizer.start()
+    try:
+        for batch_id in (bad, good):
+            finalizer.add((batch_id, 0), ItemResult("completed", 200, None, item_event(batch_id, 0)))
+        assert await finalizer.drain(10)
+    finally:
+        await finalizer.close()
+    assert settled == [(good, True)] and hooked == [good]
+    assert [r["state"] for r in await items(engine, good)] == ["completed"]
+    assert [r["state"] for r in await items(engine, bad)] == ["running"]  # left to the rescue

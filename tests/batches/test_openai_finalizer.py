@@ -15,8 +15,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.batches import queue
 from relay.batches.files import FileService
-from relay.batches.hooks import register_finish_hook
-from relay.batches.openai_finalizer import OpenAIFinalizer, mark_finalizing, register_end_event
+from relay.batches.hooks import FinishHooks
+from relay.batches.openai_finalizer import NO_END_EVENTS, EndEvents, OpenAIFinalizer, finalizing_hook
 from relay.batches.payload_store import DatabaseStore, FileStore, PayloadStores
 from relay.batches.service import BatchService
 from relay.domain.batches import mint_batch_id
@@ -30,24 +30,26 @@ async def hooked(engine: AsyncEngine) -> AsyncIterator[AsyncEngine]:
     async with engine.begin() as conn:
         await conn.execute(delete(t.files))
         await conn.execute(delete(t.payload_chunks))
-    unregister = register_finish_hook(mark_finalizing)
     yield engine
-    unregister()
 
 
-def finalizer(engine: AsyncEngine, tmp_path: Path) -> OpenAIFinalizer:
+HOOKS = FinishHooks(finalizing_hook())  # what relay.boot builds, without the webhooks' outbox
+
+
+def finalizer(engine: AsyncEngine, tmp_path: Path, end_events: EndEvents = NO_END_EVENTS) -> OpenAIFinalizer:
     stores = PayloadStores(FileStore(tmp_path / "payloads"), DatabaseStore(engine), "database")
     batches = BatchService(engine, stores, max_items=100)
-    return OpenAIFinalizer(engine, batches, FileService(engine, stores, max_bytes=10_000), interval_s=3600)
+    files = FileService(engine, stores, max_bytes=10_000)
+    return OpenAIFinalizer(engine, batches, files, interval_s=3600, end_events=end_events)
 
 
-async def cancelled_openai_batch(engine: AsyncEngine, items: int = 3) -> str:
+async def cancelled_openai_batch(engine: AsyncEngine, items: int = 3, hooks: FinishHooks = HOOKS) -> str:
     batch_id = mint_batch_id("openai")
     row = batch_row(
         id=batch_id, api="openai", api_status="in_progress", api_data={"endpoint": "/v1/chat/completions"}
     )
-    await queue.insert_batch(engine, row, items, custom_ids=[f"c{i}" for i in range(items)])
-    await queue.cancel(engine, batch_id, events_for=cancel_events(batch_id))
+    await queue.insert_batch(engine, row, items, custom_ids=[f"c{i}" for i in range(items)], hooks=hooks)
+    await queue.cancel(engine, batch_id, events_for=cancel_events(batch_id), hooks=hooks)
     return batch_id
 
 
@@ -101,10 +103,11 @@ async def test_a_lapsed_claim_is_taken_over_and_a_live_one_left_alone(
 
 async def test_the_hook_leaves_other_apis_and_failed_batches_alone(hooked: AsyncEngine) -> None:
     relay = batch_row()
-    await queue.insert_batch(hooked, relay, 1)
-    await queue.cancel(hooked, relay["id"], events_for=cancel_events(relay["id"]))
+    await queue.insert_batch(hooked, relay, 1, hooks=HOOKS)
+    await queue.cancel(hooked, relay["id"], events_for=cancel_events(relay["id"]), hooks=HOOKS)
     failed_id = mint_batch_id("openai")
-    await queue.insert_batch(hooked, batch_row(id=failed_id, api="openai", api_status="failed"), 0)
+    row = batch_row(id=failed_id, api="openai", api_status="failed")
+    await queue.insert_batch(hooked, row, 0, hooks=HOOKS)
     assert (await state(hooked, relay["id"]))[0] is None
     assert (await state(hooked, failed_id))[0] == "failed"
 
@@ -125,15 +128,14 @@ async def test_the_end_event_is_called_once_in_the_end_state_transaction(
         await batch_store.set_api_state(conn, batch_id, api_data={"seen_in_transaction": True})
         return 1
 
-    unregister = register_end_event(record)
-    try:
-        batch_id = await cancelled_openai_batch(hooked)
-        racers = [finalizer(engine, tmp_path / str(i)) for i, engine in enumerate(replicas)]
-        await asyncio.gather(*(racer.finalize_waiting() for racer in racers))
-        failed_id = mint_batch_id("openai")
-        await queue.insert_batch(hooked, batch_row(id=failed_id, api="openai", api_status="failed"), 0)
-    finally:
-        unregister()
+    end_events = EndEvents(record)  # passed explicitly, as relay.boot does: no registry
+    hooks = FinishHooks(finalizing_hook(end_events))
+    batch_id = await cancelled_openai_batch(hooked, hooks=hooks)
+    racers = [finalizer(engine, tmp_path / str(i), end_events) for i, engine in enumerate(replicas)]
+    await asyncio.gather(*(racer.finalize_waiting() for racer in racers))
+    failed_id = mint_batch_id("openai")
+    row = batch_row(id=failed_id, api="openai", api_status="failed")
+    await queue.insert_batch(hooked, row, 0, hooks=hooks)
     assert calls == [(batch_id, "batch.cancelled", {"cancelled": 3}), (failed_id, "batch.failed", {})]
     assert (await state(hooked, batch_id))[1] == {"seen_in_transaction": True}
     assert (await state(hooked, failed_id))[1] == {"seen_in_transaction": True}

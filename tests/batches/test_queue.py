@@ -19,6 +19,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.batches import queue, recovery, starter
+from relay.batches.hooks import NO_HOOKS, FinishHooks
 from relay.batches.queue import ClaimedItem
 from relay.batches.recovery import RescuedItem
 from relay.batches.views import BatchRecord, batch_record, batch_view, result_rows
@@ -104,13 +105,16 @@ async def finalize(
     status: int | None,
     error: str | None,
     event: UsageEvent,
+    hooks: FinishHooks = NO_HOOKS,
 ) -> bool:
     """``queue.finalize_many`` for one item: True when it was this replica's to finish."""
     final = queue.FinalItem(batch_id, idx, state, status, error, event)
-    return bool(await queue.finalize_many(engine, instance, [final]))
+    return bool(await queue.finalize_many(engine, instance, [final], hooks=hooks))
 
 
-async def complete(engine: AsyncEngine, instance: str, item: ClaimedItem) -> bool:
+async def complete(
+    engine: AsyncEngine, instance: str, item: ClaimedItem, hooks: FinishHooks = NO_HOOKS
+) -> bool:
     return await finalize(
         engine,
         instance,
@@ -120,6 +124,7 @@ async def complete(engine: AsyncEngine, instance: str, item: ClaimedItem) -> boo
         status=200,
         error=None,
         event=item_event(item.batch_id, item.idx),
+        hooks=hooks,
     )
 
 

@@ -1,18 +1,21 @@
 """Batch expiry (SPEC §14, §15): at ``expires_at``, a batch's items not yet final are cancelled with an
 error starting ``expired: `` and the batch finishes (its finish hooks run, flagged ``expired``).
 
-What it does. :func:`expire_due` is one transaction over the batches past their ``expires_at`` and
-not finished (``ix_batches_expiring``): every ``available`` item (reserved or not) becomes
-``cancelled`` with ``expired: batch expired at <instant>`` and one usage event each, and each batch
-finishes unless an item still runs. :class:`ExpirySweeper` runs it on every replica every
+What it does. :func:`expire_due` is one transaction over the batches past their ``expires_at``, not
+finished and with an ``available`` item (``ix_batches_expiring``; the statements are in
+``relay.batches.txn``): every ``available`` item (reserved or not) becomes ``cancelled`` with
+``expired: batch expired at <instant>`` and one usage event each, and each batch finishes unless an
+item still runs. A batch left with only running items is not due again (so a dead replica's items,
+until rescued, cannot hold later deadlines back). :class:`ExpirySweeper` runs it on every replica every
 ``RELAY_BATCH_EXPIRY_SWEEP_S`` (default 30 s), whatever ``RELAY_BATCH_WORKERS``, and asks this
-replica's worker pool to stop its running items of the expired batches (they become ``cancelled``
-with the same error, like a cancel's, SPEC §10.5); an item running on another replica is stopped by
-that replica's sweep, or finishes first. A batch whose last running item ends after its
-``expires_at`` finishes then, still flagged expired (``queue.is_expired``).
+replica's worker pool to stop its running items of expired batches (they become ``cancelled``
+with the same error, like a cancel's, SPEC §10.5), whichever replica's sweep cancelled their
+available items; an item running on another replica is stopped by that replica's sweep, or finishes
+first. A batch whose last running item ends after its
+``expires_at`` finishes then, flagged expired when the expiry cancelled one of its items.
 
-What it deliberately does not know. Which API set ``expires_at`` (§10 batches have none, so never
-expire) and what a façade shows for an expired batch.
+What it deliberately does not know. SQL (``relay.batches.txn`` runs it). Which API set
+``expires_at`` (§10 batches have none, so never expire) and what a façade shows for an expired batch.
 
 Invariants. The transaction rules of ``relay.batches.queue`` (advisory lock first, like a cancel:
 only available items change); an item is cancelled once, with its event in the same transaction.
@@ -24,88 +27,55 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, Final
+from typing import Final
 
-from sqlalchemy import Select, select, update
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-from relay.batches.queue import _check_events, _complete_if_done, _lock_batches, _now, _write
+from relay.batches.hooks import NO_HOOKS, FinishHooks
 from relay.batches.runner import item_event
-from relay.batches.views import B, BatchRecord, I, in_state, record_from_row
-from relay.domain.batches import AVAILABLE, CANCELLED, RUNNING, expired_error
-from relay.store.usage import insert_events
+from relay.batches.txn import expire_due_batches, expired_running
+from relay.batches.views import BatchRecord
+from relay.domain.batches import expired_error
+from relay.usage.event import UsageEvent
 
 log = logging.getLogger("relay.batches")
 SWEEP_BATCHES: Final = 100  # batches expired per transaction
 
 
-async def expire_due(engine: AsyncEngine) -> list[BatchRecord]:
-    """Cancel the open items of up to :data:`SWEEP_BATCHES` batches past their ``expires_at`` (with
-    their usage events) and finish those with nothing running; returns the batches swept (some may
-    still have running items). Nothing due (the usual case) costs one read, no write transaction."""
-    async with engine.connect() as conn:
-        if (await conn.execute(_due(conn).limit(1))).first() is None:
-            return []
-    async with _write(engine) as conn:
-        now = _now(conn)
-        rows = await conn.execute(_due(conn).limit(SWEEP_BATCHES))
-        records = {row.id: record_from_row(row._mapping) for row in rows}
-        if not records:
-            return []
-        ids = sorted(records)
-        await _lock_batches(conn, ids)  # like a cancel: only available items change
-        for batch_id in ids:
-            record = records[batch_id]
-            assert record.expires_at is not None
-            error = expired_error(record.expires_at)
-            cancelled = await conn.execute(
-                update(I)
-                .where(I.c.batch_id == batch_id, in_state(AVAILABLE))
-                .values(state=CANCELLED, finished_at=now, error=error, claimed_by=None, claimed_at=None)
-                .returning(I.c.idx)
-            )
-            idxs = sorted(cancelled.scalars())
-            if idxs:
-                events = [item_event(record, idx, error_kind="expired", error_message=error) for idx in idxs]
-                _check_events(events, [(batch_id, idx) for idx in idxs])
-                await insert_events(conn, [event.to_row() for event in events])
-        await _complete_if_done(conn, ids)
-    return [records[batch_id] for batch_id in ids]
+def _expiry_events(record: BatchRecord, idxs: list[int], error: str) -> list[UsageEvent]:
+    return [item_event(record, idx, error_kind="expired", error_message=error) for idx in idxs]
 
 
-def _due(conn: AsyncConnection) -> Select[Any]:
-    """Open batches past their ``expires_at``, the earliest deadline first (``ix_batches_expiring``)."""
-    return (
-        select(B)
-        .where(B.c.completed_at.is_(None), B.c.expires_at.is_not(None), B.c.expires_at <= _now(conn))
-        .order_by(B.c.expires_at)
-    )
-
-
-async def running_batches(engine: AsyncEngine, batch_ids: list[str]) -> set[str]:
-    """Which of these batches still have a running item (one query, the running index)."""
-    if not batch_ids:
-        return set()
-    async with engine.connect() as conn:
-        rows = await conn.execute(
-            select(I.c.batch_id).where(I.c.batch_id.in_(batch_ids), in_state(RUNNING)).distinct()
-        )
-        return {row.batch_id for row in rows}
+async def expire_due(engine: AsyncEngine, hooks: FinishHooks = NO_HOOKS) -> list[BatchRecord]:
+    """Cancel the available items of up to :data:`SWEEP_BATCHES` due batches (with their usage
+    events) and finish those with nothing running; returns the batches swept (some may still have
+    running items)."""
+    return await expire_due_batches(engine, SWEEP_BATCHES, _expiry_events, hooks)
 
 
 class ExpirySweeper:
-    """Every ``interval_s``: :func:`expire_due`, then ``stop_running(batch_id, error)`` for the swept
-    batches that still run items (this replica's worker pool stops its own)."""
+    """Every ``interval_s``: :func:`expire_due`, then ``stop_running(batch_id, error)`` for the expired
+    batches with an item running on ``instance_id`` (this replica's worker pool stops its own), then
+    ``housekeeping()`` (``relay.boot`` passes the idempotency rows' purge; bounded work per pass)."""
 
     def __init__(
         self,
         engine: AsyncEngine,
         interval_s: float,
         stop_running: Callable[[str, str], Awaitable[object]] | None = None,
+        *,
+        instance_id: str | None = None,
+        housekeeping: Callable[[], Awaitable[object]] | None = None,
+        hooks: FinishHooks = NO_HOOKS,
     ) -> None:
+        self._hooks = hooks
+        if stop_running is not None and instance_id is None:
+            raise ValueError("stopping running items needs this replica's instance id")
         self._engine = engine
         self._interval_s = interval_s
         self._stop_running = stop_running
+        self._instance_id = instance_id
+        self._housekeeping = housekeeping
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -117,12 +87,11 @@ class ExpirySweeper:
             await asyncio.gather(self._task, return_exceptions=True)
 
     async def sweep(self) -> list[BatchRecord]:
-        swept = await expire_due(self._engine)
-        if swept and self._stop_running is not None:
-            for batch_id in await running_batches(self._engine, [r.id for r in swept]):
-                record = next(r for r in swept if r.id == batch_id)
+        swept = await expire_due(self._engine, self._hooks)
+        if self._stop_running is not None and self._instance_id is not None:
+            for record in await expired_running(self._engine, self._instance_id, SWEEP_BATCHES):
                 assert record.expires_at is not None
-                await self._stop_running(batch_id, expired_error(record.expires_at))
+                await self._stop_running(record.id, expired_error(record.expires_at))
         if swept:
             log.info("expired %d batches", len(swept))
         return swept
@@ -136,3 +105,8 @@ class ExpirySweeper:
                         break
             except Exception as exc:
                 log.warning("batch expiry sweep failed (%s); retrying", type(exc).__name__)
+            if self._housekeeping is not None:
+                try:
+                    await self._housekeeping()
+                except Exception as exc:
+                    log.warning("batch housekeeping failed (%s); retrying", type(exc).__name__)

@@ -17,8 +17,12 @@ own transaction (``save_responses``), so state and body commit together.
 
 Database outages. A group that fails on a transient error (``store.engine.is_transient``: a Postgres
 restart, SQLite busy) stays queued and is retried with backoff until the database answers: the work is
-done and only lives here, so giving up would lose it. Any other error is a bug: the group is dropped
-and logged; its items stay ``running`` in the database until the rescue bound settles them.
+done and only lives here, so giving up would lose it. Any other error is a bug (or a finish hook that
+raises, ``relay.batches.hooks``): the group is written again one batch per transaction, so only the
+failing batch's items are dropped (logged); they stay ``running`` in the database until the rescue
+bound settles them. Known limit: a hook that fails every time for a batch then fails the rescue
+transaction that would finish it, with the other batches rescued in that pass (retried each pass), so
+such a hook must be fixed, not waited out.
 
 Invariants. An item is in :attr:`pending` from :meth:`add` until its transaction commits (or the
 database says it is no longer this replica's). ``on_settled`` is called once per item, after that.
@@ -34,6 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from relay.batches import queue
 from relay.batches.held import Db, HeldConnection
+from relay.batches.hooks import NO_HOOKS, FinishHooks
 from relay.batches.payload_store import KeptResponse
 from relay.batches.runner import ItemResult, response_lost
 from relay.domain.batches import ResponseRef
@@ -54,7 +59,10 @@ class Finalizer:
         on_settled: Callable[[Key, ItemResult, bool], None],
         flush_responses: Callable[[], Awaitable[None]],
         save_responses: SaveResponses | None = None,
+        *,
+        hooks: FinishHooks = NO_HOOKS,
     ) -> None:
+        self._hooks = hooks
         self._held = HeldConnection(engine)  # the group transactions' connection, kept between groups
         self._flush_responses = flush_responses
         self._save_responses = save_responses
@@ -93,6 +101,7 @@ class Finalizer:
             self._arrived.clear()
             while self.pending:
                 group = await self._flushed(list(self.pending.items())[:MAX_GROUP])
+                failed: set[Key] = set()
                 try:
                     async with self._held.use() as db:
                         done = await self._finalize(db, group)
@@ -107,12 +116,14 @@ class Finalizer:
                         await asyncio.sleep(delay)
                         delay = min(delay * 2, 5.0)
                         continue
-                    log.exception("finalizing %d batch items failed; they are left to the rescue", len(group))
-                    done = None
+                    log.exception(
+                        "finalizing %d batch items failed; retrying them batch by batch", len(group)
+                    )
+                    done, failed = await self._by_batch(group)
                 delay = 0.2
                 for key, result in group:
                     del self.pending[key]
-                    if done is not None:
+                    if key not in failed:
                         self._on_settled(key, result, key in done)
 
     async def _finalize(self, db: Db, group: list[tuple[Key, ItemResult]]) -> set[Key]:
@@ -124,7 +135,28 @@ class Finalizer:
                 for key, r in group
             ],
             self._saver(dict(group)),
+            self._hooks,
         )
+
+    async def _by_batch(self, group: list[tuple[Key, ItemResult]]) -> tuple[set[Key], set[Key]]:
+        """After a group failed with a non-transient error: each batch's items in a transaction of
+        their own, so what fails (a finish hook that raises, say) fails only its own batch's items,
+        which are left to the rescue. Returns (finalized, failed)."""
+        by_batch: dict[str, list[tuple[Key, ItemResult]]] = {}
+        for key, result in group:
+            by_batch.setdefault(key[0], []).append((key, result))
+        done: set[Key] = set()
+        failed: set[Key] = set()
+        for batch_id, part in by_batch.items():
+            try:
+                async with self._held.use() as db:
+                    done |= await self._finalize(db, part)
+            except Exception:
+                log.exception(
+                    "finalizing %d items of batch %s failed; left to the rescue", len(part), batch_id
+                )
+                failed.update(key for key, _ in part)
+        return done, failed
 
     def _saver(self, results: dict[Key, ItemResult]) -> queue.SaveResponses | None:
         """What writes the group's kept bodies inside its transaction, for the items finalized."""

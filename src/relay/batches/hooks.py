@@ -2,15 +2,16 @@
 
 What it does. A batch finishes in exactly one transaction: the one that sets ``completed_at`` (the last
 item finalized, a cancel, a rescue, a put back to ``cancelled``, an expiry, or the create of a batch
-with no items). That transaction calls :func:`run_finish_hooks`, which gives every registered hook the
+with no items). That transaction calls :meth:`FinishHooks.run`, which gives every hook the
 connection and the batches it finished (:class:`FinishedBatch`), so what a hook writes (a webhook's
 outbox row, a façade's ``finalizing`` state) commits or rolls back with the finish itself: exactly once
 per batch.
 
-What it deliberately does not know. Who registers (``relay.boot`` registers webhooks and the façades;
-the engine imports neither) and what a hook writes.
+What it deliberately does not know. Which hooks there are (``relay.boot`` builds the
+:class:`FinishHooks` of webhooks and the façades and passes it to what finishes batches; the engine
+imports neither) and what a hook writes.
 
-Invariants. Hooks run in registration order, with the batches in id order; a hook that raises rolls the
+Invariants. Hooks run in the order given, with the batches in id order; a hook that raises rolls the
 finishing transaction back (the work is then retried like any failed transaction), so a hook must only
 write rows, never call out. ``expired``: the batch had an ``expires_at`` and finished at or after it
 (its open items were cancelled with ``expired: ``); ``cancelled``: a cancel was requested.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -37,25 +39,26 @@ class FinishedBatch:
 
 FinishHook = Callable[[AsyncConnection, Sequence[FinishedBatch]], Awaitable[None]]
 
-_HOOKS: list[FinishHook] = []
+
+class FinishHooks:
+    """The finish hooks of one runtime, fixed when it is built (``relay.boot``) and passed to what
+    finishes batches: no module-level registry, so two runtimes in one process never share hooks."""
+
+    __slots__ = ("_hooks",)
+
+    def __init__(self, *hooks: FinishHook) -> None:
+        self._hooks: tuple[FinishHook, ...] = hooks
+
+    def __len__(self) -> int:
+        return len(self._hooks)
+
+    async def run(self, conn: AsyncConnection, finished: Sequence[FinishedBatch]) -> None:
+        """Call every hook, in order, with the batches in id order, inside ``conn``'s transaction."""
+        if not finished:
+            return
+        ordered = sorted(finished, key=lambda batch: batch.id)
+        for hook in self._hooks:
+            await hook(conn, ordered)
 
 
-def register_finish_hook(hook: FinishHook) -> Callable[[], None]:
-    """Call ``hook`` in every transaction that finishes batches, from now on; returns its unregister.
-    Registering the same hook again (a second runtime in one process) changes nothing."""
-    if hook not in _HOOKS:
-        _HOOKS.append(hook)
-
-    def unregister() -> None:
-        if hook in _HOOKS:
-            _HOOKS.remove(hook)
-
-    return unregister
-
-
-async def run_finish_hooks(conn: AsyncConnection, finished: Sequence[FinishedBatch]) -> None:
-    if not finished:
-        return
-    ordered = sorted(finished, key=lambda batch: batch.id)
-    for hook in list(_HOOKS):
-        await hook(conn, ordered)
+NO_HOOKS: Final = FinishHooks()  # immutable: what the queue's functions run when given none

@@ -10,6 +10,9 @@ the SAME transaction as the batch: a repeat creates nothing, and a concurrent du
 transaction (nothing written) and resolves to the first answer with :func:`replay` again (the
 service does that).
 
+:func:`purge_expired` deletes rows past the window, a bounded batch per call (the expiry sweeper's
+loop calls it every pass, ``relay.boot``).
+
 What it deliberately does not know. What the answer of a create is (each API renders its own), how
 a batch is written.
 
@@ -34,6 +37,7 @@ from relay.store.idempotency import StoredAnswer
 HEADER: Final = "idempotency-key"
 WINDOW: Final = timedelta(hours=24)
 MAX_KEY: Final = 255
+PURGE_ROWS: Final = 1_000  # idempotency rows deleted per sweep pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,3 +110,9 @@ async def replay(engine: AsyncEngine, claim: IdempotencyClaim) -> Answer | None:
     if found.fingerprint != claim.fingerprint:
         raise IdempotencyKeyReused()
     return Answer(found.status_code, found.body)
+
+
+async def purge_expired(engine: AsyncEngine, limit: int = PURGE_ROWS) -> int:
+    """Delete up to ``limit`` idempotency rows older than the 24 h window (they can never answer
+    again); returns how many went."""
+    return await store.delete_older(engine, datetime.now(UTC) - WINDOW, limit)

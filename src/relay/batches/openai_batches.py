@@ -74,14 +74,13 @@ def _aware(value: datetime) -> datetime:
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
-def outcome_of(row: Row) -> str:
-    """How a finished batch ends: ``cancelled``, ``expired`` or ``completed`` (SPEC §14)."""
+def outcome_of(row: Row, *, expired: bool) -> str:
+    """How a finished batch ends (SPEC §14): ``cancelled``; ``expired`` when its expiry cancelled an
+    item (``expired``: ``batch_store.has_expired_items``), not merely because its last item ended
+    after ``expires_at``; else ``completed``."""
     if cancel_requested(row):
         return "cancelled"
-    expires, finished = row["expires_at"], row["completed_at"]
-    if expires is not None and finished is not None and _aware(finished) >= _aware(expires):
-        return "expired"
-    return "completed"
+    return "expired" if expired else "completed"
 
 
 def status_of(row: Row) -> str:

@@ -1,12 +1,13 @@
 """The OpenAI Batches façade's finalizing (SPEC §14): once every item of a §14 batch is final, its output
 and error files are written and it becomes ``completed``, ``cancelled`` or ``expired``.
 
-What it does. :func:`mark_finalizing` is the finish hook (``relay.batches.hooks``, registered in
+What it does. :func:`finalizing_hook` makes the finish hook (``relay.batches.hooks``, built in
 ``relay.boot``): inside the transaction that finishes a §14 batch it moves ``api_status`` from
-``in_progress`` to ``finalizing`` (only a row write, as hooks must). :func:`register_end_event` takes
-the webhooks' outbox: it is called in the transaction that gives a batch its end state (the
-finalizer's, or for a batch that failed validation the create's), so its event is stored exactly
-once. :class:`OpenAIFinalizer` runs on every replica, whatever ``RELAY_BATCH_WORKERS``: every
+``in_progress`` to ``finalizing`` (only a row write, as hooks must). :class:`EndEvents` holds the
+webhooks' outbox (given to the hook and to :class:`OpenAIFinalizer`): it is called in the
+transaction that gives a batch its end state (the finalizer's, or for a batch that failed validation
+the create's), so its event is stored exactly once. :class:`OpenAIFinalizer` runs on every replica,
+whatever ``RELAY_BATCH_WORKERS``: every
 ``RELAY_BATCH_FINALIZE_POLL_S`` it claims the ``finalizing`` batches — a compare-and-set of
 ``api_status`` to ``fin@<deadline>`` — writes their files through the Files service, then sets the
 end state with the files' ids (another compare-and-set, from its own claim). A claim whose deadline
@@ -26,13 +27,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Final, Protocol
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from relay.batches.files import FileService
-from relay.batches.hooks import FinishedBatch
+from relay.batches.hooks import FinishedBatch, FinishHook
 from relay.batches.openai_batches import API, CLAIM_PREFIX, FAILED, FINALIZING, IN_PROGRESS, outcome_of
 from relay.batches.service import BatchService
 from relay.batches.views import BatchRecord
@@ -63,46 +64,49 @@ class EndEvent(Protocol):
     ) -> object: ...
 
 
-_END_EVENTS: list[EndEvent] = []
+class EndEvents:
+    """What is called whenever a §14 batch reaches its end state, inside that transaction (the
+    webhooks' outbox), fixed when the runtime is built (``relay.boot``): no module-level registry."""
+
+    __slots__ = ("_callbacks",)
+
+    def __init__(self, *callbacks: EndEvent) -> None:
+        self._callbacks: tuple[EndEvent, ...] = callbacks
+
+    async def ended(
+        self, conn: AsyncConnection, batch_id: str, project_id: str, counts: Mapping[str, int], state: str
+    ) -> None:
+        for callback in self._callbacks:
+            await callback(
+                conn,
+                batch_id=batch_id,
+                api=API,
+                project_id=project_id,
+                counts=counts,
+                event_type=f"batch.{state}",
+            )
 
 
-def register_end_event(callback: EndEvent) -> Callable[[], None]:
-    """Call ``callback`` whenever a §14 batch reaches its end state, inside that transaction (the
-    webhooks' outbox, registered in ``relay.boot``); returns its unregister. Twice is once."""
-    if callback not in _END_EVENTS:
-        _END_EVENTS.append(callback)
-
-    def unregister() -> None:
-        if callback in _END_EVENTS:
-            _END_EVENTS.remove(callback)
-
-    return unregister
+NO_END_EVENTS: Final = EndEvents()
 
 
-async def _ended(
-    conn: AsyncConnection, batch_id: str, project_id: str, counts: Mapping[str, int], state: str
-) -> None:
-    for callback in list(_END_EVENTS):
-        await callback(
-            conn,
-            batch_id=batch_id,
-            api=API,
-            project_id=project_id,
-            counts=counts,
-            event_type=f"batch.{state}",
-        )
+def finalizing_hook(end_events: EndEvents = NO_END_EVENTS) -> FinishHook:
+    """The finish hook (``relay.batches.hooks``): a finished §14 batch waits for its files (inside the
+    finishing transaction); one that failed validation (finished at create, no item) has reached its
+    end state (``end_events``)."""
 
+    async def mark_finalizing(conn: AsyncConnection, finished: Sequence[FinishedBatch]) -> None:
+        for batch in finished:
+            if batch.api != API:
+                continue
+            if batch.api_status == IN_PROGRESS:
+                await batch_store.set_api_state(
+                    conn, batch.id, api_status=FINALIZING, only_if_status=IN_PROGRESS
+                )
+            elif batch.api_status == FAILED:
+                await end_events.ended(conn, batch.id, batch.project_id, batch.counts, FAILED)
 
-async def mark_finalizing(conn: AsyncConnection, finished: Sequence[FinishedBatch]) -> None:
-    """The finish hook: a finished §14 batch waits for its files (inside the finishing transaction); one
-    that failed validation (finished at create, no item) has reached its end state."""
-    for batch in finished:
-        if batch.api != API:
-            continue
-        if batch.api_status == IN_PROGRESS:
-            await batch_store.set_api_state(conn, batch.id, api_status=FINALIZING, only_if_status=IN_PROGRESS)
-        elif batch.api_status == FAILED:
-            await _ended(conn, batch.id, batch.project_id, batch.counts, FAILED)
+    return mark_finalizing
 
 
 class OpenAIFinalizer:
@@ -113,7 +117,10 @@ class OpenAIFinalizer:
         files: FileService,
         interval_s: float,
         lease_s: float = LEASE_S,
+        *,
+        end_events: EndEvents = NO_END_EVENTS,
     ) -> None:
+        self._end_events = end_events
         self._engine = engine
         self._batches = batches
         self._files = files
@@ -162,6 +169,7 @@ class OpenAIFinalizer:
         async with self._engine.connect() as conn:
             row = await batch_store.get_batch(conn, batch_id)
             counts = (await batch_store.item_counts(conn, [batch_id]))[batch_id]
+            expired = await batch_store.has_expired_items(conn, batch_id)
         assert row is not None
         data: dict[str, Any] = dict(row["api_data"] or {})
         owner = row["owner"]
@@ -187,13 +195,13 @@ class OpenAIFinalizer:
                 written.append(made["id"])
                 data["error_file_id"] = made["id"]
             data["ended_at"] = int(time.time())
-            outcome = outcome_of(row)
+            outcome = outcome_of(row, expired=expired)
             async with self._engine.begin() as conn:
                 ended = await batch_store.set_api_state(
                     conn, batch_id, api_status=outcome, api_data=data, only_if_status=claim
                 )
                 if ended:  # the webhooks' event (SPEC §10.10), in the transaction of the end state
-                    await _ended(conn, batch_id, row["project_id"], counts, outcome)
+                    await self._end_events.ended(conn, batch_id, row["project_id"], counts, outcome)
         except BaseException:
             await self._remove(owner, written)
             await self._release(batch_id, claim)

@@ -69,6 +69,8 @@ class PayloadStore(Protocol):
 
     async def write_requests(self, batch_id: str, bodies: Iterable[bytes]) -> int: ...
 
+    async def discard_requests(self, batch_id: str) -> None: ...  # a batch that did not commit
+
     async def read_request(self, batch_id: str, idx: int) -> bytes: ...
 
     def prefetch_requests(self, batch_id: str, idxs: Sequence[int]) -> Prefetched: ...
@@ -188,6 +190,9 @@ class FileStore:
     async def write_requests(self, batch_id: str, bodies: Iterable[bytes]) -> int:
         return await asyncio.to_thread(self.dir.write_requests, batch_id, bodies)
 
+    async def discard_requests(self, batch_id: str) -> None:
+        await asyncio.to_thread(self.dir.discard_requests, batch_id)
+
     async def read_request(self, batch_id: str, idx: int) -> bytes:
         return await asyncio.to_thread(self.dir.read_request, batch_id, idx)
 
@@ -270,6 +275,9 @@ class DatabaseStore:
     async def write_requests(self, batch_id: str, bodies: Iterable[bytes]) -> int:
         # Serialising 50 000 bodies is CPU work: the iterator is advanced in a thread, a group at a time.
         return await db.insert_requests(self._engine, batch_id, _groups_in_threads(bodies), self._chunk_bytes)
+
+    async def discard_requests(self, batch_id: str) -> None:
+        await db.delete_requests(self._engine, batch_id)
 
     async def read_request(self, batch_id: str, idx: int) -> bytes:
         key = (batch_id, idx)

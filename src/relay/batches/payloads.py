@@ -40,6 +40,7 @@ import contextlib
 import os
 import re
 import secrets
+import shutil
 import struct
 import sys
 from array import array
@@ -109,6 +110,11 @@ class PayloadDir:
         if created:
             fsync_dir(directory.parent)
         return len(offsets) - 1
+
+    def discard_requests(self, batch_id: str) -> None:
+        """Remove the batch's directory, written by :meth:`write_requests` for a create whose batch did
+        not commit (so no item of it ever ran and nothing else is in it)."""
+        shutil.rmtree(self._dir(batch_id), ignore_errors=True)
 
     def append_response(self, batch_id: str, body: bytes) -> ResponseRef:
         """Append a completed item's response body to this process's file in the batch's directory.

@@ -64,6 +64,7 @@ from sqlalchemy import (
     literal,
     literal_column,
     null,
+    or_,
     select,
     tuple_,
     update,
@@ -74,8 +75,10 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from relay.batches.held import Db
+from relay.batches.hooks import NO_HOOKS, FinishHooks
 from relay.batches.txn import (  # noqa: F401  (recovery and expiry import them from here)
     _ago,
+    _check_events,
     _complete_if_done,
     _item_in,
     _lock_batches,
@@ -113,15 +116,6 @@ def _unreserved_in(batch_id: Any) -> ColumnElement[bool]:
     return exists().where(I.c.batch_id == batch_id, in_state(AVAILABLE), I.c.claimed_by.is_(None))
 
 
-def _check_events(events: Sequence[UsageEvent], keys: Sequence[tuple[str, int]]) -> None:
-    """The events a callback built must be batch events for exactly these items, in this order."""
-    got = [(event.batch_id, event.batch_idx) for event in events]
-    if got != list(keys) or any(event.source != "batch" for event in events):
-        raise ValueError(
-            f"expected one batch usage event per item, in order, for {len(keys)} items; got {len(events)}"
-        )
-
-
 def _check_final(final: FinalItem) -> None:
     if final.state not in FINAL_STATES:
         raise ValueError(f"{final.state!r} is not a final item state")
@@ -145,6 +139,7 @@ async def insert_batch(
     *,
     custom_ids: Sequence[str | None] | None = None,
     first: InTransaction | None = None,
+    hooks: FinishHooks = NO_HOOKS,
 ) -> None:
     """Write the batch row and its ``total_items`` items (all ``available``) in one transaction.
 
@@ -176,7 +171,7 @@ async def insert_batch(
             await first(conn)
         await conn.execute(insert(B).values(**values))
         if total_items == 0:
-            await _complete_if_done(conn, [batch_id])
+            await _complete_if_done(conn, [batch_id], hooks)
             return
         if custom_ids is not None:
             await conn.execute(
@@ -225,7 +220,12 @@ def _claim_sql(dialect: str) -> _ClaimSQL:
     batch_id = bindparam("c_batch", type_=ID)
     pick = (
         select(B)
-        .where(B.c.completed_at.is_(None), B.c.status == literal_column("'queued'"), _unreserved_in(B.c.id))
+        .where(
+            B.c.completed_at.is_(None),
+            B.c.status == literal_column("'queued'"),
+            or_(B.c.expires_at.is_(None), B.c.expires_at > now),  # an expired batch starts nothing (§14)
+            _unreserved_in(B.c.id),
+        )
         .order_by(B.c.last_claimed_at.asc().nulls_first(), B.c.created_at, B.c.id)
         .limit(1)
         .with_for_update(skip_locked=True, key_share=True)
@@ -276,7 +276,7 @@ async def claim(db: Db, instance_id: str, limit: int) -> list[ClaimedItem]:
         params: dict[str, Any] = {"c_instance": instance_id, "c_limit": limit}
         if conn.dialect.name != "postgresql":
             params["c_now"] = datetime.now(UTC)
-        picked = (await conn.execute(sql.pick)).first()
+        picked = (await conn.execute(sql.pick, {k: v for k, v in params.items() if k == "c_now"})).first()
         if picked is None:
             return []
         batch = record_from_row(picked._mapping)
@@ -314,6 +314,7 @@ async def finalize_many(
     instance_id: str,
     finals: Sequence[FinalItem],
     save_responses: SaveResponses | None = None,
+    hooks: FinishHooks = NO_HOOKS,
 ) -> set[tuple[str, int]]:
     """Give these running items their final states and write their usage events, all in ONE
     transaction (each item's event commits with its state, SPEC §10.8); returns the (batch_id, idx)
@@ -378,12 +379,16 @@ async def finalize_many(
             await save_responses(conn, done)
         batch_ids = sorted({f.batch_id for f in done})
         await _lock_batches(conn, batch_ids)
-        await _complete_if_done(conn, batch_ids)
+        await _complete_if_done(conn, batch_ids, hooks)
     return mine
 
 
 async def cancel(
-    engine: AsyncEngine, batch_id: str, *, events_for: Callable[[list[int]], list[UsageEvent]]
+    engine: AsyncEngine,
+    batch_id: str,
+    *,
+    events_for: Callable[[list[int]], list[UsageEvent]],
+    hooks: FinishHooks = NO_HOOKS,
 ) -> list[int]:
     """Cancel a batch (SPEC §10.5): its status becomes ``cancelled`` and every ``available`` item —
     reserved by a replica or not: no one ran it, so its reservation goes — becomes ``cancelled`` (error
@@ -397,7 +402,7 @@ async def cancel(
     """
     for attempt in range(3):
         try:
-            return await _cancel(engine, batch_id, events_for)
+            return await _cancel(engine, batch_id, events_for, hooks)
         except DBAPIError as exc:
             if attempt == 2 or not is_transient(exc):
                 raise
@@ -405,7 +410,10 @@ async def cancel(
 
 
 async def _cancel(
-    engine: AsyncEngine, batch_id: str, events_for: Callable[[list[int]], list[UsageEvent]]
+    engine: AsyncEngine,
+    batch_id: str,
+    events_for: Callable[[list[int]], list[UsageEvent]],
+    hooks: FinishHooks,
 ) -> list[int]:
     async with _write(engine) as conn:
         # Advisory lock first: cancel changes only available items, which no finisher holds.
@@ -432,7 +440,7 @@ async def _cancel(
             events = events_for(idxs)
             _check_events(events, [(batch_id, idx) for idx in idxs])
             await insert_events(conn, [event.to_row() for event in events])
-        await _complete_if_done(conn, [batch_id])
+        await _complete_if_done(conn, [batch_id], hooks)
     return idxs
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from sqlalchemy import bindparam, delete, func, or_, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from relay.batches.hooks import NO_HOOKS, FinishHooks
 from relay.batches.queue import (
     CANCELLED_ERROR,
     W,
@@ -122,6 +123,7 @@ async def rescue(
     stale_after_s: float,
     rescue_after_s: float,
     events_for: Callable[[list[RescuedItem]], list[UsageEvent]],
+    hooks: FinishHooks = NO_HOOKS,
 ) -> list[RescuedItem]:
     """Discard running items whose replica is gone, with ``worker lost: `` and one usage event each.
 
@@ -172,7 +174,7 @@ async def rescue(
         _check_events(events, [(r.batch_id, r.idx) for r in rescued])
         await insert_events(conn, [event.to_row() for event in events])
         await _lock_batches(conn, batch_ids)
-        await _complete_if_done(conn, batch_ids)
+        await _complete_if_done(conn, batch_ids, hooks)
     return rescued
 
 
@@ -203,6 +205,7 @@ async def put_back(
     items: Sequence[tuple[str, int]],
     *,
     events_for: Callable[[list[tuple[BatchRecord, int]]], list[UsageEvent]],
+    hooks: FinishHooks = NO_HOOKS,
 ) -> int:
     """Graceful stop (SPEC §10.6): return these items to ``available`` if they are still running and
     claimed by ``instance_id``, and release those of them it only reserved; returns how many went back
@@ -265,5 +268,5 @@ async def put_back(
             events = events_for([(records[b], i) for b, i in gone])
             _check_events(events, gone)
             await insert_events(conn, [event.to_row() for event in events])
-            await _complete_if_done(conn, {b for b, _ in gone})
+            await _complete_if_done(conn, {b for b, _ in gone}, hooks)
     return len(back)

@@ -18,6 +18,7 @@ anyone else gets :class:`BatchNotFound`, never a 403 (SPEC §10.8). Ids and time
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -30,8 +31,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from relay.adapters.json_codec import DEFAULT_MAX_DEPTH, JsonRefused, loads_input
 from relay.auth import Principal
 from relay.batches import queue, views
+from relay.batches.hooks import NO_HOOKS, FinishHooks
 from relay.batches.idempotency import Answer, IdempotencyClaim, replay
-from relay.batches.payload_store import PayloadStores
+from relay.batches.payload_store import PayloadStore, PayloadStores
 from relay.batches.runner import cancelled_event
 from relay.batches.views import BatchRecord
 from relay.domain.batches import (
@@ -48,6 +50,8 @@ from relay.domain.batches import (
 )
 from relay.errors import InvalidRequest, NotFound
 from relay.store import batches as batch_store
+
+log = logging.getLogger("relay.batches")
 
 RESULTS_PAGE = 500
 
@@ -97,7 +101,9 @@ class BatchService:
         stop_running: Callable[[str], Awaitable[object]] | None = None,
         max_json_depth: int = DEFAULT_MAX_DEPTH,
         on_cancelled: Callable[[int], object] | None = None,
+        hooks: FinishHooks = NO_HOOKS,
     ) -> None:
+        self._hooks = hooks  # run when a create (no items) or a cancel finishes a batch
         self._max_depth = max_json_depth
         self._engine = engine
         self._payloads = payloads
@@ -146,7 +152,11 @@ class BatchService:
         total = len(new.requests)
         if total:
             bodies = (body if isinstance(body, bytes) else orjson.dumps(body) for body in new.requests)
-            total = await store.write_requests(batch_id, bodies)
+            try:
+                total = await store.write_requests(batch_id, bodies)
+            except BaseException:
+                await self._discard(store, batch_id)  # what a part-write left
+                raise
         row: dict[str, Any] = {
             "id": batch_id,
             "created_at": created_at,
@@ -171,15 +181,39 @@ class BatchService:
         answer = render(CreatedBatch(batch_id, created_at, total))
         first = idempotency.writer(answer, created_at) if idempotency is not None else None
         try:
-            await queue.insert_batch(self._engine, row, total, custom_ids=new.custom_ids, first=first)
+            await queue.insert_batch(
+                self._engine, row, total, custom_ids=new.custom_ids, first=first, hooks=self._hooks
+            )
         except IntegrityError:
+            # Nothing of this batch committed: its bodies go (a concurrent duplicate's loser, say).
+            await self._discard(store, batch_id)
             if idempotency is None:
                 raise
             prior = await replay(self._engine, idempotency)  # a concurrent duplicate committed first
             if prior is None:
                 raise
             return prior
+        except BaseException:
+            await self._discard(store, batch_id)  # unless the commit happened after all
+            raise
         return answer
+
+    async def _discard(self, store: PayloadStore, batch_id: str) -> None:
+        """Remove the request bodies of a create whose batch did not commit, once the database shows
+        no such batch (a failure at COMMIT may have committed it; an IntegrityError may be an id
+        another batch has). Best effort: when it cannot be done (the database is down), the bodies
+        stay, unreferenced."""
+        try:
+            async with self._engine.connect() as conn:
+                if await batch_store.get_batch(conn, batch_id) is not None:
+                    return
+            await store.discard_requests(batch_id)
+        except Exception as exc:
+            log.warning(
+                "could not remove the request bodies of uncommitted batch %s (%s)",
+                batch_id,
+                type(exc).__name__,
+            )
 
     def _validate(self, raw: bytes) -> tuple[str, list[Any]]:
         """Parse and validate a submission (:class:`BatchRejected`, nothing written); ``(shape,
@@ -307,7 +341,10 @@ class BatchService:
 
     async def cancel_record(self, record: BatchRecord) -> dict[str, Any]:
         cancelled = await queue.cancel(
-            self._engine, record.id, events_for=lambda idxs: [cancelled_event(record, idx) for idx in idxs]
+            self._engine,
+            record.id,
+            events_for=lambda idxs: [cancelled_event(record, idx) for idx in idxs],
+            hooks=self._hooks,
         )
         if cancelled and self._on_cancelled is not None:
             self._on_cancelled(len(cancelled))

@@ -32,11 +32,11 @@ from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import bindparam, tuple_, update
+from sqlalchemy import bindparam, exists, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from relay.batches.held import Db, HeldConnection
-from relay.batches.views import I, in_state
+from relay.batches.views import B, I, in_state
 from relay.domain.batches import AVAILABLE, RUNNING
 from relay.store.engine import is_transient
 from relay.store.tables import ID, UTCDateTime
@@ -53,6 +53,7 @@ _START_SQL: dict[str, Any] = {}
 _PG_START = (
     "UPDATE batch_items SET state = 'running', claimed_at = now()"
     " WHERE batch_id = $1 AND idx = ANY($2::integer[]) AND state = 'available' AND claimed_by = $3"
+    " AND NOT EXISTS (SELECT 1 FROM batches WHERE id = $1 AND expires_at <= now())"
     " RETURNING idx"
 )
 
@@ -63,7 +64,9 @@ async def start(db: Db, instance_id: str, keys: Sequence[tuple[str, int]]) -> se
     batch on Postgres), committed on its own: an item no longer available and reserved by
     ``instance_id`` (cancelled on any replica, or released and taken elsewhere) is left out and must
     not run. A start and a cancel of one item serialise on its row: it started before the cancel
-    committed (and finishes, SPEC §10.5) or never does. ``db``: the engine, or on Postgres a
+    committed (and finishes, SPEC §10.5) or never does. An item of a batch past its ``expires_at``
+    (database clock on Postgres) never starts, even when reserved before the deadline (SPEC §14, §15):
+    the expiry sweep cancels it. ``db``: the engine, or on Postgres a
     connection held by the caller outside any transaction (``relay.batches.held``)."""
     wanted = sorted(set(keys))
     if not wanted:
@@ -90,6 +93,9 @@ async def start(db: Db, instance_id: str, keys: Sequence[tuple[str, int]]) -> se
                     tuple_(I.c.batch_id, I.c.idx).in_(bindparam("s_keys", expanding=True)),
                     in_state(AVAILABLE),
                     I.c.claimed_by == bindparam("s_instance", type_=ID),
+                    ~exists().where(
+                        B.c.id == I.c.batch_id, B.c.expires_at <= bindparam("s_now", UTCDateTime())
+                    ),
                 )
                 .values(state=RUNNING, claimed_at=bindparam("s_now", UTCDateTime()))
                 .returning(I.c.batch_id, I.c.idx)

@@ -55,6 +55,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from relay.batches import queue, recovery
 from relay.batches.finalizer import Finalizer
 from relay.batches.held import HeldConnection
+from relay.batches.hooks import NO_HOOKS, FinishHooks
 from relay.batches.pacing import ClaimPacer
 from relay.batches.runner import ItemResult, ItemRunner, cancelled_event, item_event
 from relay.batches.starter import Starter
@@ -81,8 +82,10 @@ class WorkerPool:
         poll_min_s: float = 0.05,
         poll_max_s: float = 0.2,
         metrics: BatchMetrics | None = None,
+        hooks: FinishHooks = NO_HOOKS,
     ) -> None:
         self._engine = engine
+        self._hooks = hooks  # run in every transaction here that finishes a batch
         self._runner = runner
         self._instance_id = instance_id
         self._size = size
@@ -104,7 +107,7 @@ class WorkerPool:
         self._tasks: dict[_Key, asyncio.Task[None]] = {}  # running
         self._executing: set[_Key] = set()  # items whose execution (not finalize) is in progress
         self._finalizer = Finalizer(
-            engine, instance_id, self._settled, runner.flush_responses, runner.save_responses
+            engine, instance_id, self._settled, runner.flush_responses, runner.save_responses, hooks=hooks
         )
         self._starter = Starter(engine, instance_id)
         self._claim_db = HeldConnection(engine)  # the dispatcher's claims' connection (relay.batches.held)
@@ -288,6 +291,7 @@ class WorkerPool:
             events_for=lambda items: [
                 item_event(r.batch, r.idx, error_kind="worker_lost", error_message=r.error) for r in items
             ],
+            hooks=self._hooks,
         )
         released = await recovery.release_lost_reservations(self._engine, stale_after_s=self._stale_after_s)
         if released:
@@ -308,7 +312,7 @@ class WorkerPool:
             orphans = [key for key in held if key not in self._items]
         if orphans:
             back = await recovery.put_back(
-                self._engine, self._instance_id, orphans, events_for=_cancelled_events
+                self._engine, self._instance_id, orphans, events_for=_cancelled_events, hooks=self._hooks
             )
             # Usually 0: a claim whose answer was lost is rare, and an item finishing while we looked
             # is not an orphan. Only putting something back is worth a warning.
@@ -349,7 +353,7 @@ class WorkerPool:
             held = await recovery.held_by(self._engine, self._instance_id)
             if held:
                 back = await recovery.put_back(
-                    self._engine, self._instance_id, held, events_for=_cancelled_events
+                    self._engine, self._instance_id, held, events_for=_cancelled_events, hooks=self._hooks
                 )
                 log.info("put %d unfinished batch items back", back)
             await recovery.forget_worker(self._engine, self._instance_id)

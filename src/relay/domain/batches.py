@@ -26,10 +26,13 @@ BATCH_ID_PREFIXES: Final[dict[str, str]] = {"relay": "b", "openai": "batch", "an
 BATCH_ID_RE: Final = re.compile(r"^(?:b|batch|msgbatch)_[0-9a-z]{26}$")
 
 
+EXPIRED_PREFIX: Final = "expired: "  # every item a batch's expiry cancelled carries an error starting so
+
+
 def expired_error(expires_at: datetime) -> str:
     """The error of an item a batch's expiry cancelled (grouped as its own cause, "expired")."""
     at = expires_at if expires_at.tzinfo is not None else expires_at.replace(tzinfo=UTC)
-    return f"expired: batch expired at {at.astimezone(UTC).isoformat().replace('+00:00', 'Z')}"
+    return f"{EXPIRED_PREFIX}batch expired at {at.astimezone(UTC).isoformat().replace('+00:00', 'Z')}"
 
 
 def mint_batch_id(api: Api) -> str:

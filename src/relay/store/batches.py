@@ -209,6 +209,14 @@ async def item_counts(conn: AsyncConnection, batch_ids: Sequence[str]) -> dict[s
     return out
 
 
+async def has_expired_items(conn: AsyncConnection, batch_id: str) -> bool:
+    """Whether the batch's expiry cancelled one of its items (error ``expired: …``, SPEC §14, §15)."""
+    found = await conn.execute(
+        select(literal(1)).where(I.c.batch_id == batch_id, I.c.error.startswith("expired: ")).limit(1)
+    )
+    return found.first() is not None
+
+
 async def failure_errors(conn: AsyncConnection, batch_id: str) -> list[tuple[str, int]]:
     """``[(error text, count)]`` of the batch's discarded items, the commonest texts first."""
     count = func.count().label("n")

@@ -2,7 +2,8 @@
 
 What it does. :func:`find_answer` reads the answer stored for ``(owner, key)`` within the window;
 :func:`record_answer` writes one inside the caller's transaction (the create's), first removing a row
-of the same pair older than the window, so a key can be used again after 24 h.
+of the same pair older than the window, so a key can be used again after 24 h; :func:`delete_older`
+removes up to ``limit`` rows past the window (a periodic sweep: keys never used again stay otherwise).
 
 What it deliberately does not know. What a fingerprint covers, what an answer is, HTTP.
 
@@ -15,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, insert, literal, select
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy import delete, insert, literal, select, tuple_
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from relay.store import tables as t
 
@@ -71,3 +72,12 @@ async def record_answer(
             created_at=created_at,
         )
     )
+
+
+async def delete_older(engine: AsyncEngine, cutoff: datetime, limit: int) -> int:
+    """Delete up to ``limit`` rows created at or before ``cutoff`` (one bounded statement, its own
+    transaction); returns how many went."""
+    old = select(K.c.owner, K.c.key).where(K.c.created_at <= literal(cutoff, t.UTCDateTime())).limit(limit)
+    async with engine.begin() as conn:
+        result = await conn.execute(delete(K).where(tuple_(K.c.owner, K.c.key).in_(old)))
+    return int(result.rowcount or 0)

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from typing import Any, Final
 
-from sqlalchemy import Integer, String, bindparam, exists, func, insert, select, tuple_
+from sqlalchemy import Integer, String, bindparam, delete, exists, func, insert, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from relay.store import tables as t
@@ -179,3 +179,9 @@ async def read_bodies(engine: AsyncEngine, owner_id: str, kind: str, idxs: Seque
         for idx, data in rows:
             parts.setdefault(idx, []).append(bytes(data))
     return {idx: b"".join(chunk) for idx, chunk in parts.items()}
+
+
+async def delete_requests(engine: AsyncEngine, batch_id: str) -> None:
+    """Remove a batch's request bodies (a create that did not commit its batch: nothing refers to them)."""
+    async with engine.begin() as conn:
+        await conn.execute(delete(P).where(P.c.owner_id == batch_id, P.c.kind == "request"))
