@@ -40,8 +40,10 @@ from starlette.types import Receive, Scope, Send
 from relay.adapters import OPENAI, error_body
 from relay.auth import authenticate, authenticate_owner
 from relay.batches.files import PURPOSES, FileService, file_object
-from relay.batches.upload_form import BadParam, StreamedForm
+from relay.batches.openai_errors import openai_error
+from relay.batches.upload_form import StreamedForm
 from relay.domain.credentials import read_credential
+from relay.domain.openai_batches import BadParam
 from relay.errors import NotFound, PayloadTooLarge, RelayError
 from relay.inference.wire import (
     ClientDisconnected,
@@ -115,7 +117,7 @@ class FilesApp:
             if exc.status not in UNREAD_ON:
                 await body.drain()
             extra = error_headers(exc)
-            await _json(send, exc.status, _error(exc), request_id, [*extra, *_unread(body, extra)])
+            await _json(send, exc.status, openai_error(exc), request_id, [*extra, *_unread(body, extra)])
         except Exception as exc:
             await body.drain()
             status, code, message, extra = unavailable_or_internal(exc, f"files request {request_id}")
@@ -209,20 +211,6 @@ class FilesApp:
             aclose = getattr(chunks, "aclose", None)
             if aclose is not None:
                 await aclose()
-
-
-def _error(exc: RelayError) -> dict[str, Any]:
-    if isinstance(exc, BadParam):
-        error = {
-            "type": "invalid_request_error",
-            "code": exc.code,
-            "message": exc.message,
-            "param": exc.param,
-        }
-        return {"error": error}
-    if exc.status in (400, 404):
-        return {"error": {"type": "invalid_request_error", "code": exc.code, "message": exc.message}}
-    return dict(orjson.loads(error_body(OPENAI, status=exc.status, code=exc.code, message=exc.message)))
 
 
 class _Body:

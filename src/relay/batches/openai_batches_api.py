@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
 
 import orjson
 from starlette.types import Receive, Scope, Send
@@ -23,6 +22,7 @@ from relay.adapters import OPENAI, error_body
 from relay.auth import authenticate, authenticate_owner
 from relay.batches import idempotency
 from relay.batches.openai_batches import ROUTE, OpenAIBatches
+from relay.batches.openai_errors import openai_error
 from relay.domain.credentials import read_credential
 from relay.domain.openai_batches import BadParam
 from relay.errors import NotFound, RelayError
@@ -89,26 +89,11 @@ class OpenAIBatchesApp:
             else:
                 raise NotFound(f"no route for {method} {scope['path']}")
         except RelayError as exc:
-            await _send(send, exc.status, orjson.dumps(_error(exc)), request_id, error_headers(exc))
+            await _send(send, exc.status, orjson.dumps(openai_error(exc)), request_id, error_headers(exc))
         except Exception as exc:
             status, code, message, extra = unavailable_or_internal(exc, f"openai batch request {request_id}")
             body_out = error_body(OPENAI, status=status, code=code, message=message)
             await _send(send, status, body_out, request_id, extra)
-
-
-def _error(exc: RelayError) -> dict[str, Any]:
-    """The OpenAI error shape; 400s name their ``param``, 404s are ``invalid_request_error``."""
-    if isinstance(exc, BadParam):
-        error = {
-            "type": "invalid_request_error",
-            "code": exc.code,
-            "message": exc.message,
-            "param": exc.param,
-        }
-        return {"error": error}
-    if exc.status in (400, 404):
-        return {"error": {"type": "invalid_request_error", "code": exc.code, "message": exc.message}}
-    return dict(orjson.loads(error_body(OPENAI, status=exc.status, code=exc.code, message=exc.message)))
 
 
 def _list_params(scope: Scope) -> tuple[int, str | None]:

@@ -20,20 +20,12 @@ from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
 from relay.batches.files import FileService, Upload
-from relay.errors import InvalidRequest
+from relay.domain.openai_batches import BadParam
 from relay.store.files import FileRow
 
 FIELD_LIMIT = 1024  # the longest non-file field value
 FILENAME_LIMIT = 255
 SECONDS_RANGE = (3600, 2_592_000)
-
-
-class BadParam(InvalidRequest):
-    """A 400 whose ``param`` names the field (OpenAI's error shape carries it)."""
-
-    def __init__(self, param: str, message: str) -> None:
-        super().__init__(message)
-        self.param = param
 
 
 class StreamedForm:
