@@ -1,9 +1,10 @@
 """Completion webhooks over HTTP (SPEC §10.10): real ``relay serve`` processes, the fake upstream, and
 a real receiver on loopback.
 
-``hooked`` (module scope, one per backend) is one relay with the live catalog (``tests.fixtures.live``)
-and a miniature retry schedule (``RELAY_WEBHOOK_RETRY_SCALE``) and attempt timeout, so retries and
-timeouts happen within a test.
+``hooked`` (module scope, one per backend) is one relay with the live catalog (``tests.fixtures.live``),
+the live gateways' quick expiry sweep (``GATEWAY_ENV``: tests expire §14/§15 batches by moving
+``expires_at`` back), and a miniature retry schedule (``RELAY_WEBHOOK_RETRY_SCALE``) and attempt
+timeout, so retries and timeouts happen within a test.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.fake_upstream import FakeUpstream
-from tests.fixtures.live import Gateway, Reaper, backend_setup, live_reaper  # noqa: F401
+from tests.fixtures.live import GATEWAY_ENV, Gateway, Reaper, backend_setup, live_reaper  # noqa: F401
 from tests.fixtures.relay_server import RelayProcess
 from tests.webhooks.receiver import Receiver
 
@@ -40,7 +41,7 @@ def hooked(
     backend = request.param
     workdir: Path = tmp_path_factory.mktemp(f"webhooks-{backend}")
     database_url, redis_url, env = backend_setup(backend, workdir)
-    process = RelayProcess(workdir, database_url, {**env, **WEBHOOK_ENV})
+    process = RelayProcess(workdir, database_url, {**env, **GATEWAY_ENV, **WEBHOOK_ENV})
     try:
         process.start()
         gw = Gateway(process, fake_upstream, backend, redis_url)
