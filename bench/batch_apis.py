@@ -14,8 +14,8 @@ this module, so both share one ``STORE``).
    the relay's peak RSS (``VmHWM``) after that.
 5. **APIs at 0 ms** (``--workers0`` workers, one relay for all): a ``--items`` batch through each of
    ``--apis`` (native ``/v1/batches``, ``openai`` = §14, ``anthropic`` = §15 with the ``bench-claude``
-   model bound with the anthropic adapter), interleaved per run, the same bodies; items/s as phase 2
-   (usage events: first item's start → last item's end) and relay CPU ms/item (submit → finished).
+   model bound with the anthropic adapter), interleaved (the order rotated per run), the same bodies;
+   items/s as phase 2 (usage events: first start → last end), relay CPU ms/item (submit → finished).
    Target: each within 10 % of the native figure of the same run.
 6. **Webhook** (a ``Webhook`` created through ``POST /api/webhooks`` pointing at a receiver on loopback
    in this process, which answers 204 and notes the wall clock of each event): a ``--webhook-items``
@@ -265,7 +265,8 @@ def phase_apis(
         pids = {"relay": relay.process.pid, "upstream": fake_pid}
         for run in range(args.runs):
             parts = []
-            for api in args.api_list:
+            order = args.api_list[run % len(args.api_list) :] + args.api_list[: run % len(args.api_list)]
+            for api in order:  # rotated per run: no API always runs first on a fresh database
                 r, c, completed, others = run_api_batch(
                     api, relay, key, n, args.item_bytes, pids, args.max_seconds
                 )
