@@ -39,6 +39,12 @@ exits 0 once it has measured. About 5 minutes with the defaults (both stores).
         [--workers0 16] [--latency-ms 200] [--workers 16,64] [--waves 25] [--max-seconds 20]
         [--item-bytes 1024] [--phases submit,zero,latency] [--payload-store files,database]
         [--postgres postgresql://postgres@127.0.0.1:5432/postgres]
+        [--apis native,openai,anthropic] [--webhook-items 200]
+
+Not run by default: the phases ``upload`` (§14: a 50 000-line file uploaded and its batch created),
+``apis`` (items/s through §14 and §15 next to the native API in the same run) and ``webhook`` (a
+completion webhook's latency after a batch's last item), described in ``batch_apis.py``, e.g.
+``--phases upload,apis,webhook --payload-store files``.
 """
 
 from __future__ import annotations
@@ -673,8 +679,14 @@ def main() -> None:
         help="a throughput batch still running after this is cancelled; its rate counts the items that ran",
     )
     parser.add_argument(
-        "--phases", default="submit,zero,latency", help="which phases to run (submit, zero, latency)"
+        "--phases",
+        default="submit,zero,latency",
+        help="which phases to run (submit, zero, latency; and upload, apis, webhook: see batch_apis.py)",
     )
+    parser.add_argument(
+        "--apis", default="native,openai,anthropic", help="batch APIs of the apis and webhook phases"
+    )
+    parser.add_argument("--webhook-items", type=int, default=200, help="items per batch of the webhook phase")
     parser.add_argument(
         "--payload-store",
         default="files,database",
@@ -689,9 +701,12 @@ def main() -> None:
     args = parser.parse_args()
     args.worker_levels = [int(x) for x in args.workers.split(",") if x.strip()]
     phases = {p.strip() for p in args.phases.split(",") if p.strip()}
-    unknown = phases - {"submit", "zero", "latency"}
+    unknown = phases - {"submit", "zero", "latency", "upload", "apis", "webhook"}
     if unknown:
         parser.error(f"unknown phase(s): {', '.join(sorted(unknown))}")
+    args.api_list = [x.strip() for x in args.apis.split(",") if x.strip()]
+    if not args.api_list or set(args.api_list) - {"native", "openai", "anthropic"}:
+        parser.error("--apis: a comma-separated list of native, openai, anthropic")
     stores = [x.strip() for x in args.payload_store.split(",") if x.strip()]
     if not stores or set(stores) - {"files", "database"}:
         parser.error("--payload-store: a comma-separated list of files, database")
@@ -705,10 +720,16 @@ def main() -> None:
         say(f"relay serve: one process per phase, {dbs.kind}, log level warning; {args.runs} run(s) each")
         try:
             fake, upstream = start_fake_upstream(procs)
+            sys.modules.setdefault("batch_throughput", sys.modules[__name__])  # one STORE for both
+            import batch_apis as apis
+
             steps: list[tuple[str, Callable[[], None]]] = [
                 ("submit", lambda: phase_submit(args, procs, dbs, tmp, upstream, rows)),
                 ("zero", lambda: phase_zero(args, procs, dbs, tmp, upstream, fake.pid, rows)),
                 ("latency", lambda: phase_latency(args, procs, dbs, tmp, upstream, fake.pid, rows)),
+                ("upload", lambda: apis.phase_upload(args, procs, dbs, tmp, upstream, rows)),
+                ("apis", lambda: apis.phase_apis(args, procs, dbs, tmp, upstream, fake.pid, rows)),
+                ("webhook", lambda: apis.phase_webhook(args, procs, dbs, tmp, upstream, rows)),
             ]
             for name, step in steps:
                 if name not in phases:
