@@ -68,7 +68,7 @@ class BatchesApp:
             if not parts:
                 require_method(method, "GET", "POST")
                 if method == "GET":
-                    limit, after = _list_params(scope)
+                    limit, after = list_params(scope)
                     page = await self._service.list_owned(authenticate_owner(credential, snap), limit, after)
                     await _send(send, 200, orjson.dumps(page), request_id)
                     return
@@ -142,19 +142,24 @@ class BatchesApp:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-def _list_params(scope: Scope) -> tuple[int, str | None]:
-    """SPEC §10.10: ``limit`` 1–100 (default 20; empty, 0, 101 or not an integer → 400 naming it),
-    ``after`` a batch id of the caller's (checked by the service)."""
+def list_params(
+    scope: Scope,
+    refuse: Callable[[str, str], RelayError] = lambda _param, message: InvalidRequest(message),
+    after_message: str = "after must be a batch id (a next_cursor this API returned)",
+) -> tuple[int, str | None]:
+    """The batch lists' ``limit`` and ``after`` (SPEC §10.10 and §14 alike): ``limit`` 1–100 (default
+    20; empty, 0, 101 or not an integer → 400 naming it), ``after`` a batch id of the caller's (checked
+    by the service). ``refuse(param, message)`` builds the 400 in the caller's error shape."""
     query = query_params(scope)
     limit = LIST_LIMIT_DEFAULT
     if "limit" in query:
         raw = query["limit"][-1]
         if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= LIST_LIMIT_MAX:
-            raise InvalidRequest(f"limit must be an integer from 1 to {LIST_LIMIT_MAX}, got {raw!r}")
+            raise refuse("limit", f"limit must be an integer from 1 to {LIST_LIMIT_MAX}, got {raw!r}")
         limit = int(raw)
     after = query["after"][-1] if "after" in query else None
     if after == "":
-        raise InvalidRequest("after must be a batch id (a next_cursor this API returned)")
+        raise refuse("after", after_message)
     return limit, after
 
 

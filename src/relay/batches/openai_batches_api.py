@@ -21,6 +21,7 @@ from starlette.types import Receive, Scope, Send
 from relay.adapters import OPENAI, error_body
 from relay.auth import authenticate, authenticate_owner
 from relay.batches import idempotency
+from relay.batches.api import list_params
 from relay.batches.openai_batches import ROUTE, OpenAIBatches
 from relay.batches.openai_errors import openai_error
 from relay.domain.credentials import read_credential
@@ -29,7 +30,6 @@ from relay.errors import NotFound, RelayError
 from relay.inference.wire import (
     error_headers,
     new_request_id,
-    query_params,
     read_body,
     request_headers,
     require_method,
@@ -40,8 +40,6 @@ from relay.store.outage import unavailable_or_internal
 
 log = logging.getLogger("relay.batches")
 PREFIX = "/openai/v1/batches"
-LIST_LIMIT_DEFAULT = 20
-LIST_LIMIT_MAX = 100
 
 
 class OpenAIBatchesApp:
@@ -63,7 +61,7 @@ class OpenAIBatchesApp:
             if not parts:
                 require_method(method, "GET", "POST")
                 if method == "GET":
-                    limit, after = _list_params(scope)
+                    limit, after = list_params(scope, BadParam, "after must be the id of one of your batches")
                     page = await self._service.list(authenticate_owner(credential, snap), limit, after)
                     await _send(send, 200, orjson.dumps(page), request_id)
                     return
@@ -94,21 +92,6 @@ class OpenAIBatchesApp:
             status, code, message, extra = unavailable_or_internal(exc, f"openai batch request {request_id}")
             body_out = error_body(OPENAI, status=status, code=code, message=message)
             await _send(send, status, body_out, request_id, extra)
-
-
-def _list_params(scope: Scope) -> tuple[int, str | None]:
-    """``limit`` 1–100 (default 20, else 400 naming it) and ``after`` (a batch id of the caller's)."""
-    query = query_params(scope)
-    limit = LIST_LIMIT_DEFAULT
-    if "limit" in query:
-        raw = query["limit"][-1]
-        if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= LIST_LIMIT_MAX:
-            raise BadParam("limit", f"limit must be an integer from 1 to {LIST_LIMIT_MAX}, got {raw!r}")
-        limit = int(raw)
-    after = query["after"][-1] if "after" in query else None
-    if after == "":
-        raise BadParam("after", "after must be the id of one of your batches")
-    return limit, after
 
 
 async def _send(
