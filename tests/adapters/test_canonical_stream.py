@@ -42,7 +42,9 @@ def test_upstream_stream_to_canonical(adapter: str, max_tokens: int | None, stop
         assert "".join(data["text"] for _, data in events[:-1]) == expected.text
         usage = {"input_tokens": expected.input_tokens, "output_tokens": expected.output_tokens}
         assert events[-1][1] == {"stop_reason": stop, "usage": usage}
-        assert stream.usage == Usage(expected.input_tokens, expected.output_tokens, 0)
+        # an OpenAI upstream reports a reasoning count (the fake's 0), Anthropic none
+        reasoning = None if adapter == "anthropic" else expected.reasoning_tokens
+        assert stream.usage == Usage(expected.input_tokens, expected.output_tokens, 0, reasoning)
         assert stream.done
 
 

@@ -14,7 +14,7 @@ from .helpers import BODIES, INPUT_TOKENS, OUTPUT_TOKENS, render
 @pytest.mark.parametrize("shape", ["openai", "openai_responses", "anthropic"])
 def test_usage_from_fake_responses(shape: str) -> None:
     body = render(shape, BODIES[shape])
-    expected = Usage(INPUT_TOKENS, OUTPUT_TOKENS, 0)
+    expected = Usage(INPUT_TOKENS, OUTPUT_TOKENS, 0, None if shape == "anthropic" else 0)
     assert usage_from_response(shape, body) == expected
     assert usage_from_response(shape, orjson.dumps(body)) == expected
 
@@ -29,7 +29,7 @@ def test_chat_cached_tokens() -> None:
             "completion_tokens_details": {"reasoning_tokens": 0},
         }
     }
-    assert usage_from_response("openai", body) == Usage(2006, 300, 1920)
+    assert usage_from_response("openai", body) == Usage(2006, 300, 1920, 0)
 
 
 def test_responses_cached_tokens() -> None:
@@ -43,7 +43,37 @@ def test_responses_cached_tokens() -> None:
             "total_tokens": 380,
         },
     }
-    assert usage_from_response("openai_responses", body) == Usage(328, 52, 256)
+    assert usage_from_response("openai_responses", body) == Usage(328, 52, 256, 0)
+
+
+def test_reasoning_tokens_of_chat_and_responses_and_none_when_not_reported() -> None:
+    """Of the output tokens, those an OpenAI upstream reports as reasoning (SPEC §14's Batch usage sums
+    them); an upstream without the count (older servers, Anthropic) is None, not 0."""
+    chat = {
+        "prompt_tokens": 10,
+        "completion_tokens": 900,
+        "completion_tokens_details": {"reasoning_tokens": 768},
+    }
+    responses = {"input_tokens": 10, "output_tokens": 900, "output_tokens_details": {"reasoning_tokens": 512}}
+    assert usage_from_response("openai", {"usage": chat}).reasoning_tokens == 768
+    assert usage_from_response("openai_responses", orjson.dumps({"usage": responses})).reasoning_tokens == 512
+    for malformed in (
+        {},
+        {"completion_tokens_details": None},
+        {"completion_tokens_details": {"reasoning_tokens": -1}},
+    ):
+        assert (
+            usage_from_response("openai", {"usage": {"completion_tokens": 5, **malformed}}).reasoning_tokens
+            is None
+        )
+    assert (
+        usage_from_response(
+            "openai_responses", {"usage": {"output_tokens_details": {"reasoning_tokens": "7"}}}
+        )
+        == Usage()
+    )
+    anthropic = {"input_tokens": 1, "output_tokens": 900}
+    assert usage_from_response("anthropic", {"usage": anthropic}) == Usage(1, 900, 0, None)
 
 
 def test_anthropic_cache_reads_and_writes_count_as_input() -> None:

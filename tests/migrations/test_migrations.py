@@ -12,13 +12,25 @@ from typing import Any
 import pytest
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import BigInteger, Column, DefaultClause, MetaData, String, UniqueConstraint, inspect, text
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    DefaultClause,
+    MetaData,
+    String,
+    UniqueConstraint,
+    event,
+    inspect,
+    text,
+)
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from relay.batches.openai_batches import API, CLAIM_PREFIX, FINALIZING
 from relay.store import migrate
 from relay.store.columns import NAMING
 from relay.store.engine import create_engine
+from relay.store.facade_batches import waiting_to_finalize
 from relay.store.migrate import (
     MIGRATION_LOCK_KEY,
     MIGRATIONS_DIR,
@@ -280,6 +292,7 @@ async def test_upgrade_waits_for_the_advisory_lock(postgres_url: str) -> None:
 MIGRATOR = """
 import asyncio, sys
 from relay.store.engine import create_engine
+from relay.store.facade_batches import waiting_to_finalize
 from relay.store.migrate import upgrade_to_head
 
 async def main(url):
@@ -335,3 +348,81 @@ async def migrate_together(url: str) -> None:
         assert await check_schema(engine) == []
     finally:
         await engine.dispose()
+
+
+async def indexes(engine: AsyncEngine, table: str) -> dict[str, dict[str, Any]]:
+    async with engine.connect() as conn:
+        found = await conn.run_sync(lambda sync: inspect(sync).get_indexes(table))
+    return {index["name"]: index for index in found}
+
+
+async def columns(engine: AsyncEngine, table: str) -> set[str]:
+    async with engine.connect() as conn:
+        return {c["name"] for c in await conn.run_sync(lambda sync: inspect(sync).get_columns(table))}
+
+
+async def test_0011_adds_the_finalizer_and_sweep_indexes_and_reasoning_tokens(engine: AsyncEngine) -> None:
+    """The finalizer's poll gets a partial index on its own predicate, the idempotency sweep one on
+    ``created_at``; usage events written before keep their rows with ``reasoning_tokens`` NULL; all
+    of it goes again on downgrade."""
+    await upgrade_to_head(engine)
+    await downgrade_to(engine, "0010")
+    assert "ix_batches_finalizing" not in await indexes(engine, "batches")
+    assert "ix_idempotency_keys_created_at" not in await indexes(engine, "idempotency_keys")
+    old_event = {
+        "id": "ue_1", "ts": datetime.now(UTC), "request_id": "r1", "source": "live", "status": 200,
+        "model": "m", "upstream_model": "m", "host": "h", "adapter": "openai", "inbound_shape": "openai",
+        "attempts": 1, "streamed": False, "input_tokens": 3, "output_tokens": 2, "cached_input_tokens": 0,
+        "latency_ms": 1, "policy_id": "p", "project_id": "pr", "team_id": "t", "principal_kind": "user",
+        "principal_id": "u", "credential_kind": "key", "credential_id": "c",
+    }  # fmt: skip
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(f"INSERT INTO usage_events ({', '.join(old_event)}) VALUES (:{', :'.join(old_event)})"),
+            old_event,
+        )
+
+    await upgrade_to_head(engine)
+
+    finalizing = (await indexes(engine, "batches"))["ix_batches_finalizing"]
+    assert finalizing["column_names"] == ["completed_at", "id"]
+    predicate = " ".join(str(v) for v in finalizing.get("dialect_options", {}).values())
+    assert "finalizing" in predicate and "fin@" in predicate  # partial: only batches waiting for files
+    assert (await indexes(engine, "idempotency_keys"))["ix_idempotency_keys_created_at"]["column_names"] == [
+        "created_at"
+    ]
+    async with engine.connect() as conn:
+        rows = (
+            await conn.execute(text("SELECT id, output_tokens, reasoning_tokens FROM usage_events"))
+        ).all()
+    assert [tuple(row) for row in rows] == [("ue_1", 2, None)]
+    assert await check_schema(engine) == []
+
+    await downgrade_to(engine, "0010")
+    assert "ix_batches_finalizing" not in await indexes(engine, "batches")
+    assert "ix_idempotency_keys_created_at" not in await indexes(engine, "idempotency_keys")
+    assert "reasoning_tokens" not in await columns(engine, "usage_events")
+    async with engine.connect() as conn:
+        assert (await conn.execute(text("SELECT count(*) FROM usage_events"))).scalar_one() == 1
+
+
+async def test_the_finalizer_poll_is_answered_from_its_partial_index(tmp_path: Path) -> None:
+    """The index helps only if the planner can match the poll's WHERE to its predicate: SQLite matches
+    term by term, so the poll must spell the façade's values as literals (not bound parameters)."""
+    engine = create_engine(f"sqlite:///{tmp_path / 'relay.db'}")
+    statements: list[tuple[str, Any]] = []
+    try:
+        await upgrade_to_head(engine)
+
+        @event.listens_for(engine.sync_engine, "before_cursor_execute")
+        def record(_conn: Any, _cursor: Any, statement: str, params: Any, *_: Any) -> None:
+            statements.append((statement, params))
+
+        async with engine.connect() as conn:
+            waiting = await waiting_to_finalize(conn, API, waiting=FINALIZING, prefix=CLAIM_PREFIX, limit=5)
+            assert waiting == []
+            statement, params = statements[-1]
+            plan = (await conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, params)).all()
+    finally:
+        await engine.dispose()
+    assert any("USING INDEX ix_batches_finalizing" in row[-1] for row in plan), plan

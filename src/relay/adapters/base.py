@@ -9,7 +9,8 @@ What it deliberately does not know: hosts, keys, HTTP clients, routing. Nothing 
 
 Invariants: ``Usage`` counts are non-negative ints (``count`` turns anything else into 0, so a malformed
 upstream usage object never raises); ``input_tokens`` includes ``cached_input_tokens`` (OpenAI's
-convention, which pricing relies on: uncached = input - cached).
+convention, which pricing relies on: uncached = input - cached), and ``output_tokens`` includes
+``reasoning_tokens`` (priced as output; recorded apart for SPEC §14's Batch usage).
 """
 
 from __future__ import annotations
@@ -49,6 +50,15 @@ def count(value: Any) -> int:
     return 0
 
 
+def detail(details: Any, name: str) -> int | None:
+    """An optional count inside a usage ``…_details`` object: None when the upstream reports none
+    (no such object or field, or not a non-negative int), so "not reported" stays apart from 0."""
+    if not isinstance(details, dict):
+        return None
+    value = details.get(name)
+    return value if type(value) is int and value >= 0 else None
+
+
 @dataclass(frozen=True, slots=True)
 class Usage:
     """Tokens one request consumed. ``input_tokens`` includes the ``cached_input_tokens`` among them."""
@@ -56,6 +66,9 @@ class Usage:
     input_tokens: int = 0
     output_tokens: int = 0
     cached_input_tokens: int = 0
+    # Of ``output_tokens``, those the upstream says went to reasoning (OpenAI chat and Responses);
+    # None when it reports no such count (Anthropic, embeddings, servers without the field).
+    reasoning_tokens: int | None = None
 
     @property
     def total_tokens(self) -> int:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from .base import Usage, count
+from .base import Usage, count, detail
 from .json_codec import dumps, has_object_key, loads
 from .sse import event_data
 
@@ -35,7 +35,8 @@ def chat_usage(usage: Any) -> Usage:
         return Usage()
     details = usage.get("prompt_tokens_details")
     cached = count(details.get("cached_tokens")) if isinstance(details, dict) else 0
-    return Usage(count(usage.get("prompt_tokens")), count(usage.get("completion_tokens")), cached)
+    reasoning = detail(usage.get("completion_tokens_details"), "reasoning_tokens")
+    return Usage(count(usage.get("prompt_tokens")), count(usage.get("completion_tokens")), cached, reasoning)
 
 
 def embeddings_usage(usage: Any) -> Usage:

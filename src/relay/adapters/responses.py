@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Usage, count
+from .base import Usage, count, detail
 
 
 def responses_usage(usage: Any) -> Usage:
@@ -23,7 +23,8 @@ def responses_usage(usage: Any) -> Usage:
         return Usage()
     details = usage.get("input_tokens_details")
     cached = count(details.get("cached_tokens")) if isinstance(details, dict) else 0
-    return Usage(count(usage.get("input_tokens")), count(usage.get("output_tokens")), cached)
+    reasoning = detail(usage.get("output_tokens_details"), "reasoning_tokens")
+    return Usage(count(usage.get("input_tokens")), count(usage.get("output_tokens")), cached, reasoning)
 
 
 class ResponsesStreamUsage:

@@ -130,6 +130,10 @@ class UsageEvent(Answer):
     input_tokens: int
     output_tokens: int
     cached_input_tokens: int
+    reasoning_tokens: int | None = Field(
+        description="of output_tokens, those the upstream reported as reasoning (OpenAI chat and Responses"
+        " APIs); null when it reports no such count"
+    )
     cost_nanos: int | None
     latency_ms: int
     ttft_ms: int | None

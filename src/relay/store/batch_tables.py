@@ -22,6 +22,17 @@ from sqlalchemy import (
 
 from relay.store.columns import ID, NAME, JSONType, _ts, _where, metadata
 
+#: Which batches the §14 finalizer polls for: its query spells the same predicate with literal values
+#: (``relay.store.facade_batches``), so both dialects' planners match it to the partial index. The
+#: state names are the OpenAI façade's (``relay.batches.openai_batches``: FINALIZING, CLAIM_PREFIX).
+FINALIZE_API = "openai"
+FINALIZE_WAITING_STATUS = "finalizing"
+FINALIZE_CLAIM_PREFIX = "fin@"
+FINALIZE_WAITING = (
+    f"api = '{FINALIZE_API}' AND completed_at IS NOT NULL"
+    f" AND (api_status = '{FINALIZE_WAITING_STATUS}' OR api_status LIKE '{FINALIZE_CLAIM_PREFIX}%')"
+)
+
 # Batches (SPEC §10). A batch records the submitter's attribution as ids and values, not references:
 # deleting the policy, key or project a batch recorded is allowed (its remaining items then fail when
 # they run, naming the policy by ``policy_name``), so there are no foreign keys to the catalog.
@@ -79,6 +90,10 @@ batches = Table(
     Index("ix_batches_owner_created", "owner", "created_at", "id"),
     # The expiry sweep: open batches with a deadline.
     Index("ix_batches_expiring", "expires_at", **_where("completed_at IS NULL AND expires_at IS NOT NULL")),
+    # The §14 finalizer's poll (``facade_batches.waiting_to_finalize``, every replica, every
+    # RELAY_BATCH_FINALIZE_POLL_S): the few finished OpenAI batches waiting for their files or claimed
+    # for them; ended batches accumulate forever and never enter it.
+    Index("ix_batches_finalizing", "completed_at", "id", **_where(FINALIZE_WAITING)),
 )
 
 # One row per item: its state (SPEC §10.2), once final its error. ``claimed_by``/``claimed_at``: on an
@@ -204,4 +219,6 @@ idempotency_keys = Table(
     Column("body", LargeBinary, nullable=False),
     _ts("created_at"),
     PrimaryKeyConstraint("owner", "key"),
+    # The periodic sweep (``idempotency.delete_older``: ``created_at <= cutoff``).
+    Index("ix_idempotency_keys_created_at", "created_at"),
 )

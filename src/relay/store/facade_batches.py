@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import BindParameter, String, bindparam, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from relay.store import tables as t
@@ -67,15 +67,26 @@ async def waiting_to_finalize(
     conn: AsyncConnection, api: str, *, waiting: str, prefix: str, limit: int
 ) -> list[tuple[str, str]]:
     """``[(batch id, api_status)]`` of ``api``'s finished batches whose ``api_status`` is ``waiting``
-    or starts with ``prefix`` (a claim), oldest finish first."""
+    or starts with ``prefix`` (a claim), oldest finish first.
+
+    The values are rendered into the statement (not bound): only then can SQLite's planner, which
+    matches a partial index's predicate term by term, and Postgres's, which cannot prove a generic
+    plan's parameters imply it, use ``ix_batches_finalizing``. So they must be the ones that index was
+    built for (``batch_tables.FINALIZE_*``) and ``prefix`` holds no LIKE wildcard."""
+    if "%" in prefix or "_" in prefix:
+        raise ValueError(f"prefix {prefix!r} holds a LIKE wildcard")
     rows = await conn.execute(
         select(B.c.id, B.c.api_status)
         .where(
-            B.c.api == api,
+            B.c.api == _inline(api),
             B.c.completed_at.is_not(None),
-            or_(B.c.api_status == waiting, B.c.api_status.startswith(prefix, autoescape=True)),
+            or_(B.c.api_status == _inline(waiting), B.c.api_status.like(_inline(prefix + "%"))),
         )
         .order_by(B.c.completed_at, B.c.id)
         .limit(limit)
     )
     return [(str(batch_id), str(status)) for batch_id, status in rows]
+
+
+def _inline(value: str) -> BindParameter[str]:
+    return bindparam(None, value, type_=String(), literal_execute=True)

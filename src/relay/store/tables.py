@@ -242,6 +242,9 @@ usage_events = Table(
     Column("input_tokens", BigInteger, nullable=False),
     Column("output_tokens", BigInteger, nullable=False),
     Column("cached_input_tokens", BigInteger, nullable=False),
+    # of output_tokens, what the upstream reports as reasoning (SPEC §14's Batch usage sums it); NULL:
+    # the upstream reports none (Anthropic, embeddings) or the event predates 0011
+    Column("reasoning_tokens", BigInteger, nullable=True),
     Column("cost_nanos", BigInteger, nullable=True),  # integer nano-USD; NULL: unpriced or nothing ran
     Column("latency_ms", Integer, nullable=False),
     Column("ttft_ms", Integer, nullable=True),

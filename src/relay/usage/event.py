@@ -76,6 +76,7 @@ class UsageEvent:
     input_tokens: int = 0
     output_tokens: int = 0
     cached_input_tokens: int = 0
+    reasoning_tokens: int | None = None  # of output_tokens; None: the upstream reports no such count
     cost_nanos: int | None = None
     ttft_ms: int | None = None
     relay_key_hash: str | None = None
@@ -119,6 +120,7 @@ def outcome_fields(plan: Plan | None, outcome: Outcome | None, requested_model: 
         "input_tokens": usage.input_tokens if usage else 0,
         "output_tokens": usage.output_tokens if usage else 0,
         "cached_input_tokens": usage.cached_input_tokens if usage else 0,
+        "reasoning_tokens": usage.reasoning_tokens if usage else None,
         "cost_nanos": cost_nanos(plan.binding.pricing, usage) if priced and plan and usage else None,
     }
 
