@@ -69,6 +69,29 @@ def test_a_batch_runs_to_completed_with_its_output_file(gateway: Gateway, endpoi
     assert done.usage.input_tokens > 0
 
 
+@pytest.mark.parametrize("endpoint", ENDPOINTS[:2])
+def test_usage_sums_the_reasoning_tokens_the_upstream_reported(gateway: Gateway, endpoint: str) -> None:
+    """SPEC §14: ``usage.output_tokens_details.reasoning_tokens`` is the sum over the completed items of
+    what their upstream answers reported (the fake's ``fake:reasoning=N``: 3 + 5 + none)."""
+    gw = gateway
+    client = sdk(gw)
+    texts = ["ponder fake:reasoning=3", "deeply fake:reasoning=5", "quickly"]
+    lines = []
+    for i, text in enumerate(texts):
+        body = body_for(endpoint, i)
+        body.update(
+            {"messages": [{"role": "user", "content": text}]} if "messages" in body else {"input": text}
+        )
+        lines.append(line(f"r-{i}", endpoint, body))
+    done = wait_ended(client, create(client, lines, endpoint).id)
+    assert done.status == "completed", done
+    assert done.usage is not None
+    assert done.usage.output_tokens_details.reasoning_tokens == 8
+    events = item_events(gw, done.id, 3)
+    assert [events[i]["reasoning_tokens"] for i in range(3)] == [3, 5, 0]
+    assert done.usage.output_tokens == sum(e["output_tokens"] for e in events.values())
+
+
 def test_list_auto_paginates_each_batch_once_newest_first(gateway: Gateway) -> None:
     gw = gateway
     key = gw.mint_key()[1]  # an owner of its own: exactly the batches made here

@@ -8,7 +8,15 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures.live import CHAT_MODEL, CHAT_UPSTREAM, HOST_OPENAI, Gateway
+from relay.fake_upstream.token_counts import complete
+from tests.fixtures.live import (
+    CHAT_MODEL,
+    CHAT_UPSTREAM,
+    HOST_OPENAI,
+    MESSAGES_MODEL,
+    RESPONSES_MODEL,
+    Gateway,
+)
 
 # The recording path does not depend on the backend (the store tests cover both): one gateway is enough.
 pytestmark = pytest.mark.parametrize("gateway", ["sqlite"], indirect=True)
@@ -91,3 +99,41 @@ def test_a_passed_through_upstream_error_is_not_priced(gateway: Gateway) -> None
     event = wait_event(gateway, response.headers["x-relay-request-id"])
     assert event["status"] == 400 and event["error_kind"] is not None
     assert event["cost_nanos"] is None, event
+
+
+THINK = "think it over fake:reasoning=7"
+REASONING_CASES = [
+    (
+        "/openai/v1/chat/completions",
+        "chat",
+        {"model": CHAT_MODEL, "messages": [{"role": "user", "content": THINK}]},
+    ),
+    ("/openai/v1/responses", "responses", {"model": RESPONSES_MODEL, "input": THINK, "store": False}),
+    (
+        "/anthropic/v1/messages",
+        "messages",
+        {"model": MESSAGES_MODEL, "max_tokens": 40, "messages": [{"role": "user", "content": THINK}]},
+    ),
+]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["body", "stream"])
+@pytest.mark.parametrize(("path", "api", "body"), REASONING_CASES, ids=[c[1] for c in REASONING_CASES])
+def test_the_event_records_the_reasoning_tokens_the_upstream_reports(
+    gateway: Gateway, path: str, api: Any, body: dict[str, Any], stream: bool
+) -> None:
+    """OpenAI chat and Responses report reasoning tokens (here 7, the fake's ``fake:reasoning=7``),
+    bodies and streams alike (a chat stream's usage chunk is the one Relay asked for); Anthropic
+    reports none: null, not 0. They are among the output tokens either way."""
+    expected = complete(api, body)
+    if stream:
+        result = gateway.stream(path, {**body, "stream": True})
+        status, request_id = result.status, result.headers["x-relay-request-id"]
+    else:
+        response = gateway.post(path, body)
+        status, request_id = response.status_code, response.headers["x-relay-request-id"]
+    assert status == 200
+    event = wait_event(gateway, request_id)
+    assert event["streamed"] is stream
+    assert event["output_tokens"] == expected.output_tokens
+    assert event["reasoning_tokens"] == (None if api == "messages" else 7)

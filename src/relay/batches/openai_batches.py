@@ -109,7 +109,7 @@ def batch_object(
     ended = data.get("ended_at")
     completed = counts.get(ITEM_COMPLETED, 0)
     errors = data.get("errors")
-    inputs, cached, outputs = usage
+    inputs, cached, outputs, reasoning = usage
     return {
         "id": row["id"],
         "object": "batch",
@@ -139,7 +139,7 @@ def batch_object(
             "input_tokens": inputs,
             "input_tokens_details": {"cached_tokens": cached},
             "output_tokens": outputs,
-            "output_tokens_details": {"reasoning_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": reasoning},
             "total_tokens": inputs + outputs,
         },
     }

@@ -21,7 +21,7 @@ def _usage(c: Completion) -> dict[str, Any]:
         "completion_tokens": c.output_tokens,
         "total_tokens": c.input_tokens + c.output_tokens,
         "prompt_tokens_details": {"cached_tokens": c.cached_tokens, "cache_write_tokens": 0},
-        "completion_tokens_details": {"reasoning_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": c.reasoning_tokens},
     }
 
 

@@ -23,7 +23,7 @@ def _usage(c: Completion) -> dict[str, Any]:
         "input_tokens": c.input_tokens,
         "input_tokens_details": {"cached_tokens": c.cached_tokens, "cache_write_tokens": 0},
         "output_tokens": c.output_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": c.reasoning_tokens},
         "total_tokens": c.input_tokens + c.output_tokens,
     }
 

@@ -12,9 +12,12 @@ can drive every direction with one knob:
 * **stop sequence**: the reply is cut before the first of the request's ``stop`` (chat) /
   ``stop_sequences`` (messages) it contains.
 * ``fake:cached=N`` in any text of the request → ``N`` of the input tokens are reported as cached
-  (capped at the input count); ``fake:stream_error`` → a stream sends its content, then the API's error
-  event instead of its finish; ``fake:drop_stream`` → the connection is dropped before the stream's
-  last three events (the app's ``fail_after_chunks``, counted from the end).
+  (capped at the input count); ``fake:reasoning=N`` → the model "thought" ``N`` tokens it does not
+  show: they are added to the output tokens and reported as reasoning tokens where the API has the
+  field (chat, Responses; capped at ``MAX_REASONING``); ``fake:stream_error`` → a stream sends its
+  content, then the API's error event instead of its finish; ``fake:drop_stream`` → the connection
+  is dropped before the stream's last three events (the app's ``fail_after_chunks``, counted from
+  the end).
 
 Pure functions; nothing here does I/O.
 """
@@ -23,11 +26,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
 _CACHED = re.compile(r"fake:cached=(\d+)")
+_REASONING = re.compile(r"fake:reasoning=(\d+)")
+MAX_REASONING = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,13 +43,24 @@ class Scan:
     all_text: str
 
 
-def directives(text: str, input_tokens: int) -> tuple[int, bool]:
-    """``(cached input tokens, stream error)`` asked for by the request's text."""
+class Directives(NamedTuple):
+    cached: int = 0  # input tokens read from the (fake) prompt cache
+    reasoning: int = 0  # hidden output tokens spent reasoning
+    stream_error: bool = False
+
+
+NO_DIRECTIVES = Directives()
+
+
+def directives(text: str, input_tokens: int) -> Directives:
+    """What the request's text asks for beyond an echo (cached input, reasoning, a stream error)."""
     if "fake:" not in text:
-        return 0, False
+        return NO_DIRECTIVES
     found = _CACHED.search(text)
     cached = min(int(found.group(1)), input_tokens) if found else 0
-    return cached, "fake:stream_error" in text
+    thought = _REASONING.search(text)
+    reasoning = min(int(thought.group(1)), MAX_REASONING) if thought else 0
+    return Directives(cached, reasoning, "fake:stream_error" in text)
 
 
 def _tool_names(api: str, tools: list[Any]) -> list[str]:

@@ -9,14 +9,15 @@ is simply a whitespace-separated word:
   ``min(DEFAULT_MAX_WORDS, max tokens of the request)`` words; output tokens = words in the reply;
 * beyond echoing (``relay.fake_upstream.scenario``): a tool call when the request offers tools and asks
   for one, an echo of the tool result after one, a stop at the request's stop sequence, cached input
-  tokens and a mid-stream error when the request's text says ``fake:cached=N`` / ``fake:stream_error``.
+  tokens, hidden reasoning tokens (added to the output tokens) and a mid-stream error when the request's
+  text says ``fake:cached=N`` / ``fake:reasoning=N`` / ``fake:stream_error``.
 
 Everything here is pure so tests can import it and compute expected values.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from .scenario import Scan, directives, stop_at, tool_to_call
@@ -47,6 +48,7 @@ class Completion:
     stop_sequence: str | None = None  # the request's stop sequence that ended the reply
     cached_tokens: int = 0  # of ``input_tokens``, read from the (fake) prompt cache
     stream_error: bool = False  # a stream ends with the API's error event instead of its finish
+    reasoning_tokens: int = 0  # of ``output_tokens``, spent reasoning (not in ``text``)
 
 
 def count_words(text: str) -> int:
@@ -151,8 +153,15 @@ def max_output_words(api: Api, body: dict[str, Any]) -> int | None:
 def complete(api: Api, body: dict[str, Any]) -> Completion:
     """The reply and usage the fake returns for ``body`` on the given API."""
     scan = _scan(api, body)
+    asked = directives(scan.all_text, scan.input_tokens)
+    c = _reply(api, body, scan, asked.cached, asked.stream_error)
+    if asked.reasoning:
+        return replace(c, output_tokens=c.output_tokens + asked.reasoning, reasoning_tokens=asked.reasoning)
+    return c
+
+
+def _reply(api: Api, body: dict[str, Any], scan: Scan, cached: int, stream_error: bool) -> Completion:
     tokens_in, user_text = scan.input_tokens, scan.last_text
-    cached, stream_error = directives(scan.all_text, tokens_in)
     tool = None if scan.after_tool or api == "embeddings" else tool_to_call(api, body, user_text)
     if tool is not None:
         name, arguments = tool

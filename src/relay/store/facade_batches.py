@@ -31,11 +31,12 @@ class UsageTotals(NamedTuple):
     input_tokens: int
     cached_input_tokens: int
     output_tokens: int
+    reasoning_tokens: int = 0  # events without a reported count add nothing
 
 
 async def usage_totals(conn: AsyncConnection, batch_ids: Sequence[str]) -> dict[str, UsageTotals]:
     """``{batch id: totals}`` over the completed items' usage events (batches with none: zeros)."""
-    out = {batch_id: UsageTotals(0, 0, 0) for batch_id in batch_ids}
+    out = {batch_id: UsageTotals(0, 0, 0, 0) for batch_id in batch_ids}
     if not batch_ids:
         return out
     rows = await conn.execute(
@@ -44,12 +45,13 @@ async def usage_totals(conn: AsyncConnection, batch_ids: Sequence[str]) -> dict[
             func.coalesce(func.sum(U.c.input_tokens), 0),
             func.coalesce(func.sum(U.c.cached_input_tokens), 0),
             func.coalesce(func.sum(U.c.output_tokens), 0),
+            func.coalesce(func.sum(U.c.reasoning_tokens), 0),
         )
         .where(U.c.batch_id.in_(list(batch_ids)), U.c.error_kind.is_(None))
         .group_by(U.c.batch_id)
     )
-    for batch_id, inputs, cached, outputs in rows:
-        out[batch_id] = UsageTotals(int(inputs), int(cached), int(outputs))
+    for batch_id, inputs, cached, outputs, reasoning in rows:
+        out[batch_id] = UsageTotals(int(inputs), int(cached), int(outputs), int(reasoning))
     return out
 
 
