@@ -100,6 +100,7 @@ class Runtime:
     webhooks: Deliverer | None = None  # every replica delivers (SPEC §10.10)
     webhook_client: Upstream | None = None
     openai_finalizer: OpenAIFinalizer | None = None  # §14 output/error files, on every replica
+    limiter: RateLimiter | None = None  # its lease renewer stops at shutdown
 
     async def database_ok(self) -> bool:
         try:
@@ -151,6 +152,8 @@ class Runtime:
             await self.webhook_client.close()
         await self.writer.stop()
         await self.upstream.close()
+        if self.limiter is not None:
+            await self.limiter.close()
         await self.state.close()
         await self.reloader.stop()
         await self.engine.dispose()
@@ -209,6 +212,7 @@ def build_runtime(settings: Settings) -> Runtime:
         state=state,
         upstream=upstream,
         writer=writer,
+        limiter=limiter,
     )
 
     def snapshot() -> Snapshot:

@@ -47,7 +47,8 @@ from relay.adapters.base import Usage
 from relay.domain.ratelimits import RateLimitRule, window_seconds
 from relay.errors import BudgetExceeded, RateLimited
 from relay.snapshot import Policy
-from relay.state import LimitCheck, SharedState, StateUnavailable
+from relay.state import ADMITTED, LimitCheck, SharedState, StateUnavailable
+from relay.state.leases import LeaseRenewer
 
 log = logging.getLogger("relay.ratelimit")
 
@@ -195,11 +196,12 @@ class RateLimiter:
     """Two-phase rate limiting over :class:`relay.state.SharedState` (one per process, built in boot).
 
     ``lease_s`` bounds how long a request that died with its process holds a concurrency slot: the
-    request's own deadline (the upstream timeout) plus :data:`LEASE_MARGIN_S`. A live process releases
-    every lease at commit; if the store does not answer then, ``RedisState`` re-sends the release
-    once it answers again. ``on_fail_open(phase)`` is called (``"reserve"`` or
-    ``"commit"``) each time the state store failed and the limiter let the request through — wire it
-    to a metric.
+    request's own deadline (the upstream timeout) plus :data:`LEASE_MARGIN_S`. While a request runs
+    its lease is renewed every ``renew_every_s`` (default ``lease_s / 3``; :mod:`relay.state.leases`),
+    so a stream that outlives ``lease_s`` keeps its slot. A live process releases every lease at
+    commit; if the store does not answer then, ``RedisState`` re-sends the release once it answers
+    again. ``on_fail_open(phase)`` is called (``"reserve"`` or ``"commit"``) each time the state store
+    failed and the limiter let the request through — wire it to a metric.
     """
 
     def __init__(
@@ -207,10 +209,12 @@ class RateLimiter:
         state: SharedState,
         *,
         lease_s: float = 305.0,
+        renew_every_s: float | None = None,
         on_fail_open: Callable[[str], None] | None = None,
     ) -> None:
         self._state = state
         self._lease_s = lease_s
+        self._renewer = LeaseRenewer(state, lease_s, every_s=renew_every_s)
         self._on_fail_open = on_fail_open
         self._plans: dict[int, tuple[Policy, _Plan]] = {}
         # Lease ids must be unique across replicas (lease sets are shared): a random per-process
@@ -270,10 +274,12 @@ class RateLimiter:
             verdict = await self._state.reserve(checks, lease_id, self._lease_s)
         except StateUnavailable as exc:
             # The reservation is still returned whole: if the script did run before the error (a
-            # timeout), commit releases its lease and records the tokens.
+            # timeout), commit releases its lease and records the tokens (and renewing keeps it).
             self._failed_open("reserve", exc)
-            return reservation
+            verdict = ADMITTED
         if verdict.admitted:
+            if lease_id and concurrency_keys:
+                self._renewer.hold(lease_id, concurrency_keys)
             return reservation
         failed = self._failed_rule(plan, verdict.failed_key, credential_id, project_id, team_id)
         error = BudgetExceeded if failed.meter == "cost_usd" else RateLimited
@@ -288,6 +294,8 @@ class RateLimiter:
         raises for a state failure: the store re-sends the release when it answers again (and the
         lease expires after ``lease_s`` if this process dies first).
         """
+        if reservation.lease_id:
+            self._renewer.drop(reservation.lease_id)
         cost = cost_nanos or 0
         adds = [
             (key, window_s, amount)
@@ -301,6 +309,10 @@ class RateLimiter:
             await self._state.commit(adds, reservation.concurrency_keys, reservation.lease_id)
         except StateUnavailable as exc:
             self._failed_open("commit", exc)
+
+    async def close(self) -> None:
+        """Stop renewing leases (shutdown, after the last request committed)."""
+        await self._renewer.close()
 
     @staticmethod
     def _failed_rule(

@@ -149,3 +149,29 @@ async def test_refund_gives_an_admitted_window_amount_back_never_below_zero(stat
     assert not (await state.reserve([window("ref", 2)], lease(), 30)).admitted  # not below zero
     assert (await state.reserve([window("never-used", 1)], lease(), 30)).admitted
     assert not (await state.reserve([window("never-used", 1)], lease(), 30)).admitted
+
+
+async def test_renewing_a_held_lease_keeps_its_slot_past_its_first_expiry(state: SharedState) -> None:
+    """A request running longer than ``lease_s`` (a long stream) keeps its slot while its holder renews
+    it; once renewals stop, it expires ``lease_s`` after the last one."""
+    assert (await state.reserve([slots("c", 1)], "long", 1.0)).admitted
+    loop = asyncio.get_running_loop()
+    until = loop.time() + 1.8  # well past the first expiry
+    while loop.time() < until:
+        await asyncio.sleep(0.1)
+        assert await state.renew([("c", "long")], 1.0) == 1
+        assert not (await state.reserve([slots("c", 1)], "next", 30)).admitted
+    deadline = loop.time() + 10
+    while not (await state.reserve([slots("c", 1)], "next", 30)).admitted:
+        assert loop.time() < deadline, "a lease nobody renews never expired"
+        await asyncio.sleep(0.05)
+
+
+async def test_renewing_never_takes_back_a_released_or_expired_lease(state: SharedState) -> None:
+    assert (await state.reserve([slots("c", 1)], "done", 30)).admitted
+    await state.commit([], ["c"], "done")
+    assert (await state.reserve([slots("e", 1)], "crashed", 0.2)).admitted
+    await asyncio.sleep(0.3)
+    assert await state.renew([("c", "done"), ("e", "crashed"), ("never", "nobody")], 30) == 0
+    assert await state.renew([], 30) == 0
+    assert (await state.reserve([slots("c", 1), slots("e", 1)], "next", 30)).admitted

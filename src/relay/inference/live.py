@@ -257,15 +257,15 @@ class LiveHandler:
             )
         capture = self._recorder.capture(ctx, snap)
         broken: str | None = None
-        await send(
-            head(
-                outcome.status,
-                "text/event-stream",
-                ctx.request_id,
-                [(b"cache-control", b"no-cache"), *_fallback_header(outcome)],
+        try:  # from the head on: whatever fails, the stream is settled (its lease is renewed until then)
+            await send(
+                head(
+                    outcome.status,
+                    "text/event-stream",
+                    ctx.request_id,
+                    [(b"cache-control", b"no-cache"), *_fallback_header(outcome)],
+                )
             )
-        )
-        try:
             async for chunk in outcome.chunks:
                 out = translate.feed(chunk) if translate is not None else chunk
                 if out:

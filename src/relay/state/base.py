@@ -129,6 +129,14 @@ class SharedState(Protocol):
         concurrency key in ``release``."""
         ...
 
+    async def renew(self, leases: Sequence[tuple[str, str]], lease_s: float) -> int:
+        """Extend each ``(concurrency key, lease id)`` that is still held so it expires ``lease_s`` from
+        now; one that expired or was released is not taken again (its slot may be another request's
+        by now). How many were renewed. The holder's process calls it while its request runs
+        (``relay.state.leases``), so a request running longer than ``lease_s`` keeps its slot and
+        a dead process's leases still expire ``lease_s`` after its last renewal."""
+        ...
+
     async def refund(self, adds: Sequence[tuple[str, int, int]]) -> None:
         """Take each ``(key, window_s, amount)`` back from the key's current window, never below zero (a
         window that holds less gives back what it has): an attempt admitted by a ``window`` check that

@@ -130,6 +130,17 @@ class MemoryState:
                 if not leases:
                     del self._leases[key]
 
+    async def renew(self, leases: Sequence[tuple[str, str]], lease_s: float) -> int:
+        now = time.time()
+        renewed = 0
+        for key, lease_id in leases:
+            held = self._leases.get(key)
+            until = held.get(lease_id) if held is not None else None
+            if held is not None and until is not None and until > now:
+                held[lease_id] = now + lease_s
+                renewed += 1
+        return renewed
+
     async def refund(self, adds: Sequence[tuple[str, int, int]]) -> None:
         second = math.floor(time.time())
         for key, window_s, amount in adds:

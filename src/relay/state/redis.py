@@ -149,6 +149,7 @@ class RedisState:
         self._reserve = self._redis.register_script(scripts.RESERVE)
         self._commit = self._redis.register_script(scripts.COMMIT)
         self._refund = self._redis.register_script(scripts.REFUND)
+        self._renew = self._redis.register_script(scripts.RENEW)
         self._trip = self._redis.register_script(scripts.TRIP)
         self._reset = self._redis.register_script(scripts.RESET)
         self._pick = self._redis.register_script(scripts.PICK)
@@ -244,6 +245,18 @@ class RedisState:
             # The release is re-sent once Redis answers, so a lease never waits for its TTL while this
             # process lives. Token adds are not (a timed-out script may have run: no double count).
             self._keep_release(releases, lease_id)
+            raise self._failed(exc) from exc
+
+    async def renew(self, leases: Sequence[tuple[str, str]], lease_s: float) -> int:
+        if not leases:
+            return 0
+        keys = [self._cc + key for key, _lease_id in leases]
+        args: list[Any] = [max(1, round(lease_s * 1000)), _SLACK_MS, *(lease_id for _key, lease_id in leases)]
+        if self._gate.down:
+            raise self._skipped()
+        try:
+            return int(await self._renew(keys=keys, args=args))
+        except RedisError as exc:
             raise self._failed(exc) from exc
 
     async def refund(self, adds: Sequence[tuple[str, int, int]]) -> None:

@@ -105,6 +105,29 @@ end
 return 0
 """
 
+# KEYS: concurrency keys (<p>cc:<key>). ARGV: lease_ms, slack_ms, then per key the lease id held there.
+# Moves each lease that has not expired yet to now + lease_ms (never re-adds one that expired or was
+# released: its slot may be another request's). Returns how many were renewed.
+RENEW = """
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lease_ms = tonumber(ARGV[1])
+local slack_ms = tonumber(ARGV[2])
+local renewed = 0
+for i = 1, #KEYS do
+  local lease_id = ARGV[2 + i]
+  local expires = redis.call('ZSCORE', KEYS[i], lease_id)
+  if expires and tonumber(expires) > now_ms then
+    redis.call('ZADD', KEYS[i], now_ms + lease_ms, lease_id)
+    if redis.call('PTTL', KEYS[i]) < lease_ms + slack_ms then
+      redis.call('PEXPIRE', KEYS[i], lease_ms + slack_ms)
+    end
+    renewed = renewed + 1
+  end
+end
+return renewed
+"""
+
 # KEYS: base window keys (<p>rl:<key>). ARGV: per key: window_s, amount.
 # Takes amount back from each key's current window, never below zero; DECRBY keeps the counter's TTL.
 REFUND = """
