@@ -54,6 +54,7 @@ class Call:
     snapshot: Callable[[], Snapshot]
     credential: str | None = None
     params: dict[str, str] = field(default_factory=dict)
+    _owner: str | None = field(default=None, init=False, repr=False)
 
     @property
     def id(self) -> str:
@@ -62,7 +63,9 @@ class Call:
 
     def owner(self) -> str:
         """The caller as a batch owner: a valid credential, no policy needed (SPEC §10.8)."""
-        return authenticate_owner(self.credential, self.snapshot())
+        if self._owner is None:
+            self._owner = authenticate_owner(self.credential, self.snapshot())
+        return self._owner
 
     def principal(self) -> Principal:
         """The caller with a usable policy (what a create needs, SPEC §10.1)."""
@@ -128,9 +131,9 @@ class RoutedApp(Generic[C]):
         self._snapshot = snapshot
         self._routes = tuple(routes)
 
-    def new_call(self, call: Call) -> C:
-        """The call handlers get; by default ``call`` itself (an app of plain :class:`Call`s)."""
-        return call  # type: ignore[return-value]
+    def new_call(self, scope: Scope, receive: Receive, send: Send, headers: dict[str, str]) -> C:
+        """The call handlers get: a plain :class:`Call` unless the app needs more (Files: its body)."""
+        return Call(scope, receive, send, new_request_id(), headers, self._snapshot)  # type: ignore[return-value]
 
     def screen(self, call: C, parts: Sequence[str]) -> None:
         """Checked before the path is matched (nothing by default; §15 authenticates ``/{id}…``)."""
@@ -149,7 +152,7 @@ class RoutedApp(Generic[C]):
         if scope["type"] != "http":
             return
         headers = request_headers(scope)
-        call = self.new_call(Call(scope, receive, send, new_request_id(), headers, self._snapshot))
+        call = self.new_call(scope, receive, send, headers)
         try:
             call.credential = read_credential(headers.get("authorization"), headers.get("x-api-key"))
             path: str = scope["path"]
