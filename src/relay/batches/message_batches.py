@@ -8,7 +8,10 @@ batch's record and its request counts; :func:`result_line` renders one line of t
 
 :class:`MessageBatches` creates (validation in a worker thread, then :meth:`BatchService.create`),
 reads, lists, cancels and deletes the caller's §15 batches, and streams an ended batch's results. A
-delete removes the batch's rows and database-held bodies in one transaction.
+delete removes the batch's rows and database-held bodies in one transaction, then its payload files
+(``RELAY_BATCH_PAYLOAD_STORE=files``): after the rows, so a delete that fails (or a batch still
+running) never loses a body; a crash between the two leaves the batch's directory behind, unread
+(ids are never reused), and never touches another batch's.
 
 What it deliberately does not know. HTTP (``relay.batches.message_batches_api`` renders) and SQL (the
 store's). ``params`` are not inspected beyond "an object that does not ask for a stream": a bad one
@@ -256,12 +259,13 @@ class MessageBatches:
         }
 
     async def delete(self, owner: str, batch_id: str) -> dict[str, Any]:
-        """An ended batch's rows; 400 while it has not ended (nothing goes)."""
+        """An ended batch's rows, then its payload files; 400 while it has not ended (nothing goes)."""
         record = await self.owned(owner, batch_id)
         async with self._engine.begin() as conn:
             deleted = await store.delete_ended(conn, record.id)
         if not deleted:
             raise InvalidRequest(f"batch {record.id} is still in progress: cancel it, or wait until it ends")
+        await self._payloads.of(record.payload_store).remove_batch(record.id)
         return {"id": record.id, "type": "message_batch_deleted"}
 
     async def ended(self, owner: str, batch_id: str) -> BatchRecord:
