@@ -24,12 +24,13 @@ import orjson
 from starlette.types import Scope, Send
 
 from relay.adapters import OPENAI
-from relay.batches import idempotency
-from relay.batches.routes import Call, Route, RoutedApp
+from relay.auth import Principal
+from relay.batches.idempotency import Answer, IdempotencyClaim
+from relay.batches.routes import Call, Route, RoutedApp, create_once
 from relay.batches.service import BatchService
 from relay.domain.batches import BatchRejected
 from relay.errors import InvalidRequest, RelayError
-from relay.inference.wire import head, query_params, read_body
+from relay.inference.wire import head, query_params
 from relay.snapshot import Snapshot
 
 log = logging.getLogger("relay.batches")
@@ -63,22 +64,16 @@ class BatchesApp(RoutedApp[Call]):
         await call.json(200, orjson.dumps(await self._service.list_owned(call.owner(), limit, after)))
 
     async def _submit(self, call: Call) -> None:
-        principal = call.principal()  # submitting needs a policy (SPEC §10.1)
-        body = await read_body(
-            call.receive, call.scope, self._max_bytes, what="batch body", setting="RELAY_BATCH_MAX_BYTES"
-        )
-        claim = idempotency.claim_from(
-            call.headers.get(idempotency.HEADER), principal.owner, SUBMIT_ROUTE, body
-        )
-        answer = await self._service.replay(claim) if claim is not None else None
-        if answer is None:
-            try:
-                answer = await self._service.submit(principal, body, idempotency=claim)
-            except BatchRejected as exc:
-                payload = {"error": {"type": "invalid_request_error", "message": str(exc)}}
-                await call.json(400, orjson.dumps(payload))
-                return
-        await call.json(answer.status_code, answer.body)
+        await create_once(call, SUBMIT_ROUTE, self._max_bytes, self._service.replay, self._submit_or_refuse)
+
+    async def _submit_or_refuse(
+        self, principal: Principal, raw: bytes, *, idempotency: IdempotencyClaim | None
+    ) -> Answer:
+        try:
+            return await self._service.submit(principal, raw, idempotency=idempotency)
+        except BatchRejected as exc:
+            payload = {"error": {"type": "invalid_request_error", "message": str(exc)}}
+            return Answer(400, orjson.dumps(payload))
 
     async def _status(self, call: Call) -> None:
         view = await self._service.status(call.owner(), call.id, items=_items_param(call.scope))

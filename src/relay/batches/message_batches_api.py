@@ -30,13 +30,12 @@ import orjson
 from starlette.types import Scope
 
 from relay.adapters import ANTHROPIC, error_body
-from relay.batches import idempotency
 from relay.batches.idempotency import IdempotencyKeyReused
 from relay.batches.message_batches import MessageBatches
-from relay.batches.routes import Call, Route, RoutedApp
+from relay.batches.routes import Call, Route, RoutedApp, create_once
 from relay.domain.batches import BatchRejected
 from relay.errors import InvalidRequest, RelayError
-from relay.inference.wire import head, query_params, read_body
+from relay.inference.wire import head, query_params
 from relay.snapshot import Snapshot
 
 log = logging.getLogger("relay.batches")
@@ -93,17 +92,7 @@ class MessageBatchesApp(RoutedApp[Call]):
         return self._public_url or _request_base(call.scope, call.headers)
 
     async def _create(self, call: Call) -> None:
-        principal = call.principal()  # creating needs a policy (SPEC §10.1)
-        body = await read_body(
-            call.receive, call.scope, self._max_bytes, what="batch body", setting="RELAY_BATCH_MAX_BYTES"
-        )
-        claim = idempotency.claim_from(
-            call.headers.get(idempotency.HEADER), principal.owner, CREATE_ROUTE, body
-        )
-        answer = await self._service.replay(claim) if claim is not None else None
-        if answer is None:
-            answer = await self._service.create(principal, body, idempotency=claim)
-        await call.json(answer.status_code, answer.body)
+        await create_once(call, CREATE_ROUTE, self._max_bytes, self._service.replay, self._service.create)
 
     async def _list(self, call: Call) -> None:
         owner = call.owner()

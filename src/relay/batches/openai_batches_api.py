@@ -19,14 +19,12 @@ from collections.abc import Callable
 import orjson
 
 from relay.adapters import OPENAI
-from relay.batches import idempotency
 from relay.batches.api import list_params
 from relay.batches.openai_batches import ROUTE, OpenAIBatches
 from relay.batches.openai_errors import openai_error
-from relay.batches.routes import Call, Route, RoutedApp
+from relay.batches.routes import Call, Route, RoutedApp, create_once
 from relay.domain.openai_batches import BadParam
 from relay.errors import RelayError
-from relay.inference.wire import read_body
 from relay.snapshot import Snapshot
 
 log = logging.getLogger("relay.batches")
@@ -59,15 +57,7 @@ class OpenAIBatchesApp(RoutedApp[Call]):
         await call.json(200, orjson.dumps(await self._service.list(call.owner(), limit, after)))
 
     async def _create(self, call: Call) -> None:
-        principal = call.principal()  # creating needs a policy (SPEC §10.1)
-        body = await read_body(
-            call.receive, call.scope, self._max_bytes, what="batch body", setting="RELAY_BATCH_MAX_BYTES"
-        )
-        claim = idempotency.claim_from(call.headers.get(idempotency.HEADER), principal.owner, ROUTE, body)
-        answer = await self._service.replay(claim) if claim is not None else None
-        if answer is None:
-            answer = await self._service.create(principal, body, idempotency=claim)
-        await call.json(answer.status_code, answer.body)
+        await create_once(call, ROUTE, self._max_bytes, self._service.replay, self._service.create)
 
     async def _retrieve(self, call: Call) -> None:
         await call.json(200, orjson.dumps(await self._service.retrieve(call.owner(), call.id)))
