@@ -15,8 +15,9 @@ Why one place. The four apps grew the same preamble, the same ``if not parts …
 1`` ladder and the same two ``except`` branches; a fix to one (an ``Allow`` header, a request id)
 had to be made four times.
 
-What it deliberately does not know. The services, the payload stores and the body limits (each handler
-reads its body: whole, ``relay.inference.wire.read_body``, or streamed, the Files upload).
+What it deliberately does not know. The services (an app passes its handlers, and its create to
+:func:`create_once`), the payload stores and each app's body limit (a handler reads its body: whole, or
+streamed, the Files upload).
 
 Invariants. Empty path segments are ignored (``/v1/batches//b_x/`` is ``/v1/batches/b_x``); the
 ``Allow`` header lists the methods in the table's order; the credential is read before anything else,
