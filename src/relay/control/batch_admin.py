@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.batches.service import BatchNotFound, BatchService
 from relay.control.catalog import rfc3339
-from relay.control.query import check_range, parse_choice, parse_limit, parse_timestamp
+from relay.control.query import check_cursor, check_range, parse_choice, parse_limit, parse_timestamp
 from relay.domain.batches import ITEM_STATES
 from relay.domain.failures import group_failures
 from relay.errors import InvalidRequest
@@ -60,11 +60,7 @@ class BatchAdmin:
                 raise InvalidRequest(f"unknown query parameter {name!r}; known: {known}")
         limit = _limit(params.get("limit"))
         cursor = params.get("cursor") or None
-        if cursor is not None:
-            try:
-                store.decode_cursor(cursor)
-            except ValueError as exc:
-                raise InvalidRequest(f"cursor: {exc}") from None
+        check_cursor(cursor, store.decode_cursor)
         async with self._engine.connect() as conn:
             filters = await self._filters(conn, params, scope)
             rows, next_cursor = await store.list_batches(conn, filters, limit=limit, cursor=cursor)

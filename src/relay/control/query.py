@@ -7,7 +7,7 @@ what the values filter. Every refusal is an ``InvalidRequest`` naming the parame
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 
 from relay.errors import InvalidRequest
@@ -36,6 +36,15 @@ def check_range(start: datetime | None, end: datetime | None) -> None:
     """``from`` and ``to`` (either may be absent) must not be out of order."""
     if start is not None and end is not None and start > end:
         raise InvalidRequest("from: must not be after to")
+
+
+def check_cursor(cursor: str | None, decode: Callable[[str], object]) -> None:
+    """A ``cursor`` given must be one ``decode`` reads (a 400 naming it, with why, otherwise)."""
+    if cursor is not None:
+        try:
+            decode(cursor)
+        except ValueError as exc:
+            raise InvalidRequest(f"cursor: {exc}") from None
 
 
 def parse_limit(raw: str | None, *, default: int, maximum: int) -> int:

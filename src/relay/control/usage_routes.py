@@ -22,7 +22,14 @@ from sqlalchemy import Table
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from relay.control.catalog import rfc3339
-from relay.control.query import check_range, parse_choice, parse_limit, parse_timestamp, single_params
+from relay.control.query import (
+    check_cursor,
+    check_range,
+    parse_choice,
+    parse_limit,
+    parse_timestamp,
+    single_params,
+)
 from relay.errors import InvalidRequest, NotFound
 from relay.payloadlog import MAX_MAX_BYTES, MIN_MAX_BYTES, SETTING_KEY, current_setting
 from relay.store import catalog as catalog_store
@@ -148,11 +155,7 @@ class UsageQueries:
     async def events(self, params: Mapping[str, str]) -> dict[str, Any]:
         limit = _limit(params.get("limit"))
         cursor = params.get("cursor")
-        if cursor is not None:
-            try:
-                store.decode_cursor(cursor)
-            except ValueError as exc:
-                raise InvalidRequest(f"cursor: {exc}") from None
+        check_cursor(cursor, store.decode_cursor)
         async with self._engine.connect() as conn:
             filters = await _filters(conn, params)
             rows, next_cursor = await store.query_events(conn, filters, limit=limit, cursor=cursor)
