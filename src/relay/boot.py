@@ -27,6 +27,7 @@ from relay.batches.files_api import PREFIXES as FILES_PREFIXES
 from relay.batches.files_api import FilesApp
 from relay.batches.hooks import FinishHooks
 from relay.batches.idempotency import purge_expired
+from relay.batches.message_batches import MessageBatches
 from relay.batches.message_batches_api import PREFIXES as MESSAGE_BATCHES_PREFIXES
 from relay.batches.message_batches_api import MessageBatchesApp
 from relay.batches.openai_batches import OpenAIBatches
@@ -288,16 +289,20 @@ def build_runtime(settings: Settings) -> Runtime:
         prefix: FilesApp(runtime.files, snapshot, settings.batch_max_bytes, prefix)
         for prefix in FILES_PREFIXES
     }
+    message_batches = MessageBatches(
+        engine,
+        batches,
+        payloads,
+        max_items=settings.batch_max_items,
+        max_json_depth=settings.max_json_depth,
+    )
     message_batches_apps = {  # SPEC §15, on both paths
         prefix: MessageBatchesApp(
-            batches,
-            engine,
+            message_batches,
             snapshot,
             max_bytes=settings.batch_max_bytes,
-            max_items=settings.batch_max_items,
             prefix=prefix,
             public_url=settings.public_url,
-            max_json_depth=settings.max_json_depth,
         )
         for prefix in MESSAGE_BATCHES_PREFIXES
     }

@@ -247,3 +247,28 @@ async def test_a_claim_read_ahead_while_the_previous_one_finishes_is_answered(st
     assert await first[0] == BODIES[0]
     second = store.prefetch_requests(batch_id, [1, 2])  # the first task is closing its connection
     assert [await asyncio.wait_for(second[i], 10) for i in (1, 2)] == [BODIES[1], BODIES[2]]
+
+
+async def test_removing_a_deleted_batch_takes_its_directory_and_nothing_else(
+    tmp_path: Path, engine: AsyncEngine
+) -> None:
+    """The files store's ``remove_batch`` (a deleted §15 batch): that batch's requests and responses go,
+    even while its responses file is open for appending; another batch's stay readable and appendable."""
+    store = FileStore(tmp_path / "payloads")
+    try:
+        gone, kept = mint_id("msgbatch"), mint_id("msgbatch")
+        for batch_id in (gone, kept):
+            await store.write_requests(batch_id, iter(BODIES))
+        refs = {idx: k.ref for idx, k in (await keep_and_save(store, engine, gone, {0: b"a"})).items()}
+        kept_refs = {idx: k.ref for idx, k in (await keep_and_save(store, engine, kept, {0: b"b"})).items()}
+        await store.remove_batch(gone)
+        assert not (store.dir.root / gone).exists()
+        with pytest.raises(FileNotFoundError):
+            await store.read_request(gone, 0)
+        assert await store.read_responses(gone, refs) == {0: None}
+        assert [await store.read_request(kept, i) for i in range(len(BODIES))] == BODIES
+        more = {idx: k.ref for idx, k in (await keep_and_save(store, engine, kept, {1: b"c"})).items()}
+        assert await store.read_responses(kept, {**kept_refs, **more}) == {0: b"b", 1: b"c"}
+        await store.remove_batch(gone)  # again: nothing left, nothing raised
+    finally:
+        store.close()

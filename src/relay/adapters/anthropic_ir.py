@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from . import ir
-from .chat_ir import append
+from .chat_ir import append, present
 from .json_codec import dumps, loads
 from .params import check_rest, invalid, obj, unsupported
 
@@ -238,12 +238,7 @@ def request_to_anthropic(req: ir.Request, default_max_tokens: int) -> dict[str, 
         choice = {**(choice or {"type": "auto"}), "disable_parallel_tool_use": True}
     if choice is not None:
         out["tool_choice"] = choice
-    if req.temperature is not None:
-        out["temperature"] = req.temperature
-    if req.top_p is not None:
-        out["top_p"] = req.top_p
-    if req.stop is not None:
-        out["stop_sequences"] = req.stop
+    out.update(present(temperature=req.temperature, top_p=req.top_p, stop_sequences=req.stop))
     if req.user is not None:
         out["metadata"] = {"user_id": req.user}
     if req.stream:

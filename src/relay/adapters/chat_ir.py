@@ -61,6 +61,12 @@ STOP_TO_FINISH: Final = {
 }
 
 
+def present(**fields: Any) -> dict[str, Any]:
+    """The fields that are set (not None), in the order given: a body's optional fields, which every
+    shape leaves out rather than sending null."""
+    return {name: value for name, value in fields.items() if value is not None}
+
+
 def append(turns: list[ir.Message], role: str, parts: list[ir.Part]) -> None:
     """Add a turn, merging it into the previous one of the same role (the IR's normal form)."""
     if not parts:
@@ -259,13 +265,10 @@ def request_to_chat(req: ir.Request) -> dict[str, Any]:
     if req.tools is not None:
         functions = []
         for tool in req.tools:
-            fn: dict[str, Any] = {"name": tool.name}
-            if tool.description is not None:
-                fn["description"] = tool.description
-            if tool.parameters is not None:
-                fn["parameters"] = tool.parameters
-            if tool.strict is not None:
-                fn["strict"] = tool.strict
+            fn = {
+                "name": tool.name,
+                **present(description=tool.description, parameters=tool.parameters, strict=tool.strict),
+            }
             functions.append({"type": "function", "function": fn})
         out["tools"] = functions
     if req.tool_choice == "tool":
@@ -284,14 +287,9 @@ def request_to_chat(req: ir.Request) -> dict[str, Any]:
 
 def openai_common(req: ir.Request, out: dict[str, Any], limit_field: str) -> None:
     """The fields chat and Responses spell alike (the token limit under ``limit_field``)."""
-    if req.max_tokens is not None:
-        out[limit_field] = req.max_tokens
-    if req.temperature is not None:
-        out["temperature"] = req.temperature
-    if req.top_p is not None:
-        out["top_p"] = req.top_p
-    if req.user is not None:
-        out["user"] = req.user
+    out.update(
+        present(**{limit_field: req.max_tokens}, temperature=req.temperature, top_p=req.top_p, user=req.user)
+    )
     if req.stream:
         out["stream"] = True
 

@@ -6,8 +6,9 @@ batches of every API, ``?limit&after``), ``GET /v1/batches/{id}`` (status), ``GE
 /v1/batches/{id}/cancel``. Thin handlers: read, authenticate exactly like inference
 (``authenticate(read_credential(...), snapshot)``), call :class:`relay.batches.service.BatchService`,
 render. Errors are OpenAI-shaped like every ``/v1/*`` path; a refused submission is ``{"error":
-{"type": "invalid_request_error", "message"}}`` (SPEC §10.1). The ASGI plumbing (headers, request ids,
-405 with ``Allow``, body reading) is ``relay.inference.wire``'s, shared with the live plane.
+{"type": "invalid_request_error", "message"}}`` (SPEC §10.1). The route table, the 404/405 and the
+error answers are ``relay.batches.routes``' (one dispatcher for the four batch apps); body reading is
+``relay.inference.wire``'s, shared with the live plane.
 
 What it deliberately does not know. Rate limits (none of these routes counts against them), the queue
 and the payload files (the service's business). The body limit is ``RELAY_BATCH_MAX_BYTES``,
@@ -20,27 +21,17 @@ import logging
 from collections.abc import Callable
 
 import orjson
-from starlette.types import Receive, Scope, Send
+from starlette.types import Scope, Send
 
-from relay.adapters import OPENAI, error_body
-from relay.auth import authenticate, authenticate_owner
-from relay.batches import idempotency
+from relay.adapters import OPENAI
+from relay.auth import Principal
+from relay.batches.idempotency import Answer, IdempotencyClaim
+from relay.batches.routes import Call, Route, RoutedApp, create_once
 from relay.batches.service import BatchService
 from relay.domain.batches import BatchRejected
-from relay.domain.credentials import read_credential
-from relay.errors import InvalidRequest, NotFound, RelayError
-from relay.inference.wire import (
-    error_headers,
-    head,
-    new_request_id,
-    query_params,
-    read_body,
-    request_headers,
-    require_method,
-    send_bytes,
-)
+from relay.errors import InvalidRequest, RelayError
+from relay.inference.wire import head, query_params
 from relay.snapshot import Snapshot
-from relay.store.outage import unavailable_or_internal
 
 log = logging.getLogger("relay.batches")
 PREFIX = "/v1/batches"
@@ -49,77 +40,57 @@ LIST_LIMIT_DEFAULT = 20
 LIST_LIMIT_MAX = 100
 
 
-class BatchesApp:
+class BatchesApp(RoutedApp[Call]):
+    shape = OPENAI
+    what = "batch request"
+
     def __init__(self, service: BatchService, snapshot: Callable[[], Snapshot], max_bytes: int) -> None:
         self._service = service
-        self._snapshot = snapshot
         self._max_bytes = max_bytes
+        super().__init__(
+            PREFIX,
+            snapshot,
+            [
+                Route("GET", "", self._list),
+                Route("POST", "", self._submit),
+                Route("GET", "{id}", self._status),
+                Route("GET", "{id}/results", self._results),
+                Route("POST", "{id}/cancel", self._cancel),
+            ],
+        )
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            return
-        request_id = new_request_id()
-        method: str = scope["method"]
-        parts = [p for p in scope["path"][len(PREFIX) :].split("/") if p]
-        headers = request_headers(scope)
+    async def _list(self, call: Call) -> None:
+        limit, after = list_params(call.scope)
+        await call.json(200, orjson.dumps(await self._service.list_owned(call.owner(), limit, after)))
+
+    async def _submit(self, call: Call) -> None:
+        await create_once(call, SUBMIT_ROUTE, self._max_bytes, self._service.replay, self._submit_or_refuse)
+
+    async def _submit_or_refuse(
+        self, principal: Principal, raw: bytes, *, idempotency: IdempotencyClaim | None
+    ) -> Answer:
         try:
-            credential = read_credential(headers.get("authorization"), headers.get("x-api-key"))
-            snap = self._snapshot()
-            if not parts:
-                require_method(method, "GET", "POST")
-                if method == "GET":
-                    limit, after = list_params(scope)
-                    page = await self._service.list_owned(authenticate_owner(credential, snap), limit, after)
-                    await _send(send, 200, orjson.dumps(page), request_id)
-                    return
-                principal = authenticate(credential, snap)  # submitting needs a policy (SPEC §10.1)
-                body = await read_body(
-                    receive, scope, self._max_bytes, what="batch body", setting="RELAY_BATCH_MAX_BYTES"
-                )
-                claim = idempotency.claim_from(
-                    headers.get(idempotency.HEADER), principal.owner, SUBMIT_ROUTE, body
-                )
-                answer = await self._service.replay(claim) if claim is not None else None
-                if answer is None:
-                    try:
-                        answer = await self._service.submit(principal, body, idempotency=claim)
-                    except BatchRejected as exc:
-                        payload = {"error": {"type": "invalid_request_error", "message": str(exc)}}
-                        await _send(send, 400, orjson.dumps(payload), request_id)
-                        return
-                await _send(send, answer.status_code, answer.body, request_id)
-            elif len(parts) == 1:
-                require_method(method, "GET")
-                owner = authenticate_owner(credential, snap)
-                view = await self._service.status(owner, parts[0], items=_items_param(scope))
-                await _send(send, 200, orjson.dumps(view), request_id)
-            elif len(parts) == 2 and parts[1] == "results":
-                require_method(method, "GET")
-                await self._results(scope, send, authenticate_owner(credential, snap), parts[0], request_id)
-            elif len(parts) == 2 and parts[1] == "cancel":
-                require_method(method, "POST")
-                owner = authenticate_owner(credential, snap)
-                await _send(send, 200, orjson.dumps(await self._service.cancel(owner, parts[0])), request_id)
-            else:
-                raise NotFound(f"no route for {method} {scope['path']}")
-        except RelayError as exc:
-            body_out = error_body(OPENAI, status=exc.status, code=exc.code, message=exc.message)
-            await _send(send, exc.status, body_out, request_id, error_headers(exc))
-        except Exception as exc:
-            # Degraded, not broken: a database that is away is a JSON 503 the client retries, never a
-            # traceback (nothing was half-written: every write is one transaction).
-            status, code, message, extra = unavailable_or_internal(exc, f"batch request {request_id}")
-            body_out = error_body(OPENAI, status=status, code=code, message=message)
-            await _send(send, status, body_out, request_id, extra)
+            return await self._service.submit(principal, raw, idempotency=idempotency)
+        except BatchRejected as exc:
+            payload = {"error": {"type": "invalid_request_error", "message": str(exc)}}
+            return Answer(400, orjson.dumps(payload))
 
-    async def _results(self, scope: Scope, send: Send, owner: str, batch_id: str, rid: str) -> None:
-        fmt = (query_params(scope).get("format") or ["json"])[-1]
+    async def _status(self, call: Call) -> None:
+        view = await self._service.status(call.owner(), call.id, items=_items_param(call.scope))
+        await call.json(200, orjson.dumps(view))
+
+    async def _cancel(self, call: Call) -> None:
+        await call.json(200, orjson.dumps(await self._service.cancel(call.owner(), call.id)))
+
+    async def _results(self, call: Call) -> None:
+        owner, batch_id, send = call.owner(), call.id, call.send
+        fmt = (query_params(call.scope).get("format") or ["json"])[-1]
         if fmt not in ("json", "jsonl"):
             raise InvalidRequest("format must be json or jsonl")
         record = await self._service.owned(owner, batch_id)
         jsonl = fmt == "jsonl"
         content_type = "application/x-ndjson" if jsonl else "application/json"
-        await send(head(200, content_type, rid))
+        await send(head(200, content_type, call.request_id))
         first = True
         try:
             if not jsonl:
@@ -169,12 +140,6 @@ def _items_param(scope: Scope) -> bool:
     if value not in ("true", "false"):
         raise InvalidRequest("items must be true or false")
     return value == "true"
-
-
-async def _send(
-    send: Send, status: int, body: bytes, request_id: str, extra: list[tuple[bytes, bytes]] | None = None
-) -> None:
-    await send_bytes(send, status, body, "application/json", request_id, extra or [])
 
 
 async def _chunk(send: Send, data: bytes) -> None:

@@ -19,8 +19,9 @@ included), and stops reading at the closing boundary (an epilogue is not read pa
 :data:`EPILOGUE_LIMIT` bytes or :data:`EPILOGUE_WAIT_S`). A 401, 405 or 413 reads nothing more: it
 is answered with ``Connection: close``. Another refusal (a bad field) reads the rest within that
 bound, so the client sees the answer, not a reset; an answer sent with body bytes still unread always
-carries ``Connection: close``. The ASGI plumbing (joined headers, request ids, ``Allow``) is
-``relay.inference.wire``'s.
+carries ``Connection: close``. The route table, 404/405 and error answers are
+``relay.batches.routes``' (this app's call carries its streamed body, so every answer, refusals
+included, knows whether bytes are left unread).
 
 What it deliberately does not know. Where bytes are stored, ids, clocks, expiry (the service's).
 """
@@ -31,33 +32,24 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import orjson
 from python_multipart.multipart import parse_options_header
 from starlette.types import Receive, Scope, Send
 
-from relay.adapters import OPENAI, error_body
-from relay.auth import authenticate, authenticate_owner
+from relay.adapters import OPENAI
 from relay.batches.files import PURPOSES, FileService, file_object
 from relay.batches.openai_errors import openai_error
+from relay.batches.routes import Call, Route, RoutedApp
 from relay.batches.upload_form import StreamedForm
-from relay.domain.credentials import read_credential
 from relay.domain.openai_batches import BadParam
-from relay.errors import NotFound, PayloadTooLarge, RelayError
-from relay.inference.wire import (
-    ClientDisconnected,
-    error_headers,
-    head,
-    new_request_id,
-    query_params,
-    request_headers,
-    require_method,
-    send_bytes,
-)
+from relay.errors import PayloadTooLarge, RelayError
+from relay.inference.wire import ClientDisconnected, head, new_request_id, query_params
 from relay.snapshot import Snapshot
-from relay.store.files import FileRow
-from relay.store.outage import unavailable_or_internal
+
+if TYPE_CHECKING:
+    from relay.store.files import FileRow  # the row's type only: the service reads and writes rows
 
 log = logging.getLogger("relay.files")
 PREFIXES = ("/openai/v1/files", "/v1/files")
@@ -70,66 +62,65 @@ CLOSE: Final = (b"connection", b"close")
 UNREAD_ON: Final = (401, 405, 413)  # refusals that read no more of the body
 
 
-class FilesApp:
+class _FileCall(Call):
+    """A Files request: its body is read as it arrives (:class:`_Body`), so every answer knows
+    whether bytes are left unread."""
+
+    body: _Body
+
+
+class FilesApp(RoutedApp[_FileCall]):
+    shape = OPENAI
+    what = "files request"
+
     def __init__(
         self, service: FileService, snapshot: Callable[[], Snapshot], max_bytes: int, prefix: str
     ) -> None:
         self._service = service
-        self._snapshot = snapshot
         self._max_bytes = max_bytes
-        self._prefix = prefix
+        super().__init__(
+            prefix,
+            snapshot,
+            [
+                Route("GET", "", self._list),
+                Route("POST", "", self._upload),
+                Route("GET", "{id}", self._get),
+                Route("DELETE", "{id}", self._delete),
+                Route("GET", "{id}/content", self._content),
+            ],
+        )
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            return
-        request_id = new_request_id()
-        method: str = scope["method"]
-        parts = [p for p in scope["path"][len(self._prefix) :].split("/") if p]
-        headers = request_headers(scope)
+    def new_call(self, scope: Scope, receive: Receive, send: Send, headers: dict[str, str]) -> _FileCall:
+        call = _FileCall(scope, receive, send, new_request_id(), headers, self._snapshot)
         empty = "transfer-encoding" not in headers and headers.get("content-length", "0") == "0"
-        body = _Body(receive, self._max_bytes + MULTIPART_OVERHEAD, self._too_large(), empty=empty)
-        try:
-            credential = read_credential(headers.get("authorization"), headers.get("x-api-key"))
-            snap = self._snapshot()
-            if not parts:
-                require_method(method, "GET", "POST")
-                if method == "POST":
-                    owner = authenticate(credential, snap).owner
-                    row = await self._upload(owner, headers, body)
-                    await _json(send, 200, file_object(row), request_id, _unread(body))
-                    return
-                owner = authenticate_owner(credential, snap)
-                await _json(send, 200, await self._list(owner, scope), request_id, _unread(body))
-            elif len(parts) == 1:
-                require_method(method, "GET", "DELETE")
-                owner = authenticate_owner(credential, snap)
-                if method == "GET":
-                    answer = file_object(await self._service.get(owner, parts[0]))
-                else:
-                    answer = await self._service.delete(owner, parts[0])
-                await _json(send, 200, answer, request_id, _unread(body))
-            elif len(parts) == 2 and parts[1] == "content":
-                require_method(method, "GET")
-                await self._content(send, authenticate_owner(credential, snap), parts[0], request_id)
-            else:
-                raise NotFound(f"no route for {method} {scope['path']}")
-        except RelayError as exc:
-            if exc.status not in UNREAD_ON:
-                await body.drain()
-            extra = error_headers(exc)
-            await _json(send, exc.status, openai_error(exc), request_id, [*extra, *_unread(body, extra)])
-        except Exception as exc:
-            await body.drain()
-            status, code, message, extra = unavailable_or_internal(exc, f"files request {request_id}")
-            body_out = error_body(OPENAI, status=status, code=code, message=message)
-            await send_bytes(
-                send, status, body_out, "application/json", request_id, [*extra, *_unread(body, extra)]
-            )
+        call.body = _Body(receive, self._max_bytes + MULTIPART_OVERHEAD, self._too_large(), empty=empty)
+        return call
+
+    def error_body(self, exc: RelayError) -> bytes:
+        return orjson.dumps(openai_error(exc))
+
+    async def send_error(
+        self, call: _FileCall, status: int, body: bytes, extra: Sequence[tuple[bytes, bytes]]
+    ) -> None:
+        if status not in UNREAD_ON:
+            await call.body.drain()
+        await call.json(status, body, [*extra, *_unread(call.body, extra)])
+
+    async def _get(self, call: _FileCall) -> None:
+        answer = file_object(await self._service.get(call.owner(), call.id))
+        await _json(call, answer)
+
+    async def _delete(self, call: _FileCall) -> None:
+        await _json(call, await self._service.delete(call.owner(), call.id))
 
     def _too_large(self) -> PayloadTooLarge:
         return PayloadTooLarge(f"file is larger than {self._max_bytes} bytes (RELAY_BATCH_MAX_BYTES)")
 
-    async def _upload(self, owner: str, headers: dict[str, str], body: _Body) -> FileRow:
+    async def _upload(self, call: _FileCall) -> None:
+        row = await self._receive(call.principal().owner, call.headers, call.body)
+        await _json(call, file_object(row))
+
+    async def _receive(self, owner: str, headers: dict[str, str], body: _Body) -> FileRow:
         kind, options = parse_options_header(headers.get("content-type", ""))
         boundary = options.get(b"boundary")
         if kind != b"multipart/form-data" or not boundary:
@@ -151,7 +142,10 @@ class FilesApp:
             await form.abort()
             raise
 
-    async def _list(self, owner: str, scope: Scope) -> dict[str, Any]:
+    async def _list(self, call: _FileCall) -> None:
+        await _json(call, await self._page(call.owner(), call.scope))
+
+    async def _page(self, owner: str, scope: Scope) -> dict[str, Any]:
         query = query_params(scope)
         for name, values in query.items():
             if name not in LIST_PARAMS:
@@ -184,8 +178,9 @@ class FilesApp:
             "has_more": page.has_more,
         }
 
-    async def _content(self, send: Send, owner: str, file_id: str, request_id: str) -> None:
-        row, chunks = await self._service.content(owner, file_id)
+    async def _content(self, call: _FileCall) -> None:
+        file_id, send = call.id, call.send
+        row, chunks = await self._service.content(call.owner(), file_id)
         try:
             first = await anext(chunks, b"")
         except FileNotFoundError:
@@ -195,7 +190,7 @@ class FilesApp:
                 status=503,
             ) from None
         length = (b"content-length", str(row.bytes).encode())
-        await send(head(200, "application/octet-stream", request_id, [length]))
+        await send(head(200, "application/octet-stream", call.request_id, [length]))
         try:
             await send({"type": "http.response.body", "body": first, "more_body": True})
             async for chunk in chunks:
@@ -252,11 +247,6 @@ def _unread(body: _Body, sent: Sequence[tuple[bytes, bytes]] = ()) -> list[tuple
     return [] if body.ended or CLOSE in sent else [CLOSE]
 
 
-async def _json(
-    send: Send,
-    status: int,
-    payload: dict[str, Any],
-    request_id: str,
-    extra: Sequence[tuple[bytes, bytes]] = (),
-) -> None:
-    await send_bytes(send, status, orjson.dumps(payload), "application/json", request_id, extra)
+async def _json(call: _FileCall, payload: dict[str, Any]) -> None:
+    """A 200 answer (``Connection: close`` when body bytes are left unread)."""
+    await call.json(200, orjson.dumps(payload), _unread(call.body))

@@ -1,14 +1,21 @@
-"""Anthropic Message Batches (SPEC §15) as pure functions: what a valid create is, what a MessageBatch
-and a result line look like.
+"""Anthropic Message Batches (SPEC §15): what a valid create is, what a MessageBatch and a result line
+look like (pure functions), and :class:`MessageBatches`, the façade's service over the one engine.
 
 What it does. :func:`validate_create` turns a parsed create body into its items (``params``, each an
 ``anthropic``-shape engine item) and their ``custom_id``s, or raises :class:`BatchRejected` naming the
 request (``requests[3].custom_id: …``); :func:`message_batch` renders the MessageBatch object from a
 batch's record and its request counts; :func:`result_line` renders one line of the results JSONL.
 
-What it deliberately does not know. HTTP, the database and the engine's queue: the façade
-(``relay.batches.message_batches_api``) reads, then calls these. ``params`` are not inspected beyond
-"an object that does not ask for a stream": a bad one ends ``errored`` when it runs (SPEC §15).
+:class:`MessageBatches` creates (validation in a worker thread, then :meth:`BatchService.create`),
+reads, lists, cancels and deletes the caller's §15 batches, and streams an ended batch's results. A
+delete removes the batch's rows and database-held bodies in one transaction, then its payload files
+(``RELAY_BATCH_PAYLOAD_STORE=files``): after the rows, so a delete that fails (or a batch still
+running) never loses a body; a crash between the two leaves the batch's directory behind, unread
+(ids are never reused), and never touches another batch's.
+
+What it deliberately does not know. HTTP (``relay.batches.message_batches_api`` renders) and SQL (the
+store's). ``params`` are not inspected beyond "an object that does not ask for a stream": a bad one
+ends ``errored`` when it runs (SPEC §15).
 
 Invariants. Processing status is derived from the engine's own columns, never stored: ``ended`` once
 the batch finished (``completed_at``), else ``canceling`` once a cancel was asked
@@ -18,20 +25,37 @@ the batch finished (``completed_at``), else ``canceling`` once a cancel was aske
 
 from __future__ import annotations
 
+import asyncio
 import re
-from datetime import datetime, timedelta
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 import orjson
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-from relay.batches.service import rfc3339
-from relay.batches.views import BatchRecord, ResultRow
+from relay.auth import Principal
+from relay.batches.idempotency import Answer, IdempotencyClaim
+from relay.batches.payload_store import PayloadStores
+from relay.batches.service import (
+    BatchNotFound,
+    BatchService,
+    CreatedBatch,
+    NewBatch,
+    load_batch_body,
+    rfc3339,
+)
+from relay.batches.views import BatchRecord, ResultRow, record_from_row
 from relay.domain.batches import CANCELLED, COMPLETED, DISCARDED, BatchRejected
+from relay.errors import InvalidRequest
+from relay.store import message_batches as store
+from relay.store.batches import owner_page
 from relay.store.message_batches import COUNT_KEYS, EXPIRED_PREFIX
 
 EXPIRES_AFTER: Final = timedelta(hours=24)
 CUSTOM_ID_RE: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 RESULTS_PATH: Final = "/anthropic/v1/messages/batches/{id}/results"
+API: Final = "anthropic"
 
 
 def validate_create(body: Any, max_items: int) -> tuple[list[dict[str, Any]], list[str]]:
@@ -150,3 +174,112 @@ def result_line(row: ResultRow, body: bytes | None) -> bytes:
             kind, text = "api_error", "load output: the response body is not readable on this replica"
         result = {"type": "errored", "error": {"type": "error", "error": {"type": kind, "message": text}}}
     return orjson.dumps({"custom_id": row.custom_id, "result": result}) + b"\n"
+
+
+class MessageBatches:
+    """The §15 service: the owner's batches of ``api`` ``anthropic``; anything else (unknown, foreign,
+    another API's) is the same 404 ``batch not found``, decided before any other work (SPEC §10.8)."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        batches: BatchService,
+        payloads: PayloadStores,
+        *,
+        max_items: int,
+        max_json_depth: int,
+    ) -> None:
+        self._engine = engine
+        self._batches = batches
+        self._payloads = payloads
+        self._max_items = max_items
+        self._max_depth = max_json_depth
+
+    async def replay(self, claim: IdempotencyClaim) -> Answer | None:
+        return await self._batches.replay(claim)
+
+    async def create(
+        self, principal: Principal, raw: bytes, *, idempotency: IdempotencyClaim | None
+    ) -> Answer:
+        """The created MessageBatch (200), or :class:`BatchRejected` with nothing written."""
+        params, custom_ids = await asyncio.to_thread(self._validate, raw)
+        new = NewBatch(
+            api=API,
+            shape="anthropic",
+            requests=params,
+            custom_ids=custom_ids,
+            # The engine's sweep expires it then. Shown as created_at + 24 h: the engine mints
+            # created_at microseconds later, far below the sweep's granularity.
+            expires_at=datetime.now(UTC) + EXPIRES_AFTER,
+        )
+        return await self._batches.create(principal, new, _created, idempotency=idempotency)
+
+    def _validate(self, raw: bytes) -> tuple[list[dict[str, Any]], list[str]]:
+        """In a worker thread: 50 000 requests take a second or more of CPU. Each params may nest as
+        deep as a live body; the envelope adds three levels."""
+        body = load_batch_body(raw, self._max_depth + 3, "the body must be a JSON object with requests")
+        return validate_create(body, self._max_items)
+
+    async def owned(self, owner: str, batch_id: str) -> BatchRecord:
+        record = await self._batches.owned(owner, batch_id)
+        if record.api != API:
+            raise BatchNotFound()
+        return record
+
+    async def get(self, owner: str, batch_id: str, base_url: str) -> dict[str, Any]:
+        return await self._render(await self.owned(owner, batch_id), base_url)
+
+    async def cancel(self, owner: str, batch_id: str, base_url: str) -> dict[str, Any]:
+        """Idempotent; the answer always reads ``canceling`` (SPEC §15)."""
+        await self._batches.cancel_record(await self.owned(owner, batch_id))
+        return await self._render(await self.owned(owner, batch_id), base_url, canceling=True)
+
+    async def _render(self, record: BatchRecord, base_url: str, *, canceling: bool = False) -> dict[str, Any]:
+        async with self._engine.connect() as conn:
+            counts = await store.request_counts(conn, [record.id])
+        return message_batch(record, counts[record.id], base_url, canceling=canceling)
+
+    async def list(
+        self, owner: str, limit: int, *, after: str | None, before: str | None, base_url: str
+    ) -> dict[str, Any]:
+        """The owner's §15 batches, newest first (400 naming the cursor when it is not one of them)."""
+        async with self._engine.connect() as conn:
+            page = await owner_page(conn, owner, limit=limit, after=after, before=before, api=API)
+            if page is None:
+                name = "after_id" if after is not None else "before_id"
+                raise InvalidRequest(f"{name}: must be the id of one of your message batches")
+            rows, more = page
+            counts = await store.request_counts(conn, [row["id"] for row in rows])
+        data = [message_batch(record_from_row(row), counts[row["id"]], base_url) for row in rows]
+        return {
+            "data": data,
+            "has_more": more,
+            "first_id": data[0]["id"] if data else None,
+            "last_id": data[-1]["id"] if data else None,
+        }
+
+    async def delete(self, owner: str, batch_id: str) -> dict[str, Any]:
+        """An ended batch's rows, then its payload files; 400 while it has not ended (nothing goes)."""
+        record = await self.owned(owner, batch_id)
+        async with self._engine.begin() as conn:
+            deleted = await store.delete_ended(conn, record.id)
+        if not deleted:
+            raise InvalidRequest(f"batch {record.id} is still in progress: cancel it, or wait until it ends")
+        await self._payloads.of(record.payload_store).remove_batch(record.id)
+        return {"id": record.id, "type": "message_batch_deleted"}
+
+    async def ended(self, owner: str, batch_id: str) -> BatchRecord:
+        """The owner's batch whose results can be read (400 until it has ended)."""
+        record = await self.owned(owner, batch_id)
+        if record.completed_at is None:
+            raise InvalidRequest(f"batch {record.id} has not ended yet: results are available once it has")
+        return record
+
+    async def results(self, record: BatchRecord) -> AsyncIterator[bytes]:
+        """The results JSONL of an ended batch (:meth:`ended`), a page of lines at a time."""
+        async for page in self._batches.result_pages(record):
+            yield b"".join(result_line(row, body) for row, body in page)
+
+
+def _created(created: CreatedBatch) -> Answer:
+    return Answer(200, orjson.dumps(created_batch(created.id, created.created_at, created.total_items)))

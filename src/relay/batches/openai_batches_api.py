@@ -6,6 +6,7 @@ Routes: ``POST`` (create; ``Idempotency-Key`` honoured, SPEC §10.10), ``GET`` (
 needs a usable policy; reading and cancelling one's batches a valid credential), call
 :class:`relay.batches.openai_batches.OpenAIBatches`, render. Errors are OpenAI-shaped: a bad parameter
 is a 400 whose ``param`` names it; an unknown or foreign id is the same 404 ``batch not found``.
+The route table, 404/405 and error answers are ``relay.batches.routes``'.
 
 What it deliberately does not know. The engine, files, ids and clocks (the service's).
 """
@@ -16,85 +17,50 @@ import logging
 from collections.abc import Callable
 
 import orjson
-from starlette.types import Receive, Scope, Send
 
-from relay.adapters import OPENAI, error_body
-from relay.auth import authenticate, authenticate_owner
-from relay.batches import idempotency
+from relay.adapters import OPENAI
 from relay.batches.api import list_params
 from relay.batches.openai_batches import ROUTE, OpenAIBatches
 from relay.batches.openai_errors import openai_error
-from relay.domain.credentials import read_credential
+from relay.batches.routes import Call, Route, RoutedApp, create_once
 from relay.domain.openai_batches import BadParam
-from relay.errors import NotFound, RelayError
-from relay.inference.wire import (
-    error_headers,
-    new_request_id,
-    read_body,
-    request_headers,
-    require_method,
-    send_bytes,
-)
+from relay.errors import RelayError
 from relay.snapshot import Snapshot
-from relay.store.outage import unavailable_or_internal
 
 log = logging.getLogger("relay.batches")
 PREFIX = "/openai/v1/batches"
 
 
-class OpenAIBatchesApp:
+class OpenAIBatchesApp(RoutedApp[Call]):
+    shape = OPENAI
+    what = "openai batch request"
+
     def __init__(self, service: OpenAIBatches, snapshot: Callable[[], Snapshot], max_bytes: int) -> None:
         self._service = service
-        self._snapshot = snapshot
         self._max_bytes = max_bytes
+        super().__init__(
+            PREFIX,
+            snapshot,
+            [
+                Route("GET", "", self._list),
+                Route("POST", "", self._create),
+                Route("GET", "{id}", self._retrieve),
+                Route("POST", "{id}/cancel", self._cancel),
+            ],
+        )
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            return
-        request_id = new_request_id()
-        method: str = scope["method"]
-        parts = [p for p in scope["path"][len(PREFIX) :].split("/") if p]
-        headers = request_headers(scope)
-        try:
-            credential = read_credential(headers.get("authorization"), headers.get("x-api-key"))
-            snap = self._snapshot()
-            if not parts:
-                require_method(method, "GET", "POST")
-                if method == "GET":
-                    limit, after = list_params(scope, BadParam, "after must be the id of one of your batches")
-                    page = await self._service.list(authenticate_owner(credential, snap), limit, after)
-                    await _send(send, 200, orjson.dumps(page), request_id)
-                    return
-                principal = authenticate(credential, snap)  # creating needs a policy (SPEC §10.1)
-                body = await read_body(
-                    receive, scope, self._max_bytes, what="batch body", setting="RELAY_BATCH_MAX_BYTES"
-                )
-                claim = idempotency.claim_from(headers.get(idempotency.HEADER), principal.owner, ROUTE, body)
-                answer = await self._service.replay(claim) if claim is not None else None
-                if answer is None:
-                    answer = await self._service.create(principal, body, idempotency=claim)
-                await _send(send, answer.status_code, answer.body, request_id)
-            elif len(parts) == 1:
-                require_method(method, "GET")
-                owner = authenticate_owner(credential, snap)
-                await _send(
-                    send, 200, orjson.dumps(await self._service.retrieve(owner, parts[0])), request_id
-                )
-            elif len(parts) == 2 and parts[1] == "cancel":
-                require_method(method, "POST")
-                owner = authenticate_owner(credential, snap)
-                await _send(send, 200, orjson.dumps(await self._service.cancel(owner, parts[0])), request_id)
-            else:
-                raise NotFound(f"no route for {method} {scope['path']}")
-        except RelayError as exc:
-            await _send(send, exc.status, orjson.dumps(openai_error(exc)), request_id, error_headers(exc))
-        except Exception as exc:
-            status, code, message, extra = unavailable_or_internal(exc, f"openai batch request {request_id}")
-            body_out = error_body(OPENAI, status=status, code=code, message=message)
-            await _send(send, status, body_out, request_id, extra)
+    def error_body(self, exc: RelayError) -> bytes:
+        return orjson.dumps(openai_error(exc))
 
+    async def _list(self, call: Call) -> None:
+        limit, after = list_params(call.scope, BadParam, "after must be the id of one of your batches")
+        await call.json(200, orjson.dumps(await self._service.list(call.owner(), limit, after)))
 
-async def _send(
-    send: Send, status: int, body: bytes, request_id: str, extra: list[tuple[bytes, bytes]] | None = None
-) -> None:
-    await send_bytes(send, status, body, "application/json", request_id, extra or [])
+    async def _create(self, call: Call) -> None:
+        await create_once(call, ROUTE, self._max_bytes, self._service.replay, self._service.create)
+
+    async def _retrieve(self, call: Call) -> None:
+        await call.json(200, orjson.dumps(await self._service.retrieve(call.owner(), call.id)))
+
+    async def _cancel(self, call: Call) -> None:
+        await call.json(200, orjson.dumps(await self._service.cancel(call.owner(), call.id)))

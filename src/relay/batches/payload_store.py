@@ -17,6 +17,9 @@ The contract (one test suite runs it against both: tests/batches/test_payload_st
   :meth:`~PayloadStore.save_responses` (inside it: the database store inserts the body, so state and
   body commit together). :meth:`~PayloadStore.read_responses` reads them back by idx, ``None`` where
   this replica cannot.
+* :meth:`~PayloadStore.remove_batch` removes what a deleted batch (SPEC §15 ``DELETE``) left in the
+  store once its rows are gone: the file store's directory (the database store's chunks went with the
+  rows); nothing of another batch.
 * The Files API's files (SPEC §14): :meth:`~PayloadStore.open_file` gives a :class:`FileSink` that
   takes the bytes a chunk at a time (nothing whole in memory) and ends with ``commit`` (the bytes are
   durable and whole) or ``discard`` (nothing stays); :meth:`~PayloadStore.read_file` streams them back
@@ -70,6 +73,8 @@ class PayloadStore(Protocol):
     async def write_requests(self, batch_id: str, bodies: Iterable[bytes]) -> int: ...
 
     async def discard_requests(self, batch_id: str) -> None: ...  # a batch that did not commit
+
+    async def remove_batch(self, batch_id: str) -> None: ...  # a deleted batch, once its rows are gone
 
     async def read_request(self, batch_id: str, idx: int) -> bytes: ...
 
@@ -193,6 +198,10 @@ class FileStore:
     async def discard_requests(self, batch_id: str) -> None:
         await asyncio.to_thread(self.dir.discard_requests, batch_id)
 
+    async def remove_batch(self, batch_id: str) -> None:
+        self.dir.forget(batch_id)  # in the event loop's thread, like every append
+        await asyncio.to_thread(self.dir.remove_batch, batch_id)
+
     async def read_request(self, batch_id: str, idx: int) -> bytes:
         return await asyncio.to_thread(self.dir.read_request, batch_id, idx)
 
@@ -278,6 +287,9 @@ class DatabaseStore:
 
     async def discard_requests(self, batch_id: str) -> None:
         await db.delete_requests(self._engine, batch_id)
+
+    async def remove_batch(self, batch_id: str) -> None:
+        """Nothing left: the deleting transaction removed the batch's chunks with its rows."""
 
     async def read_request(self, batch_id: str, idx: int) -> bytes:
         key = (batch_id, idx)

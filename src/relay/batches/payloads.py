@@ -23,7 +23,9 @@ reference its item's row holds, and the batch finalizer flushes the appended byt
 a reader sees a whole body or none; bytes a crash left unreferenced are never read. Paths are built
 only from a batch id (validated: ``b_``, ``batch_`` or ``msgbatch_`` + base32), an integer index
 and a file name matched against ``responses-<16 hex>.data``, so nothing a client sends can escape
-the directory. Files are never removed here.
+the directory. A batch's files are removed only when the batch is gone: a create that did not commit
+(:meth:`PayloadDir.discard_requests`) or a deleted §15 batch (:meth:`PayloadDir.remove_batch`, after its
+rows); only that batch's own directory, never another's.
 
 Modes: directories 0700 and files 0600 by default, as private as the database and ``master.key``;
 ``group_readable`` (``RELAY_BATCH_PAYLOAD_GROUP_READABLE``) makes what is created from then on 0750 and
@@ -114,7 +116,19 @@ class PayloadDir:
     def discard_requests(self, batch_id: str) -> None:
         """Remove the batch's directory, written by :meth:`write_requests` for a create whose batch did
         not commit (so no item of it ever ran and nothing else is in it)."""
+        self.remove_batch(batch_id)
+
+    def remove_batch(self, batch_id: str) -> None:
+        """Remove the batch's directory and everything in it (a no-op when there is none). Call
+        :meth:`forget` first, in the event loop's thread."""
         shutil.rmtree(self._dir(batch_id), ignore_errors=True)
+
+    def forget(self, batch_id: str) -> None:
+        """Stop appending to the batch's responses file (it is being removed): bytes appended earlier
+        still get the next sync, on a descriptor that no longer names a file."""
+        appender = self._open.pop(batch_id, None)
+        if appender is not None:
+            self._retire(appender)
 
     def append_response(self, batch_id: str, body: bytes) -> ResponseRef:
         """Append a completed item's response body to this process's file in the batch's directory.

@@ -83,6 +83,17 @@ class BatchNotFound(NotFound):
         super().__init__("batch not found")
 
 
+def load_batch_body(raw: bytes, max_depth: int, not_json: str) -> Any:
+    """A batch create's body parsed within ``max_depth``, or :class:`BatchRejected`: the parser's
+    refusal (too deep, …), or ``not_json`` when it is no JSON at all. Nothing is written before."""
+    try:
+        return loads_input(raw, max_depth, what="batch body")
+    except JsonRefused as exc:
+        raise BatchRejected(str(exc)) from None
+    except ValueError:
+        raise BatchRejected(not_json) from None
+
+
 def rfc3339(value: datetime | None) -> str | None:
     if value is None:
         return None
@@ -218,14 +229,9 @@ class BatchService:
     def _validate(self, raw: bytes) -> tuple[str, list[Any]]:
         """Parse and validate a submission (:class:`BatchRejected`, nothing written); ``(shape,
         requests)``. Runs in a worker thread."""
-        try:
-            # Each item may nest as deep as a live body; the envelope adds two levels.
-            body = loads_input(raw, self._max_depth + 2, what="batch body")
-        except JsonRefused as exc:
-            raise BatchRejected(str(exc)) from None
-        except ValueError:
-            raise BatchRejected("the body must be a JSON object with shape and requests") from None
-        return validate_submission(body, self._max_items)
+        # Each item may nest as deep as a live body; the envelope adds two levels.
+        invalid = "the body must be a JSON object with shape and requests"
+        return validate_submission(load_batch_body(raw, self._max_depth + 2, invalid), self._max_items)
 
     async def replay(self, claim: IdempotencyClaim) -> Answer | None:
         """The first answer to this idempotent create, to send again (None: create); 409 when the key

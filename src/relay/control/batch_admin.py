@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.batches.service import BatchNotFound, BatchService
 from relay.control.catalog import rfc3339
-from relay.control.query import parse_limit, parse_timestamp
+from relay.control.query import check_cursor, check_range, parse_choice, parse_limit, parse_timestamp
 from relay.domain.batches import ITEM_STATES
 from relay.domain.failures import group_failures
 from relay.errors import InvalidRequest
@@ -60,11 +60,7 @@ class BatchAdmin:
                 raise InvalidRequest(f"unknown query parameter {name!r}; known: {known}")
         limit = _limit(params.get("limit"))
         cursor = params.get("cursor") or None
-        if cursor is not None:
-            try:
-                store.decode_cursor(cursor)
-            except ValueError as exc:
-                raise InvalidRequest(f"cursor: {exc}") from None
+        check_cursor(cursor, store.decode_cursor)
         async with self._engine.connect() as conn:
             filters = await self._filters(conn, params, scope)
             rows, next_cursor = await store.list_batches(conn, filters, limit=limit, cursor=cursor)
@@ -107,26 +103,15 @@ class BatchAdmin:
             if kind not in ("user", "key") or not ident:
                 raise InvalidRequest(f"owner: must be user:<user id> or key:<relay key id>, got {owner!r}")
             values["owner"] = owner
-        state = params.get("state")
-        if state is not None:
-            if state not in store.STATES:
-                raise InvalidRequest(f"state: must be one of {'|'.join(store.STATES)}, got {state!r}")
-            values["state"] = state
-        api = params.get("api")
-        if api is not None:
-            if api not in store.APIS:
-                raise InvalidRequest(f"api: must be one of {'|'.join(store.APIS)}, got {api!r}")
-            values["api"] = api
+        if params.get("state") is not None:
+            values["state"] = parse_choice("state", params["state"], store.STATES)
+        if params.get("api") is not None:
+            values["api"] = parse_choice("api", params["api"], store.APIS)
         if params.get("from"):
             values["created_from"] = parse_timestamp("from", params["from"])
         if params.get("to"):
             values["created_to"] = parse_timestamp("to", params["to"])
-        if (
-            "created_from" in values
-            and "created_to" in values
-            and values["created_from"] > values["created_to"]
-        ):
-            raise InvalidRequest("from: must not be after to")
+        check_range(values.get("created_from"), values.get("created_to"))
         return store.BatchFilter(**values)
 
 

@@ -7,7 +7,7 @@ what the values filter. Every refusal is an ``InvalidRequest`` naming the parame
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 
 from relay.errors import InvalidRequest
@@ -23,6 +23,28 @@ def single_params(items: Iterable[tuple[str, str]], allowed: frozenset[str] | No
             raise InvalidRequest(f"{name}: given more than once")
         out[name] = value
     return out
+
+
+def parse_choice(name: str, raw: str, choices: Sequence[str]) -> str:
+    """``raw`` when it is one of ``choices``; else a 400 naming ``name`` and every choice."""
+    if raw not in choices:
+        raise InvalidRequest(f"{name}: must be one of {'|'.join(choices)}, got {raw!r}")
+    return raw
+
+
+def check_range(start: datetime | None, end: datetime | None) -> None:
+    """``from`` and ``to`` (either may be absent) must not be out of order."""
+    if start is not None and end is not None and start > end:
+        raise InvalidRequest("from: must not be after to")
+
+
+def check_cursor(cursor: str | None, decode: Callable[[str], object]) -> None:
+    """A ``cursor`` given must be one ``decode`` reads (a 400 naming it, with why, otherwise)."""
+    if cursor is not None:
+        try:
+            decode(cursor)
+        except ValueError as exc:
+            raise InvalidRequest(f"cursor: {exc}") from None
 
 
 def parse_limit(raw: str | None, *, default: int, maximum: int) -> int:

@@ -22,7 +22,14 @@ from sqlalchemy import Table
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from relay.control.catalog import rfc3339
-from relay.control.query import parse_limit, parse_timestamp, single_params
+from relay.control.query import (
+    check_cursor,
+    check_range,
+    parse_choice,
+    parse_limit,
+    parse_timestamp,
+    single_params,
+)
 from relay.errors import InvalidRequest, NotFound
 from relay.payloadlog import MAX_MAX_BYTES, MIN_MAX_BYTES, SETTING_KEY, current_setting
 from relay.store import catalog as catalog_store
@@ -148,11 +155,7 @@ class UsageQueries:
     async def events(self, params: Mapping[str, str]) -> dict[str, Any]:
         limit = _limit(params.get("limit"))
         cursor = params.get("cursor")
-        if cursor is not None:
-            try:
-                store.decode_cursor(cursor)
-            except ValueError as exc:
-                raise InvalidRequest(f"cursor: {exc}") from None
+        check_cursor(cursor, store.decode_cursor)
         async with self._engine.connect() as conn:
             filters = await _filters(conn, params)
             rows, next_cursor = await store.query_events(conn, filters, limit=limit, cursor=cursor)
@@ -197,11 +200,8 @@ async def _filters(conn: AsyncConnection, params: Mapping[str, str]) -> store.Ev
     for name, column in PLAIN.items():
         if name in params:
             values[column] = params[name]
-    status_class = params.get("status_class")
-    if status_class is not None:
-        if status_class not in store.STATUS_CLASSES:
-            raise InvalidRequest(f"status_class: must be one of 2xx|4xx|5xx, got {status_class!r}")
-        values["status_class"] = status_class
+    if params.get("status_class") is not None:
+        values["status_class"] = parse_choice("status_class", params["status_class"], store.STATUS_CLASSES)
     status = params.get("status")
     if status is not None:
         if not (status.isascii() and status.isdigit()) or int(status) > 999:
@@ -216,8 +216,7 @@ async def _filters(conn: AsyncConnection, params: Mapping[str, str]) -> store.Ev
         values["ts_from"] = parse_timestamp("from", params["from"])
     if "to" in params:
         values["ts_to"] = parse_timestamp("to", params["to"])
-    if "ts_from" in values and "ts_to" in values and values["ts_from"] > values["ts_to"]:
-        raise InvalidRequest("from: must not be after to")
+    check_range(values.get("ts_from"), values.get("ts_to"))
     return store.EventFilter(**values)
 
 

@@ -31,6 +31,19 @@ def _price(pricing: Mapping[str, object], key: str) -> Decimal | None:
     return Decimal(str(value))
 
 
+def _prices(pricing: Mapping[str, object] | None) -> tuple[Decimal, Decimal, Decimal] | None:
+    """``(input, output, cached_input)`` in USD per million tokens (cached input at ``input`` when it
+    is unset); None when unpriced: no pricing, or one without ``input`` or ``output`` (never guessed)."""
+    if pricing is None:
+        return None
+    input_price = _price(pricing, "input")
+    output_price = _price(pricing, "output")
+    if input_price is None or output_price is None:
+        return None
+    cached_price = _price(pricing, "cached_input")
+    return input_price, output_price, input_price if cached_price is None else cached_price
+
+
 def cost_nanos(pricing: Mapping[str, object] | None, usage: Usage) -> int | None:
     """The price of ``usage`` in integer nano-USD, rounded half up; None when unpriced.
 
@@ -40,15 +53,10 @@ def cost_nanos(pricing: Mapping[str, object] | None, usage: Usage) -> int | None
     written in decimal, so sums over millions of events do not drift. A pricing object without
     ``input`` or ``output`` is treated as unpriced rather than guessed.
     """
-    if pricing is None:
+    prices = _prices(pricing)
+    if prices is None:
         return None
-    input_price = _price(pricing, "input")
-    output_price = _price(pricing, "output")
-    if input_price is None or output_price is None:
-        return None
-    cached_price = _price(pricing, "cached_input")
-    if cached_price is None:
-        cached_price = input_price
+    input_price, output_price, cached_price = prices
     cached = usage.cached_input_tokens
     uncached = max(0, usage.input_tokens - cached)
     usd_per_million = uncached * input_price + cached * cached_price + usage.output_tokens * output_price
@@ -59,15 +67,11 @@ def cost_nanos(pricing: Mapping[str, object] | None, usage: Usage) -> int | None
 def nano_prices(pricing: Mapping[str, object] | None) -> NanoPrices | None:
     """``pricing`` as integer nano-USD per million tokens, or None when unpriced or when a price has
     more than 9 decimal places (then :func:`binding_cost` falls back to :func:`cost_nanos`)."""
-    if pricing is None:
+    prices = _prices(pricing)
+    if prices is None:
         return None
-    input_price = _price(pricing, "input")
-    output_price = _price(pricing, "output")
-    if input_price is None or output_price is None:
-        return None
-    cached_price = _price(pricing, "cached_input")
     out = []
-    for price in (input_price, output_price, input_price if cached_price is None else cached_price):
+    for price in prices:
         scaled = price * _NANOS_PER_USD
         if scaled != scaled.to_integral_value():
             return None

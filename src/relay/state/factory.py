@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from relay.state.base import SharedState
 from relay.state.memory import MemoryState
-from relay.state.redis import DEFAULT_MAX_CONNECTIONS, RedisState
+from relay.state.pool import DEFAULT_MAX_CONNECTIONS
+from relay.state.redis import RedisState
 
 
 def open_state(

@@ -26,7 +26,15 @@ from collections import deque
 from typing import Any
 
 from redis.asyncio.connection import AbstractConnection, ConnectionPool
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
+
+#: Default size of the connection pool (``RELAY_REDIS_MAX_CONNECTIONS``); callers beyond it wait.
+DEFAULT_MAX_CONNECTIONS = 100
+#: A checkout waits for a free connection up to this many Redis timeouts (a safety net: the wait
+#: normally ends when a connection frees up, or at once when Redis is seen not to answer).
+POOL_WAIT_TIMEOUTS = 10
 
 
 class PoolWaitTimeout(RedisConnectionError):
@@ -40,6 +48,25 @@ class WaitingConnectionPool(ConnectionPool):
         super().__init__(**connection_kwargs)
         self.wait_timeout = wait_timeout
         self._waiters: deque[asyncio.Future[None]] = deque()
+
+    @classmethod
+    def for_url(cls, url: str, timeout_s: float, max_connections: int) -> WaitingConnectionPool:
+        """The pool ``RedisState`` uses: decoded replies, ``timeout_s`` per socket operation, one retry
+        of a stale connection (never of a timeout); the URL's query options (``socket_timeout``,
+        ``max_connections``) win, and the checkout wait follows the socket timeout actually used."""
+        pool = cls.from_url(
+            url,
+            wait_timeout=POOL_WAIT_TIMEOUTS * timeout_s,
+            max_connections=max_connections,
+            decode_responses=True,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
+            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
+        )
+        pool.wait_timeout = POOL_WAIT_TIMEOUTS * float(
+            pool.connection_kwargs.get("socket_timeout") or timeout_s
+        )
+        return pool
 
     @property
     def waiting(self) -> int:

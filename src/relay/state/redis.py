@@ -14,8 +14,9 @@ script that timed out may already have run and must not be applied twice.
 
 A Redis that does not answer (timeout, refused connection) closes an :class:`relay.state.gate.OutageGate`:
 every later operation raises ``StateUnavailable`` at once, without I/O, until a background probe (at most
-one per second) is answered. Lease releases that failed meanwhile are kept and re-sent then, so a
-fail-open episode cannot leave a policy's concurrency slots taken until their TTL.
+one per second) is answered. Lease releases that failed meanwhile are kept and re-sent then
+(:mod:`relay.state.releases`), so a fail-open episode cannot leave a policy's concurrency slots taken
+until their TTL.
 
 Breaker reads can cost no round trip at all: once :meth:`RedisState.start` has run (``relay serve``
 does it at boot), a :class:`relay.state.watch.BreakerWatch` subscribes to the channel every trip and
@@ -31,10 +32,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-import orjson
 from redis.asyncio import Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -53,22 +51,14 @@ from relay.state.base import (
 )
 from relay.state.gate import OutageGate
 from relay.state.mirror import BreakerMirror
-from relay.state.pool import PoolWaitTimeout, WaitingConnectionPool
+from relay.state.pool import DEFAULT_MAX_CONNECTIONS, PoolWaitTimeout, WaitingConnectionPool
+from relay.state.releases import PendingReleases
 from relay.state.watch import BreakerWatch
 
 _SLACK_MS = EXPIRY_SLACK_S * 1000
 _TTL_AFTER_OPEN_MS = BREAKER_TTL_AFTER_OPEN_S * 1000
 _PERMANENT_TTL_MS = PERMANENT_BREAKER_TTL_S * 1000
 _MAX_BACKOFF_MS = MAX_BACKOFF_S * 1000
-#: Default size of the connection pool (``RELAY_REDIS_MAX_CONNECTIONS``); callers beyond it wait.
-DEFAULT_MAX_CONNECTIONS = 100
-#: Lease releases that failed are kept (and re-sent once Redis answers) up to this many; past it the
-#: oldest are dropped and expire with their lease TTL instead.
-MAX_UNRELEASED = 100_000
-_FLUSH_BATCH = 500
-#: A checkout waits for a free connection up to this many Redis timeouts (a safety net: the wait
-#: normally ends when a connection frees up, or at once when Redis is seen not to answer).
-POOL_WAIT_TIMEOUTS = 10
 
 log = logging.getLogger("relay.state")
 
@@ -89,18 +79,6 @@ def _no_answer(exc: RedisError) -> bool:
     return isinstance(exc, (RedisConnectionError, RedisTimeoutError)) and not isinstance(exc, PoolWaitTimeout)
 
 
-def _decode_breaker(raw: str | bytes) -> BreakerRecord:
-    data = orjson.loads(raw)
-    open_ms = data.get("o")
-    return BreakerRecord(
-        None if open_ms is None else open_ms / 1000,
-        int(data.get("f", 0)),
-        str(data.get("r", "")),
-        str(data.get("v", "")),
-        int(data.get("t", 0)),
-    )
-
-
 class RedisState:
     """Shared state in Redis under ``prefix``. Implements :class:`relay.state.base.SharedState`.
 
@@ -119,24 +97,12 @@ class RedisState:
         timeout_s: float = 2.0,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
     ) -> None:
-        pool = WaitingConnectionPool.from_url(
-            url,
-            wait_timeout=POOL_WAIT_TIMEOUTS * timeout_s,
-            max_connections=max_connections,
-            decode_responses=True,
-            socket_timeout=timeout_s,
-            socket_connect_timeout=timeout_s,
-            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
-        )
-        pool.wait_timeout = POOL_WAIT_TIMEOUTS * float(
-            pool.connection_kwargs.get("socket_timeout") or timeout_s
-        )
-        self._pool = pool
+        self._pool = pool = WaitingConnectionPool.for_url(url, timeout_s, max_connections)
         self._redis: Redis = Redis.from_pool(pool)
+        # Lease releases that failed, re-sent when Redis answers again.
+        self._unreleased = PendingReleases(self._redis)
         # After an operation got no answer, the next ones fail at once until a probe is answered.
-        self._gate = OutageGate(self._redis.ping, self._flush_releases)
-        # lease id -> concurrency keys whose release failed; re-sent when Redis answers again.
-        self._unreleased: dict[str, tuple[str, ...]] = {}
+        self._gate = OutageGate(self._redis.ping, self._unreleased.flush)
         self._channel = prefix + "breakers"
         self._mirror = BreakerMirror()
         self._watch = BreakerWatch(url, self._channel, self._mirror, prefix=prefix, timeout_s=timeout_s)
@@ -179,29 +145,6 @@ class RedisState:
         """Lease releases waiting to be re-sent (Redis did not answer when they were due)."""
         return len(self._unreleased)
 
-    def _keep_release(self, keys: list[str], lease_id: str) -> None:
-        if not keys or not lease_id:
-            return
-        if len(self._unreleased) >= MAX_UNRELEASED:
-            self._unreleased.pop(next(iter(self._unreleased)))  # the oldest; its TTL still frees it
-        self._unreleased[lease_id] = tuple(keys)
-
-    async def _flush_releases(self) -> None:
-        """Re-send the releases that failed (ZREM is idempotent, so one that did land is harmless)."""
-        sent = 0
-        while self._unreleased:
-            batch = list(self._unreleased.items())[:_FLUSH_BATCH]
-            pipe = self._redis.pipeline(transaction=False)
-            for lease_id, keys in batch:
-                for key in keys:
-                    pipe.zrem(key, lease_id)
-            await pipe.execute()
-            for lease_id, _keys in batch:
-                self._unreleased.pop(lease_id, None)
-            sent += len(batch)
-        if sent:
-            log.info("released %d concurrency leases whose release had failed while Redis was away", sent)
-
     # -- rate limits ---------------------------------------------------------------------------------
 
     async def reserve(self, checks: Sequence[LimitCheck], lease_id: str, lease_s: float) -> Verdict:
@@ -237,14 +180,14 @@ class RedisState:
         if not keys:
             return
         if self._gate.down:
-            self._keep_release(releases, lease_id)
+            self._unreleased.keep(releases, lease_id)
             raise self._skipped()
         try:
             await self._commit(keys=keys, args=args)
         except RedisError as exc:
             # The release is re-sent once Redis answers, so a lease never waits for its TTL while this
             # process lives. Token adds are not (a timed-out script may have run: no double count).
-            self._keep_release(releases, lease_id)
+            self._unreleased.keep(releases, lease_id)
             raise self._failed(exc) from exc
 
     async def renew(self, leases: Sequence[tuple[str, str]], lease_s: float) -> int:
@@ -313,7 +256,9 @@ class RedisState:
             raws = await self._redis.mget([self._br + key_id for key_id in key_ids])
         except RedisError as exc:
             raise self._failed(exc) from exc
-        found = {key_id: _decode_breaker(raw) for key_id, raw in zip(key_ids, raws, strict=True) if raw}
+        found = {
+            key_id: scripts.decode_breaker(raw) for key_id, raw in zip(key_ids, raws, strict=True) if raw
+        }
         mirror.store(key_ids, found, generation)
         return found
 
@@ -353,7 +298,7 @@ class RedisState:
             raise self._failed(exc) from exc
         finally:
             self._mirror.changed(key_id)  # also when the outcome is unknown (a timeout)
-        return _decode_breaker(raw) if raw else None
+        return scripts.decode_breaker(raw) if raw else None
 
     async def reset(self, key_id: str, seen: int | None = None) -> None:
         if self._gate.down:
@@ -432,7 +377,9 @@ class RedisState:
             values = await self._pick(keys=keys)
         except RedisError as exc:
             raise self._failed(exc) from exc
-        found = {key_id: _decode_breaker(raw) for key_id, raw in zip(key_ids, values, strict=False) if raw}
+        found = {
+            key_id: scripts.decode_breaker(raw) for key_id, raw in zip(key_ids, values, strict=False) if raw
+        }
         self._mirror.store(key_ids, found, generation)
         return found, int(values[-1])
 

@@ -24,6 +24,24 @@ whose prefix carries a hash tag such as ``{relay}:``, since every key then lands
 
 from __future__ import annotations
 
+import orjson
+
+from relay.state.base import BreakerRecord
+
+
+def decode_breaker(raw: str | bytes) -> BreakerRecord:
+    """A breaker record as the scripts store it (``<p>br:<key_id>``, the layout above)."""
+    data = orjson.loads(raw)
+    open_ms = data.get("o")
+    return BreakerRecord(
+        None if open_ms is None else open_ms / 1000,
+        int(data.get("f", 0)),
+        str(data.get("r", "")),
+        str(data.get("v", "")),
+        int(data.get("t", 0)),
+    )
+
+
 # KEYS[i]: base key of check i (<p>rl:<key> or <p>cc:<key>).
 # ARGV: lease_id, lease_ms, slack_ms, then per check: kind, limit, window_s, amount.
 # Returns {1, 0, 0} when admitted, else {0, index of the failing check (1-based), retry_after_ms}.
