@@ -24,6 +24,7 @@ from relay.control.dashboard.batch_downloads import mount_batch_downloads
 from relay.control.dashboard.pages import mount_pages
 from relay.control.dashboard.usage_pages import mount_usage_pages
 from relay.control.dashboard.web import HEADERS, Dashboard
+from relay.control.dashboard.webhook_pages import mount_webhook_pages
 
 __all__ = ["Dashboard", "mount_dashboard"]
 
@@ -64,4 +65,5 @@ def mount_dashboard(app: FastAPI, dash: Dashboard) -> None:
     mount_batch_downloads(router, dash)
     mount_usage_pages(router, dash)
     mount_admin_pages(router, dash)
+    mount_webhook_pages(router, dash)
     app.include_router(router)
