@@ -177,7 +177,7 @@ def test_webhook_pages_refuse_what_the_api_refuses(page: Any, dash_gw: Gateway, 
         },
     )
     name = uniq("wh")
-    dash_gw.create("webhooks", {"name": name, "url": "https://hooks.example.com/x"})
+    dash_gw.create("webhooks", {"name": name, "url": "https://hooks.example.com/x", "enabled": False})
     request.node.expected_problems = ["403", "404"]
     sign_in(page)
     missing = page.goto("/ui/webhooks/no-such-webhook")
