@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.dashboard.conftest import shot
-from tests.fixtures.live import Gateway
+from tests.fixtures.live import Gateway, uniq
 from tests.fixtures.relay_server import ADMIN_TOKEN
 from tests.message_batches.helpers import request as message_request
 from tests.message_batches.helpers import sdk as anthropic_sdk
@@ -27,6 +27,22 @@ def sign_in(page: Any) -> None:
     page.goto("/ui/signin")
     page.fill("#admin_token", ADMIN_TOKEN)
     page.click("text=Sign in as admin")
+    page.wait_for_selector("h1:text('Overview')")
+
+
+def new_member(gw: Gateway) -> tuple[str, str]:
+    """A user who is a member of the module's project only: (email, password)."""
+    email, password = f"{uniq('u')}@example.com", "correct horse battery"
+    member = {"name": uniq("user"), "email": email, "password": password}
+    gw.create("users", {**member, "memberships": [{"project": gw.project}]})
+    return email, password
+
+
+def sign_in_as(page: Any, email: str, password: str) -> None:
+    page.goto("/ui/signin")
+    page.fill("#email", email)
+    page.fill("#password", password)
+    page.press("#password", "Enter")
     page.wait_for_selector("h1:text('Overview')")
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from tests.batches_api.helpers import chat_item, submit
 from tests.dashboard.conftest import shot
-from tests.dashboard.helpers import audit, sign_in
+from tests.dashboard.helpers import audit, new_member, sign_in, sign_in_as
 from tests.fixtures.live import CHAT_MODEL, MESSAGES_MODEL, Gateway, uniq
 from tests.fixtures.relay_server import ADMIN_TOKEN
 
@@ -80,19 +80,10 @@ def test_session_cookie_and_refusals(page: Any, dash_gw: Gateway) -> None:
 
 
 def test_user_sees_only_their_projects(page: Any, dash_gw: Gateway, request: pytest.FixtureRequest) -> None:
-    email, password = f"{uniq('u')}@example.com", "correct horse battery"
+    email, password = new_member(dash_gw)
     team, project = uniq("t"), uniq("pr")
     dash_gw.create("teams", {"name": team, "display_name": "Elsewhere"})
     dash_gw.create("projects", {"name": project, "team": team, "default_policy": dash_gw.policy})
-    dash_gw.create(
-        "users",
-        {
-            "name": uniq("user"),
-            "email": email,
-            "password": password,
-            "memberships": [{"project": dash_gw.project}],
-        },
-    )
     account = uniq("sa")
     dash_gw.create("service-accounts", {"name": account, "project": project})
     foreign_key = dash_gw.create("keys", {"principal_kind": "serviceaccount", "principal": account})[
@@ -101,11 +92,7 @@ def test_user_sees_only_their_projects(page: Any, dash_gw: Gateway, request: pyt
     foreign = submit(dash_gw, "openai", [chat_item(0)], key=foreign_key)
     own = submit(dash_gw, "openai", [chat_item(0)])
 
-    page.goto("/ui/signin")
-    page.fill("#email", email)
-    page.fill("#password", password)
-    page.press("#password", "Enter")
-    page.wait_for_selector("h1:text('Overview')")
+    sign_in_as(page, email, password)
     assert "Keys" not in page.locator("nav").inner_text()
     page.goto("/ui/batches")
     text = page.locator("#batch-rows").inner_text()

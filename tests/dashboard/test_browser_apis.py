@@ -19,7 +19,7 @@ import pytest
 
 from tests.batches_api.helpers import chat_item, submit, wait_finished
 from tests.dashboard.conftest import shot
-from tests.dashboard.helpers import audit, message_batch, openai_batch, sign_in
+from tests.dashboard.helpers import audit, message_batch, new_member, openai_batch, sign_in, sign_in_as
 from tests.fixtures.live import Gateway, uniq
 from tests.message_batches.helpers import sdk as anthropic_sdk
 from tests.message_batches.helpers import wait_ended as wait_message_batch
@@ -166,16 +166,7 @@ def test_webhooks_and_their_deliveries(page: Any, dash_gw: Gateway, receiver: Re
 
 
 def test_webhook_pages_refuse_what_the_api_refuses(page: Any, dash_gw: Gateway, request: Any) -> None:
-    email, password = f"{uniq('u')}@example.com", "correct horse battery"
-    dash_gw.create(
-        "users",
-        {
-            "name": uniq("user"),
-            "email": email,
-            "password": password,
-            "memberships": [{"project": dash_gw.project}],
-        },
-    )
+    email, password = new_member(dash_gw)
     name = uniq("wh")
     dash_gw.create("webhooks", {"name": name, "url": "https://hooks.example.com/x", "enabled": False})
     request.node.expected_problems = ["403", "404"]
@@ -183,9 +174,6 @@ def test_webhook_pages_refuse_what_the_api_refuses(page: Any, dash_gw: Gateway, 
     missing = page.goto("/ui/webhooks/no-such-webhook")
     assert missing.status == 404 and "not found" in page.locator("main").inner_text().lower()
     page.click("button:text('Sign out')")
-    page.fill("#email", email)
-    page.fill("#password", password)
-    page.press("#password", "Enter")
-    page.wait_for_selector("h1:text('Overview')")
+    sign_in_as(page, email, password)
     assert page.goto(f"/ui/webhooks/{name}").status == 403  # /api/webhooks is the admin's only
     assert name not in page.content()
