@@ -182,7 +182,8 @@ def mount_pages(router: APIRouter, dash: Dashboard) -> None:
         items: list[Any] = []
         if not fragment or batch["state"] == "in_progress" or request.query_params.get("items"):
             items = await dash.batch_service.item_states(batch_id)
-        source = await dash.batches.results_source(batch_id, viewer.scope)
+        found = await dash.batches.results_source(batch_id, viewer.scope)
+        source = {k: v for k, v in found.items() if k != "owner"}  # the raw owner is for reading files
         name = "_batch_detail.html" if fragment else "batch.html"
         names = await project_names(dash, viewer)
         return dash.page(
