@@ -37,7 +37,7 @@ def firefox() -> Iterator[Firefox]:
 def ff(firefox: Firefox, dash_gw: Gateway, request: pytest.FixtureRequest) -> Iterator[Firefox]:
     """The module's Firefox, signed out and with a clean record; the test fails if any page it opened
     logged an error or had a request fail."""
-    firefox.base = dash_gw.relay.control_url  # type: ignore[attr-defined]
+    firefox.base_url = dash_gw.relay.control_url
     firefox.goto("about:blank")
     firefox.delete_cookies()
     firefox.drain()
@@ -57,7 +57,7 @@ def ff(firefox: Firefox, dash_gw: Gateway, request: pytest.FixtureRequest) -> It
 
 def open_page(ff: Firefox, path: str) -> str:
     """Go to ``path`` on the control port; the page's ``h1``."""
-    ff.goto(ff.base + path)  # type: ignore[attr-defined]
+    ff.goto(path)
     return str(ff.wait_for("document.querySelector('h1') && document.querySelector('h1').textContent"))
 
 
