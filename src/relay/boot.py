@@ -53,7 +53,7 @@ from relay.control.spend_routes import mount_spend_routes, spend_reader
 from relay.control.throttle import LoginThrottle
 from relay.control.tokens import TokenService, load_signer
 from relay.control.usage_routes import UsageQueries, mount_usage_routes
-from relay.control.webhook_routes import mount_webhook_routes
+from relay.control.webhook_routes import WebhookDeliveries, mount_webhook_routes
 from relay.inference.app import InferenceApp
 from relay.inference.live import LiveHandler
 from relay.inference.recording import LiveRecorder
@@ -333,6 +333,7 @@ def build_runtime(settings: Settings) -> Runtime:
     )
 
     admin_batches = BatchAdmin(engine, batches)
+    webhook_deliveries = WebhookDeliveries(catalog, engine)
     # One for POST /api/auth/login and the dashboard's sign-in; counted across replicas with Redis.
     login_throttle = LoginThrottle(state if settings.redis_url else None)
     dashboard = Dashboard(
@@ -347,6 +348,8 @@ def build_runtime(settings: Settings) -> Runtime:
         secure_cookies=(settings.public_url or "").startswith("https://"),
         login_throttle=login_throttle,
         spend=spend_reader(limiter, snapshot),
+        webhooks=webhook_deliveries,
+        files=runtime.files,
     )
 
     def control_routes(app: FastAPI, admin: Any) -> None:
@@ -361,7 +364,7 @@ def build_runtime(settings: Settings) -> Runtime:
         mount_usage_routes(app, engine=engine, require_admin=admin, on_settings_change=reloader.reload)
         mount_spend_routes(app, limiter=limiter, snapshot=snapshot, require_admin=admin)
         mount_batch_routes(app, admin_batches, admin)
-        mount_webhook_routes(app, catalog, engine, admin)
+        mount_webhook_routes(app, webhook_deliveries, admin)
         mount_dashboard(app, dashboard)
 
     control = build_control_app(

@@ -31,7 +31,8 @@ def dash_gw(
     live_reaper: Reaper,  # noqa: F811
 ) -> Iterator[Gateway]:
     workdir: Path = tmp_path_factory.mktemp("dashboard")
-    env = {"RELAY_BATCH_WORKERS": "2", "RELAY_BATCH_HEARTBEAT_S": "1"}
+    # A miniature webhook retry schedule (5 s → 5 ms …): a failed delivery's retry lands within a test.
+    env = {"RELAY_BATCH_WORKERS": "2", "RELAY_BATCH_HEARTBEAT_S": "1", "RELAY_WEBHOOK_RETRY_SCALE": "0.001"}
     yield from start_gateway("sqlite", workdir, fake_upstream, live_reaper, env)
 
 

@@ -16,17 +16,9 @@ import pytest
 
 from tests.batches_api.helpers import chat_item, submit
 from tests.dashboard.conftest import shot
+from tests.dashboard.helpers import audit, new_member, sign_in, sign_in_as
 from tests.fixtures.live import CHAT_MODEL, MESSAGES_MODEL, Gateway, uniq
 from tests.fixtures.relay_server import ADMIN_TOKEN
-
-AXE = Path(__import__("axe_playwright_python").__file__).with_name("axe.min.js")
-
-
-def sign_in(page: Any) -> None:
-    page.goto("/ui/signin")
-    page.fill("#admin_token", ADMIN_TOKEN)
-    page.click("text=Sign in as admin")
-    page.wait_for_selector("h1:text('Overview')")
 
 
 def progress(page: Any) -> tuple[int, int]:
@@ -88,19 +80,10 @@ def test_session_cookie_and_refusals(page: Any, dash_gw: Gateway) -> None:
 
 
 def test_user_sees_only_their_projects(page: Any, dash_gw: Gateway, request: pytest.FixtureRequest) -> None:
-    email, password = f"{uniq('u')}@example.com", "correct horse battery"
+    email, password = new_member(dash_gw)
     team, project = uniq("t"), uniq("pr")
     dash_gw.create("teams", {"name": team, "display_name": "Elsewhere"})
     dash_gw.create("projects", {"name": project, "team": team, "default_policy": dash_gw.policy})
-    dash_gw.create(
-        "users",
-        {
-            "name": uniq("user"),
-            "email": email,
-            "password": password,
-            "memberships": [{"project": dash_gw.project}],
-        },
-    )
     account = uniq("sa")
     dash_gw.create("service-accounts", {"name": account, "project": project})
     foreign_key = dash_gw.create("keys", {"principal_kind": "serviceaccount", "principal": account})[
@@ -109,11 +92,7 @@ def test_user_sees_only_their_projects(page: Any, dash_gw: Gateway, request: pyt
     foreign = submit(dash_gw, "openai", [chat_item(0)], key=foreign_key)
     own = submit(dash_gw, "openai", [chat_item(0)])
 
-    page.goto("/ui/signin")
-    page.fill("#email", email)
-    page.fill("#password", password)
-    page.press("#password", "Enter")
-    page.wait_for_selector("h1:text('Overview')")
+    sign_in_as(page, email, password)
     assert "Keys" not in page.locator("nav").inner_text()
     page.goto("/ui/batches")
     text = page.locator("#batch-rows").inner_text()
@@ -292,24 +271,10 @@ def test_every_page_is_clean_and_accessible(page: Any, dash_gw: Gateway) -> None
     """Each page: no console error, no failed request (the ``page`` fixture checks), and no serious or
     critical axe-core violation."""
     batch_id = submit(dash_gw, "openai", [chat_item(0), chat_item(1, model="no-such-model")])
-    axe_source = AXE.read_text()
-
-    def audit(url: str) -> None:
-        page.goto(url)
-        page.evaluate(axe_source)
-        result = page.evaluate("axe.run(document, {resultTypes: ['violations']})")
-        bad = [
-            f"{v['id']} ({v['impact']}): {v['help']} — {[n['target'] for n in v['nodes']][:3]}"
-            for v in result["violations"]
-            if v["impact"] in ("serious", "critical")
-        ]
-        assert not bad, f"{url}:\n" + "\n".join(bad)
-        shot(page, "page-" + (url.strip("/").replace("/", "-") or "overview"))
-
-    audit("/ui/signin")
+    audit(page, "/ui/signin")
     sign_in(page)
     for url in ["/ui/", "/ui/batches", f"/ui/batches/{batch_id}", "/ui/usage", "/ui/keys", "/ui/catalog"]:
-        audit(url)
+        audit(page, url)
 
 
 def test_the_page_watch_catches_errors(page: Any, page_watch: Any) -> None:

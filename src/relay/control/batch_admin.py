@@ -31,6 +31,7 @@ from relay.store import catalog as catalog_store
 from relay.store import tables as t
 
 FILTERS: Final = ("project", "team", "owner", "state", "api", "from", "to")
+APIS: Final = store.APIS
 LIST_PARAMS: Final = frozenset({*FILTERS, "limit", "cursor"})
 DEFAULT_LIMIT: Final = 100
 MAX_LIMIT: Final = 1000
@@ -76,6 +77,27 @@ class BatchAdmin:
             counts = (await store.item_counts(conn, [batch_id]))[batch_id]
             errors = await store.failure_errors(conn, batch_id)
         return {**_render(row, counts), "failures": group_failures(errors)}
+
+    async def results_source(self, batch_id: str, scope: tuple[str, ...] | None = None) -> dict[str, Any]:
+        """Where a batch's results are, as its own API serves them (404 outside ``scope``): the §14
+        output and error files once an OpenAI batch is finalized (with the raw ``owner`` the files
+        belong to: for the caller to read them, never to render), and whether the batch has ended (a
+        §15 batch's results exist only then; a §14 batch's files once it is finalized)."""
+        async with self._engine.connect() as conn:
+            row = await store.get_batch(conn, batch_id)
+        if row is None or (scope is not None and row["project_id"] not in scope):
+            raise BatchNotFound()
+        data = row["api_data"] or {}
+        ended = row["completed_at"] is not None
+        if row["api"] == "openai":  # its files exist once finalized (or never, for a failed one)
+            ended = data.get("ended_at") is not None or row["api_status"] == "failed"
+        return {
+            "api": row["api"],
+            "owner": row["owner"],
+            "ended": ended,
+            "output_file_id": data.get("output_file_id"),
+            "error_file_id": data.get("error_file_id"),
+        }
 
     async def cancel(self, batch_id: str, scope: tuple[str, ...] | None = None) -> dict[str, Any]:
         """SPEC §10.5 for any owner: idempotent, ``{"status": "cancelled"}``."""

@@ -4,10 +4,14 @@ Thin: the webhook is found like any catalog object (name or id; 404 otherwise), 
 with the listing rules of ``control.query`` (1–1000, default 50; anything else → 400 naming it), the
 attempts come from ``store.webhooks`` most recent first and are rendered here. The CRUD of the kind
 itself is the generic one (``control.kinds``). Admin bearer only.
+
+:class:`WebhookDeliveries` is the service behind the route, so the dashboard's webhook pages show (and
+refuse) exactly what the API does without any SQL of their own.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
@@ -36,9 +40,20 @@ def render_delivery(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def mount_webhook_routes(
-    app: FastAPI, catalog: CatalogService, engine: AsyncEngine, require_admin: Any
-) -> None:
+class WebhookDeliveries:
+    def __init__(self, catalog: CatalogService, engine: AsyncEngine) -> None:
+        self._catalog = catalog
+        self._engine = engine
+
+    async def recent(self, ref: str, params: Mapping[str, str]) -> dict[str, Any]:
+        """The answer of ``GET /api/webhooks/{ref}/deliveries`` for the (already single) ``params``."""
+        limit = parse_limit(params.get("limit"), default=DEFAULT_LIMIT, maximum=MAX_LIMIT)
+        webhook = await self._catalog.get(WEBHOOK, ref)
+        rows = await store.recent_deliveries(self._engine, webhook["id"], limit)
+        return {"items": [render_delivery(row) for row in rows]}
+
+
+def mount_webhook_routes(app: FastAPI, deliveries_of: WebhookDeliveries, require_admin: Any) -> None:
     @app.get(
         "/api/webhooks/{ref}/deliveries",
         dependencies=[Depends(require_admin)],
@@ -50,7 +65,4 @@ def mount_webhook_routes(
         connection error), "latency_ms", "error", "created_at", "next_attempt_at" (null once delivered
         or failed)}]}``, most recent first; ``limit`` 1–1000 (default 50)."""
         params = single_params(request.query_params.multi_items(), frozenset({"limit"}))
-        limit = parse_limit(params.get("limit"), default=DEFAULT_LIMIT, maximum=MAX_LIMIT)
-        webhook = await catalog.get(WEBHOOK, ref)
-        rows = await store.recent_deliveries(engine, webhook["id"], limit)
-        return {"items": [render_delivery(row) for row in rows]}
+        return await deliveries_of.recent(ref, params)

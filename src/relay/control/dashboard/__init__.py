@@ -20,9 +20,11 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import RedirectResponse, Response
 
 from relay.control.dashboard.admin_pages import mount_admin_pages
+from relay.control.dashboard.batch_downloads import mount_batch_downloads
 from relay.control.dashboard.pages import mount_pages
 from relay.control.dashboard.usage_pages import mount_usage_pages
 from relay.control.dashboard.web import HEADERS, Dashboard
+from relay.control.dashboard.webhook_pages import mount_webhook_pages
 
 __all__ = ["Dashboard", "mount_dashboard"]
 
@@ -60,6 +62,8 @@ def mount_dashboard(app: FastAPI, dash: Dashboard) -> None:
     router.add_api_route("/ui", root, methods=["GET"], include_in_schema=False)
     router.add_api_route("/ui/static/{name}", asset, methods=["GET"], include_in_schema=False)
     mount_pages(router, dash)
+    mount_batch_downloads(router, dash)
     mount_usage_pages(router, dash)
     mount_admin_pages(router, dash)
+    mount_webhook_pages(router, dash)
     app.include_router(router)

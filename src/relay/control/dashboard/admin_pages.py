@@ -1,4 +1,5 @@
-"""The admin-only pages (SPEC §16): relay keys, and the catalog with each host key's breaker and each
+"""The admin-only pages (SPEC §16): relay keys, and the catalog with each host key's breaker, its
+webhooks with their latest delivery (``webhook_pages`` has each webhook's attempts), and each
 policy's rules and current budget spend (as ``GET /api/policies/{ref}/spend`` answers it; a shared state
 that does not answer shows as unknown, the page still renders).
 
@@ -16,11 +17,12 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from relay.control.dashboard.web import Dashboard, with_errors
+from relay.control.dashboard.webhook_pages import latest_deliveries, outcome
 from relay.control.kinds import KINDS
 from relay.errors import RelayError
 from relay.state import StateUnavailable
 
-CATALOG_KINDS = ("hosts", "models", "bindings", "policies")
+CATALOG_KINDS = ("hosts", "models", "bindings", "policies", "webhooks")
 
 
 def key_state(key: dict[str, Any]) -> str:
@@ -107,6 +109,7 @@ def mount_admin_pages(router: APIRouter, dash: Dashboard) -> None:
         lists = {plural: await dash.catalog.list_all(kinds[plural]) for plural in CATALOG_KINDS}
         health = await dash.health.host_keys()
         spend, spend_unknown = await _spend(dash, lists["policies"])
+        latest = await latest_deliveries(dash, lists["webhooks"])
         return dash.page(
             "catalog.html",
             request,
@@ -115,6 +118,8 @@ def mount_admin_pages(router: APIRouter, dash: Dashboard) -> None:
             health=health,
             spend=spend,
             spend_unknown=spend_unknown,
+            latest=latest,
+            outcome=outcome,
         )
 
     router.add_api_route("/ui/keys", with_errors(dash, keys), methods=["GET"], include_in_schema=False)

@@ -12,11 +12,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import Response
 
+from relay.control.batch_admin import APIS
 from relay.control.dashboard import charts
 from relay.control.dashboard.session import ADMIN_TTL_S, COOKIE, Viewer
-from relay.control.dashboard.web import HEADERS, Dashboard, Refused, with_errors
+from relay.control.dashboard.web import Dashboard, Refused, with_errors
 from relay.control.kinds import PROJECT
 from relay.errors import RelayError
 from relay.sealing import constant_time_equal
@@ -158,7 +159,14 @@ def mount_pages(router: APIRouter, dash: Dashboard) -> None:
         name = "_batch_rows.html" if fragment else "batches.html"
         names = await project_names(dash, viewer)
         return dash.page(
-            name, request, viewer, params=params, page=page, projects=viewer.projects, names=names
+            name,
+            request,
+            viewer,
+            params=params,
+            page=page,
+            projects=viewer.projects,
+            names=names,
+            apis=APIS,
         )
 
     async def batch_list(request: Request) -> Response:
@@ -174,10 +182,19 @@ def mount_pages(router: APIRouter, dash: Dashboard) -> None:
         items: list[Any] = []
         if not fragment or batch["state"] == "in_progress" or request.query_params.get("items"):
             items = await dash.batch_service.item_states(batch_id)
+        found = await dash.batches.results_source(batch_id, viewer.scope)
+        source = {k: v for k, v in found.items() if k != "owner"}  # the raw owner is for reading files
         name = "_batch_detail.html" if fragment else "batch.html"
         names = await project_names(dash, viewer)
         return dash.page(
-            name, request, viewer, batch=batch, items=items[:2000], more=len(items) > 2000, names=names
+            name,
+            request,
+            viewer,
+            batch=batch,
+            source=source,
+            items=items[:2000],
+            more=len(items) > 2000,
+            names=names,
         )
 
     async def batch_page(request: Request) -> Response:
@@ -197,19 +214,6 @@ def mount_pages(router: APIRouter, dash: Dashboard) -> None:
         await dash.batches.cancel(batch_id, viewer.scope)
         return dash.redirect(f"/ui/batches/{batch_id}")
 
-    async def results(request: Request) -> Response:
-        viewer = await dash.require(request)
-        batch_id = request.path_params["batch_id"]
-        await dash.batches.detail(batch_id, viewer.scope)  # 404 outside the viewer's projects
-        record = await dash.batch_service.record(batch_id)
-
-        async def lines() -> Any:
-            async for page in dash.batch_service.results(record):
-                yield b"".join(line + b"\n" for line in page)
-
-        headers = {**HEADERS, "content-disposition": f'attachment; filename="{batch_id}-results.jsonl"'}
-        return StreamingResponse(lines(), media_type="application/x-ndjson", headers=headers)
-
     routes = [
         ("/ui/signin", signin, ["GET", "POST"]),
         ("/ui/signout", signout, ["POST"]),
@@ -220,7 +224,6 @@ def mount_pages(router: APIRouter, dash: Dashboard) -> None:
         ("/ui/batches/{batch_id}", batch_page, ["GET"]),
         ("/ui/fragments/batches/{batch_id}", batch_fragment, ["GET"]),
         ("/ui/batches/{batch_id}/cancel", cancel, ["POST"]),
-        ("/ui/batches/{batch_id}/results", results, ["GET"]),
     ]
     for path, handler, methods in routes:
         router.add_api_route(path, with_errors(dash, handler), methods=methods, include_in_schema=False)

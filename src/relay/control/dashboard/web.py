@@ -20,6 +20,7 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 
+from relay.batches.files import FileService
 from relay.batches.service import BatchService
 from relay.control.batch_admin import BatchAdmin
 from relay.control.catalog import CatalogService
@@ -30,6 +31,7 @@ from relay.control.spend_routes import SpendReader
 from relay.control.throttle import LoginThrottle
 from relay.control.tokens import TokenService
 from relay.control.usage_routes import UsageQueries
+from relay.control.webhook_routes import WebhookDeliveries
 from relay.errors import RelayError
 
 CSP: Final = (
@@ -72,6 +74,10 @@ class Dashboard:
     login_throttle: LoginThrottle = field(default_factory=LoginThrottle)
     # A policy's budget spend, as GET /api/policies/{ref}/spend answers it (None: not shown).
     spend: SpendReader | None = None
+    # A webhook's recent attempts, as GET /api/webhooks/{ref}/deliveries answers them (None: not shown).
+    webhooks: WebhookDeliveries | None = None
+    # The §14 output and error files, for an OpenAI batch's results link (None: no link).
+    files: FileService | None = None
 
     def __post_init__(self) -> None:
         self.signer = Signer(self.admin_token)
