@@ -8,8 +8,8 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from relay.batches import queue, starter
-from relay.batches.held import HeldConnection
+from relay.store.held import HeldConnection
+from tests.batches import queue_ops
 from tests.batches.test_queue import submit
 
 
@@ -93,12 +93,12 @@ async def test_claims_and_starts_run_on_a_held_connection(engine: AsyncEngine) -
     batch_id = await submit(engine, 3)
     held = HeldConnection(engine)
     async with held.use() as db:
-        claimed = await queue.claim(db, "r1", 2)
+        claimed = await queue_ops.claim(db, "r1", 2)
         assert [c.idx for c in claimed] == [0, 1]
         if isinstance(db, AsyncConnection):
             assert not db.in_transaction()
-        assert await starter.start(db, "r1", [(batch_id, 0)]) == {(batch_id, 0)}
-        assert await starter.start(db, "r2", [(batch_id, 1)]) == set()  # reserved by r1, not r2
+        assert await queue_ops.start(db, "r1", [(batch_id, 0)]) == {(batch_id, 0)}
+        assert await queue_ops.start(db, "r2", [(batch_id, 1)]) == set()  # reserved by r1, not r2
     async with held.use() as db:
-        assert [c.idx for c in await queue.claim(db, "r2", 5)] == [2]
+        assert [c.idx for c in await queue_ops.claim(db, "r2", 5)] == [2]
     await held.close()

@@ -18,17 +18,16 @@ from sqlalchemy import event, func, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from relay.batches import queue, recovery, starter
 from relay.batches.hooks import NO_HOOKS, FinishHooks
-from relay.batches.queue import ClaimedItem
-from relay.batches.recovery import RescuedItem
-from relay.batches.views import BatchRecord, batch_record, batch_view, result_rows
+from relay.domain.batch_record import BatchRecord
 from relay.domain.batches import ResponseRef
 from relay.domain.ids import mint_id
 from relay.store import tables as t
+from relay.store.batch_queue import ClaimedItem, RescuedItem
 from relay.store.engine import create_engine
 from relay.store.migrate import upgrade_to_head
 from relay.usage.event import UsageEvent
+from tests.batches import queue_ops
 
 KEY_HASH = "ab" * 32
 
@@ -56,7 +55,7 @@ def batch_row(**overrides: Any) -> dict[str, Any]:
 
 async def submit(engine: AsyncEngine, items: int, **overrides: Any) -> str:
     row = batch_row(**overrides)
-    await queue.insert_batch(engine, row, items)
+    await queue_ops.insert_batch(engine, row, items)
     return str(row["id"])
 
 
@@ -107,9 +106,9 @@ async def finalize(
     event: UsageEvent,
     hooks: FinishHooks = NO_HOOKS,
 ) -> bool:
-    """``queue.finalize_many`` for one item: True when it was this replica's to finish."""
-    final = queue.FinalItem(batch_id, idx, state, status, error, event)
-    return bool(await queue.finalize_many(engine, instance, [final], hooks=hooks))
+    """``queue_ops.finalize_many`` for one item: True when it was this replica's to finish."""
+    final = queue_ops.FinalItem(batch_id, idx, state, status, error, event)
+    return bool(await queue_ops.finalize_many(engine, instance, [final], hooks=hooks))
 
 
 async def complete(
@@ -147,7 +146,7 @@ async def events(engine: AsyncEngine, batch_id: str) -> list[tuple[int, str | No
 
 
 async def completed_at(engine: AsyncEngine, batch_id: str) -> datetime | None:
-    record = await batch_record(engine, batch_id)
+    record = await queue_ops.batch_record(engine, batch_id)
     assert record is not None
     return record.completed_at
 
@@ -172,10 +171,10 @@ async def set_back(engine: AsyncEngine, table: Any, column: str, seconds: float)
                 )
 
 
-async def claim_run(engine: AsyncEngine, instance_id: str, limit: int) -> list[queue.ClaimedItem]:
+async def claim_run(engine: AsyncEngine, instance_id: str, limit: int) -> list[queue_ops.ClaimedItem]:
     """Claim (reserve) and start at once: what a worker pool does for items it runs."""
-    claimed = await queue.claim(engine, instance_id, limit)
-    started = await starter.start(engine, instance_id, [(c.batch_id, c.idx) for c in claimed])
+    claimed = await queue_ops.claim(engine, instance_id, limit)
+    started = await queue_ops.start(engine, instance_id, [(c.batch_id, c.idx) for c in claimed])
     assert started == {(c.batch_id, c.idx) for c in claimed}
     return claimed
 
@@ -186,7 +185,7 @@ async def claim_run(engine: AsyncEngine, instance_id: str, limit: int) -> list[q
 async def test_insert_writes_the_batch_and_every_item_available(engine: AsyncEngine) -> None:
     batch_id = await submit(engine, 5)
 
-    view = await batch_view(engine, batch_id)
+    view = await queue_ops.batch_view(engine, batch_id)
     assert view is not None
     assert (view.record.status, view.record.total_items, view.record.completed_at) == ("queued", 5, None)
     assert view.record.policy_name == "default" and view.record.token_claims is None
@@ -201,7 +200,7 @@ async def test_a_duplicate_batch_id_writes_nothing(engine: AsyncEngine) -> None:
         await submit(engine, 7, id=batch_id)
 
     assert len(await items(engine, batch_id)) == 3
-    record = await batch_record(engine, batch_id)
+    record = await queue_ops.batch_record(engine, batch_id)
     assert record is not None and record.total_items == 3
 
 
@@ -233,11 +232,11 @@ async def test_a_failing_item_insert_leaves_no_batch(database_url: str) -> None:
                 )
         row = batch_row()
         with pytest.raises(Exception, match="item 7 refused"):
-            await queue.insert_batch(engine, row, 10)
+            await queue_ops.insert_batch(engine, row, 10)
 
-        assert await batch_record(engine, row["id"]) is None
+        assert await queue_ops.batch_record(engine, row["id"]) is None
         assert await items(engine, row["id"]) == []
-        await queue.insert_batch(engine, batch_row(), 5)  # the trigger only refuses idx 7
+        await queue_ops.insert_batch(engine, batch_row(), 5)  # the trigger only refuses idx 7
     finally:
         await engine.dispose()
 
@@ -254,7 +253,7 @@ async def test_a_token_batch_records_its_claims(engine: AsyncEngine) -> None:
         credential_kind="token",
         credential_id="j1",
     )
-    record = await batch_record(engine, batch_id)
+    record = await queue_ops.batch_record(engine, batch_id)
     assert record is not None and record.token_claims == claims and record.key_hash is None
 
 
@@ -324,7 +323,7 @@ async def test_a_newer_batch_is_served_before_one_already_served(engine: AsyncEn
 async def test_nothing_to_claim(engine: AsyncEngine) -> None:
     assert await claim_run(engine, "r1", 10) == []
     batch_id = await submit(engine, 2)
-    await queue.cancel(engine, batch_id, events_for=cancel_events(batch_id))
+    await queue_ops.cancel(engine, batch_id, events_for=cancel_events(batch_id))
     assert await claim_run(engine, "r1", 10) == []
     assert await claim_run(engine, "r1", 0) == []
 
@@ -402,8 +401,8 @@ async def test_finalize_by_another_replica_or_after_rescue_writes_nothing(engine
     (item,) = await claim_run(engine, "r1", 1)
     assert not await complete(engine, "r2", item)
 
-    await recovery.forget_worker(engine, "r1")  # r1 is gone
-    rescued = await recovery.rescue(engine, stale_after_s=30, rescue_after_s=900, events_for=rescue_events)
+    await queue_ops.forget_worker(engine, "r1")  # r1 is gone
+    rescued = await queue_ops.rescue(engine, stale_after_s=30, rescue_after_s=900, events_for=rescue_events)
     assert [(r.batch_id, r.idx) for r in rescued] == [(batch_id, 0)]
 
     assert not await complete(engine, "r1", item)
@@ -448,7 +447,7 @@ async def test_cancel_cancels_available_items_once_and_leaves_running_ones(engin
     batch_id = await submit(engine, 5)
     running = await claim_run(engine, "r1", 2)
 
-    assert await queue.cancel(engine, batch_id, events_for=cancel_events(batch_id)) == [2, 3, 4]
+    assert await queue_ops.cancel(engine, batch_id, events_for=cancel_events(batch_id)) == [2, 3, 4]
 
     rows = await items(engine, batch_id)
     assert [(r["state"], r["error"]) for r in rows] == [("running", None)] * 2 + [
@@ -456,13 +455,13 @@ async def test_cancel_cancels_available_items_once_and_leaves_running_ones(engin
     ] * 3
     assert all(r["finished_at"] is not None for r in rows[2:])
     assert await events(engine, batch_id) == [(i, "cancelled") for i in (2, 3, 4)]
-    record = await batch_record(engine, batch_id)
+    record = await queue_ops.batch_record(engine, batch_id)
     assert record is not None and (record.status, record.completed_at) == ("cancelled", None)
 
     def must_not_be_called(idxs: list[int]) -> list[UsageEvent]:
         raise AssertionError(idxs)
 
-    assert await queue.cancel(engine, batch_id, events_for=must_not_be_called) == []
+    assert await queue_ops.cancel(engine, batch_id, events_for=must_not_be_called) == []
     assert len(await events(engine, batch_id)) == 3
 
     # The replica running the items stops one and lets the other finish; the last one completes the batch.
@@ -479,15 +478,15 @@ async def test_cancel_cancels_available_items_once_and_leaves_running_ones(engin
     assert await completed_at(engine, batch_id) is None
     assert await complete(engine, "r1", running[1])
     assert await completed_at(engine, batch_id) is not None
-    view = await batch_view(engine, batch_id)
+    view = await queue_ops.batch_view(engine, batch_id)
     assert view is not None and view.counts == {"completed": 1, "cancelled": 4}
 
 
 async def test_cancel_with_nothing_running_completes_the_batch(engine: AsyncEngine) -> None:
     batch_id = await submit(engine, 3)
-    assert await queue.cancel(engine, batch_id, events_for=cancel_events(batch_id)) == [0, 1, 2]
+    assert await queue_ops.cancel(engine, batch_id, events_for=cancel_events(batch_id)) == [0, 1, 2]
     assert await completed_at(engine, batch_id) is not None
-    assert await queue.cancel(engine, "b_" + "0" * 26, events_for=cancel_events("x")) == []
+    assert await queue_ops.cancel(engine, "b_" + "0" * 26, events_for=cancel_events("x")) == []
 
 
 async def test_cancel_writes_nothing_when_the_events_cannot_be_built(engine: AsyncEngine) -> None:
@@ -497,11 +496,11 @@ async def test_cancel_writes_nothing_when_the_events_cannot_be_built(engine: Asy
         raise RuntimeError("no events")
 
     with pytest.raises(RuntimeError):
-        await queue.cancel(engine, batch_id, events_for=broken)
+        await queue_ops.cancel(engine, batch_id, events_for=broken)
     with pytest.raises(ValueError, match="usage event"):
-        await queue.cancel(engine, batch_id, events_for=lambda idxs: [])
+        await queue_ops.cancel(engine, batch_id, events_for=lambda idxs: [])
 
-    view = await batch_view(engine, batch_id)
+    view = await queue_ops.batch_view(engine, batch_id)
     assert view is not None and view.record.status == "queued" and view.counts == {"available": 3}
 
 
@@ -509,14 +508,14 @@ async def test_cancel_writes_nothing_when_the_events_cannot_be_built(engine: Asy
 
 
 async def test_heartbeat_and_forget_worker(engine: AsyncEngine) -> None:
-    await recovery.heartbeat(engine, "r1")
+    await queue_ops.heartbeat(engine, "r1")
     await set_back(engine, t.batch_workers, "heartbeat_at", 60)
-    await recovery.heartbeat(engine, "r1")
+    await queue_ops.heartbeat(engine, "r1")
     async with engine.connect() as conn:
         (row,) = (await conn.execute(select(t.batch_workers))).all()
     assert row.instance_id == "r1" and row.heartbeat_at >= row.started_at
 
-    await recovery.forget_worker(engine, "r1")
+    await queue_ops.forget_worker(engine, "r1")
     async with engine.connect() as conn:
         assert (await conn.execute(select(func.count()).select_from(t.batch_workers))).scalar_one() == 0
 
@@ -527,7 +526,7 @@ async def test_rescue_discards_the_items_of_a_replica_with_a_stale_heartbeat(eng
     await set_back(engine, t.batch_workers, "heartbeat_at", 120)
     await claim_run(engine, "alive", 2)
 
-    rescued = await recovery.rescue(engine, stale_after_s=30, rescue_after_s=900, events_for=rescue_events)
+    rescued = await queue_ops.rescue(engine, stale_after_s=30, rescue_after_s=900, events_for=rescue_events)
 
     assert [(r.idx, r.claimed_by, r.batch.policy_name) for r in rescued] == [
         (0, "dead", "default"),
@@ -538,7 +537,9 @@ async def test_rescue_discards_the_items_of_a_replica_with_a_stale_heartbeat(eng
     assert [(r["state"], r["error"]) for r in rows] == [("discarded", error)] * 2 + [("running", None)] * 2
     assert await events(engine, batch_id) == [(0, error), (1, error)]
     assert await completed_at(engine, batch_id) is None
-    assert await recovery.rescue(engine, stale_after_s=30, rescue_after_s=900, events_for=rescue_events) == []
+    assert (
+        await queue_ops.rescue(engine, stale_after_s=30, rescue_after_s=900, events_for=rescue_events) == []
+    )
 
 
 async def test_rescue_discards_items_running_past_the_latest_bound(engine: AsyncEngine) -> None:
@@ -546,7 +547,9 @@ async def test_rescue_discards_items_running_past_the_latest_bound(engine: Async
     await claim_run(engine, "r1", 1)
     await set_back(engine, t.batch_items, "claimed_at", 1000)  # its heartbeat is fresh
 
-    (rescued,) = await recovery.rescue(engine, stale_after_s=30, rescue_after_s=900, events_for=rescue_events)
+    (rescued,) = await queue_ops.rescue(
+        engine, stale_after_s=30, rescue_after_s=900, events_for=rescue_events
+    )
 
     assert rescued.error == "worker lost: replica r1 ran longer than RELAY_BATCH_RESCUE_AFTER_S (900 s)"
     assert await events(engine, batch_id) == [(0, rescued.error)]
@@ -559,11 +562,11 @@ async def test_concurrent_rescuers_rescue_each_item_once(
     batch_ids = [await submit(engine, 20) for _ in range(3)]
     for _ in range(6):
         await claim_run(engine, "dead", 10)
-    await recovery.forget_worker(engine, "dead")
+    await queue_ops.forget_worker(engine, "dead")
 
     results = await asyncio.gather(
         *(
-            recovery.rescue(r, stale_after_s=30, rescue_after_s=900, events_for=rescue_events)
+            queue_ops.rescue(r, stale_after_s=30, rescue_after_s=900, events_for=rescue_events)
             for r in replicas * 2
         )
     )
@@ -579,9 +582,10 @@ async def test_put_back_returns_items_to_available(engine: AsyncEngine) -> None:
     batch_id = await submit(engine, 3)
     await claim_run(engine, "r1", 3)
 
-    assert await recovery.put_back(engine, "r2", [(batch_id, 0)], events_for=put_back_events) == 0
+    assert await queue_ops.put_back(engine, "r2", [(batch_id, 0)], events_for=put_back_events) == 0
     assert (
-        await recovery.put_back(engine, "r1", [(batch_id, 0), (batch_id, 1)], events_for=put_back_events) == 2
+        await queue_ops.put_back(engine, "r1", [(batch_id, 0), (batch_id, 1)], events_for=put_back_events)
+        == 2
     )
 
     rows = await items(engine, batch_id)
@@ -596,10 +600,11 @@ async def test_put_back_returns_items_to_available(engine: AsyncEngine) -> None:
 async def test_put_back_cancels_items_of_a_batch_cancelled_meanwhile(engine: AsyncEngine) -> None:
     batch_id = await submit(engine, 2)
     await claim_run(engine, "r1", 2)
-    await queue.cancel(engine, batch_id, events_for=cancel_events(batch_id))  # on another replica
+    await queue_ops.cancel(engine, batch_id, events_for=cancel_events(batch_id))  # on another replica
 
     assert (
-        await recovery.put_back(engine, "r1", [(batch_id, 0), (batch_id, 1)], events_for=put_back_events) == 0
+        await queue_ops.put_back(engine, "r1", [(batch_id, 0), (batch_id, 1)], events_for=put_back_events)
+        == 0
     )
 
     assert [r["state"] for r in await items(engine, batch_id)] == ["cancelled", "cancelled"]
@@ -616,28 +621,28 @@ async def test_finalize_many_settles_a_group_in_one_transaction(engine: AsyncEng
     assert {c.batch_id for c in mine} == {first, second}
     lost = next(c for c in mine if c.batch_id == second and c.idx == 2)
 
-    def ref(c: queue.ClaimedItem) -> ResponseRef:
+    def ref(c: queue_ops.ClaimedItem) -> ResponseRef:
         return ResponseRef("responses-0123456789abcdef.data", 100 * c.idx, 10 + c.idx)
 
     done_ok = [
-        queue.FinalItem(c.batch_id, c.idx, "completed", 200, None, item_event(c.batch_id, c.idx), ref(c))
+        queue_ops.FinalItem(c.batch_id, c.idx, "completed", 200, None, item_event(c.batch_id, c.idx), ref(c))
         for c in mine
     ]
     with pytest.raises(ValueError):
-        await queue.finalize_many(engine, "r1", [done_ok[0], done_ok[0]])
+        await queue_ops.finalize_many(engine, "r1", [done_ok[0], done_ok[0]])
     with pytest.raises(ValueError):  # only a completed item has a response
         c = mine[0]
-        await queue.finalize_many(
+        await queue_ops.finalize_many(
             engine,
             "r1",
-            [queue.FinalItem(c.batch_id, c.idx, "discarded", 500, "x", done_ok[0].event, ref(c))],
+            [queue_ops.FinalItem(c.batch_id, c.idx, "discarded", 500, "x", done_ok[0].event, ref(c))],
         )
     with pytest.raises(ValueError):
         wrong = done_ok[0]
-        await queue.finalize_many(
+        await queue_ops.finalize_many(
             engine,
             "r1",
-            [queue.FinalItem(wrong.batch_id, wrong.idx, "completed", 200, None, item_event(second, 9))],
+            [queue_ops.FinalItem(wrong.batch_id, wrong.idx, "completed", 200, None, item_event(second, 9))],
         )
     async with engine.begin() as conn:  # `lost` is no longer r1's: another replica rescued it
         await conn.execute(
@@ -646,7 +651,7 @@ async def test_finalize_many_settles_a_group_in_one_transaction(engine: AsyncEng
             .values(claimed_by="r2")
         )
 
-    done = await queue.finalize_many(engine, "r1", done_ok)
+    done = await queue_ops.finalize_many(engine, "r1", done_ok)
 
     assert done == {(c.batch_id, c.idx) for c in mine if c != lost}
     assert [r["state"] for r in await items(engine, first)] == ["completed", "completed"]
@@ -656,22 +661,22 @@ async def test_finalize_many_settles_a_group_in_one_transaction(engine: AsyncEng
     assert await completed_at(engine, first) is not None
     assert await completed_at(engine, second) is None
     # Each completed item's row says where its response body is; the results read it from there.
-    rows = await result_rows(engine, second, after_idx=-1, limit=10)
+    rows = await queue_ops.result_rows(engine, second, after_idx=-1, limit=10)
     assert [r.response for r in rows] == [ref(mine[2]), ref(mine[3]), None]
 
 
 async def test_held_by_and_open_counts(engine: AsyncEngine) -> None:
     """The orphan check's view (what the database says a replica runs) and the open-items gauge."""
     first, second = await submit(engine, 4), await submit(engine, 3)
-    assert await recovery.open_counts(engine) == {"available": 7, "running": 0}
+    assert await queue_ops.open_counts(engine) == {"available": 7, "running": 0}
     mine = await claim_run(engine, "r1", 2)
     theirs = await claim_run(engine, "r2", 2)
     assert {c.batch_id for c in mine} != {c.batch_id for c in theirs}  # one batch per claim, fair order
-    assert await recovery.held_by(engine, "r1") == sorted((c.batch_id, c.idx) for c in mine)
-    assert await recovery.held_by(engine, "nobody") == []
+    assert await queue_ops.held_by(engine, "r1") == sorted((c.batch_id, c.idx) for c in mine)
+    assert await queue_ops.held_by(engine, "nobody") == []
     assert await complete(engine, "r1", mine[0])
-    assert await recovery.held_by(engine, "r1") == [(mine[1].batch_id, mine[1].idx)]
-    assert await recovery.open_counts(engine) == {"available": 3, "running": 3}
+    assert await queue_ops.held_by(engine, "r1") == [(mine[1].batch_id, mine[1].idx)]
+    assert await queue_ops.open_counts(engine) == {"available": 3, "running": 3}
     assert {first, second} == {mine[0].batch_id, theirs[0].batch_id}
 
 
@@ -699,32 +704,32 @@ async def test_the_status_view_costs_the_same_queries_for_10_and_2000_items(
     await claim_run(engine, "r1", 5)  # from small (oldest)
     claimed = await claim_run(engine, "r1", 3)  # from large
     assert await complete(engine, "r1", claimed[0])
-    await queue.cancel(engine, small, events_for=cancel_events(small))
+    await queue_ops.cancel(engine, small, events_for=cancel_events(small))
 
     selects, totals = [], []
     for batch_id in (small, large):
         statements.clear()
-        view = await batch_view(engine, batch_id)
+        view = await queue_ops.batch_view(engine, batch_id)
         selects.append(sum(1 for s in statements if s.lstrip().upper().startswith("SELECT")))
         totals.append(len(statements))  # SQLite's BEGIN included
         assert view is not None and sum(view.counts.values()) == len(view.items) == view.record.total_items
     assert selects == [3, 3]  # the record, the counts (one GROUP BY), the items
     assert totals[0] == totals[1]
 
-    view = await batch_view(engine, large)
+    view = await queue_ops.batch_view(engine, large)
     assert view is not None and view.counts == {"available": 1997, "running": 2, "completed": 1}
     assert [i.state for i in view.items[:4]] == ["completed", "running", "running", "available"]
-    view = await batch_view(engine, small)
+    view = await queue_ops.batch_view(engine, small)
     assert view is not None and view.counts == {"running": 5, "cancelled": 5}
-    assert await batch_view(engine, "b_" + "0" * 26) is None
+    assert await queue_ops.batch_view(engine, "b_" + "0" * 26) is None
 
 
 async def test_results_page_by_idx(engine: AsyncEngine) -> None:
     batch_id = await submit(engine, 25)
-    await queue.cancel(engine, batch_id, events_for=cancel_events(batch_id))
+    await queue_ops.cancel(engine, batch_id, events_for=cancel_events(batch_id))
 
     pages, after = [], -1
-    while page := await result_rows(engine, batch_id, after_idx=after, limit=10):
+    while page := await queue_ops.result_rows(engine, batch_id, after_idx=after, limit=10):
         pages.append(page)
         after = page[-1].idx
     assert [len(p) for p in pages] == [10, 10, 5]
@@ -775,7 +780,7 @@ async def test_50000_items_insert_and_claim_quickly(
     claimed = await claim_run(engine, "r1", 16)
     claim_s = time.perf_counter() - started
     started = time.perf_counter()
-    view = await batch_view(engine, batch_id)
+    view = await queue_ops.batch_view(engine, batch_id)
     view_s = time.perf_counter() - started
 
     assert [c.idx for c in claimed] == list(range(48, 64))

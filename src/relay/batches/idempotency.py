@@ -28,10 +28,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-
 from relay.errors import Conflict, InvalidRequest
 from relay.store import idempotency as store
+from relay.store.engine import Connection, Engine
 from relay.store.idempotency import StoredAnswer
 
 HEADER: Final = "idempotency-key"
@@ -63,10 +62,10 @@ class IdempotencyClaim:
     key: str
     fingerprint: str
 
-    def writer(self, answer: Answer, created_at: datetime) -> Callable[[AsyncConnection], Awaitable[None]]:
+    def writer(self, answer: Answer, created_at: datetime) -> Callable[[Connection], Awaitable[None]]:
         """What ``queue.insert_batch(first=…)`` runs: records ``answer`` in the create's transaction."""
 
-        async def write(conn: AsyncConnection) -> None:
+        async def write(conn: Connection) -> None:
             stored = StoredAnswer(self.fingerprint, answer.status_code, answer.body)
             await store.record_answer(
                 conn, self.owner, self.key, stored, created_at=created_at, window=WINDOW
@@ -100,7 +99,7 @@ def claim_from(header: str | None, owner: str, route: str, body: bytes) -> Idemp
     return IdempotencyClaim(owner, key, digest.hexdigest())
 
 
-async def replay(engine: AsyncEngine, claim: IdempotencyClaim) -> Answer | None:
+async def replay(engine: Engine, claim: IdempotencyClaim) -> Answer | None:
     """The first answer to repeat (None: go on and create); :class:`IdempotencyKeyReused` when the
     key was used with a different request."""
     async with engine.connect() as conn:
@@ -112,7 +111,7 @@ async def replay(engine: AsyncEngine, claim: IdempotencyClaim) -> Answer | None:
     return Answer(found.status_code, found.body)
 
 
-async def purge_expired(engine: AsyncEngine, limit: int = PURGE_ROWS) -> int:
+async def purge_expired(engine: Engine, limit: int = PURGE_ROWS) -> int:
     """Delete up to ``limit`` idempotency rows older than the 24 h window (they can never answer
     again); returns how many went."""
     return await store.delete_older(engine, datetime.now(UTC) - WINDOW, limit)

@@ -25,7 +25,7 @@ from typing import Any, Final
 import orjson
 
 from relay.batches.service import rfc3339
-from relay.batches.views import BatchRecord, ResultRow
+from relay.domain.batch_record import BatchRecord, ResultRow
 from relay.domain.batches import CANCELLED, COMPLETED, DISCARDED, BatchRejected
 from relay.store.message_batches import COUNT_KEYS, EXPIRED_PREFIX
 

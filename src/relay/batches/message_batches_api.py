@@ -43,7 +43,7 @@ from relay.batches.message_batches import (
     validate_create,
 )
 from relay.batches.service import BatchNotFound, BatchService, CreatedBatch, NewBatch
-from relay.batches.views import BatchRecord, record_from_row
+from relay.domain.batch_record import BatchRecord
 from relay.domain.batches import BatchRejected
 from relay.domain.credentials import read_credential
 from relay.errors import InvalidRequest, NotFound, RelayError
@@ -59,6 +59,7 @@ from relay.inference.wire import (
 )
 from relay.snapshot import Snapshot
 from relay.store import message_batches as store
+from relay.store.batch_queue import record_from_row
 from relay.store.batches import owner_page
 from relay.store.outage import unavailable_or_internal
 
