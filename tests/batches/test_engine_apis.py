@@ -18,7 +18,7 @@ from relay.domain.failures import cause_of
 from relay.store import batches as batch_store
 from relay.store import tables as t
 from tests.batches import queue_ops
-from tests.batches.test_queue import (
+from tests.batches.queue_helpers import (
     batch_row,
     cancel_events,
     claim_run,

@@ -16,8 +16,8 @@ from relay.store import batches as batch_store
 from relay.store import tables as t
 from relay.store.batch_queue import BatchStore
 from tests.batches import queue_ops
+from tests.batches.queue_helpers import claim_run, complete, items, submit
 from tests.batches.test_engine_apis import Finished, expire_now, finished  # noqa: F401  (a fixture)
-from tests.batches.test_queue import claim_run, complete, items, submit
 
 
 async def openai_batch(engine: AsyncEngine, n: int, *, expires_in_s: float) -> str:

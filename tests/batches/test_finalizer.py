@@ -19,7 +19,7 @@ from relay.batches.runner import ItemResult
 from relay.domain.batches import ResponseRef
 from relay.store.batch_queue import BatchStore
 from tests.batches import queue_ops
-from tests.batches.test_queue import events, item_event, items, submit
+from tests.batches.queue_helpers import events, item_event, items, submit
 
 FILE_REF = ResponseRef("responses-0123456789abcdef.data", 0, 10)
 REF = KeptResponse(ref=FILE_REF)

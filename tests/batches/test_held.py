@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from relay.store.held import HeldConnection
 from tests.batches import queue_ops
-from tests.batches.test_queue import submit
+from tests.batches.queue_helpers import submit
 
 
 class Clock:

@@ -23,7 +23,7 @@ from relay.store import idempotency as store
 from relay.store import tables as t
 from relay.store.batch_queue import BatchStore
 from relay.store.idempotency import StoredAnswer
-from tests.batches.test_queue import KEY_HASH
+from tests.batches.queue_helpers import KEY_HASH
 
 CONCURRENT = 6
 

@@ -23,7 +23,7 @@ from relay.store import batches as batch_store
 from relay.store import tables as t
 from relay.store.batch_queue import BatchStore
 from tests.batches import queue_ops
-from tests.batches.test_queue import KEY_HASH, batch_row, cancel_events
+from tests.batches.queue_helpers import KEY_HASH, batch_row, cancel_events
 
 
 @pytest.fixture

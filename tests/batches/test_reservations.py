@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.store import tables as t
 from tests.batches import queue_ops
-from tests.batches.test_queue import (
+from tests.batches.queue_helpers import (
     cancel_events,
     events,
     items,
