@@ -5,7 +5,7 @@ naming ``Idempotency-Key``) and makes an :class:`IdempotencyClaim` of the owner,
 fingerprint of the route and the request body. A create first calls :func:`replay`: a first answer of
 the same owner and key within 24 h is answered again verbatim (same status and body), or, for a
 different fingerprint, refused with 409 ``idempotency_key_reused``. Otherwise the create passes
-:meth:`IdempotencyClaim.writer` (with its answer) to ``queue.insert_batch``, which writes the row in
+:meth:`IdempotencyClaim.writer` (with its answer) to ``BatchStore.insert_batch``, which writes the row in
 the SAME transaction as the batch: a repeat creates nothing, and a concurrent duplicate fails that
 transaction (nothing written) and resolves to the first answer with :func:`replay` again (the
 service does that).
@@ -63,7 +63,7 @@ class IdempotencyClaim:
     fingerprint: str
 
     def writer(self, answer: Answer, created_at: datetime) -> Callable[[Connection], Awaitable[None]]:
-        """What ``queue.insert_batch(first=…)`` runs: records ``answer`` in the create's transaction."""
+        """What ``BatchStore.insert_batch(first=…)`` runs: records ``answer`` in the create's transaction."""
 
         async def write(conn: Connection) -> None:
             stored = StoredAnswer(self.fingerprint, answer.status_code, answer.body)
@@ -102,8 +102,7 @@ def claim_from(header: str | None, owner: str, route: str, body: bytes) -> Idemp
 async def replay(engine: Engine, claim: IdempotencyClaim) -> Answer | None:
     """The first answer to repeat (None: go on and create); :class:`IdempotencyKeyReused` when the
     key was used with a different request."""
-    async with engine.connect() as conn:
-        found = await store.find_answer(conn, claim.owner, claim.key, newer_than=datetime.now(UTC) - WINDOW)
+    found = await store.lookup(engine, claim.owner, claim.key, newer_than=datetime.now(UTC) - WINDOW)
     if found is None:
         return None
     if found.fingerprint != claim.fingerprint:

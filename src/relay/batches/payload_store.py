@@ -307,13 +307,10 @@ class DatabaseStore:
         being given back is served by this task's next round, never left unanswered."""
         while self._prefetches:
             try:
-                async with self._engine.connect() as conn:
+                async with db.first_chunk_reader(self._engine, db.REQUEST, PREFETCH_BYTES) as read:
                     while self._prefetches:
                         batch_id, futures = self._prefetches[0]
-                        async with conn.begin():
-                            found = await db.read_whole_first_chunks(
-                                conn, batch_id, db.REQUEST, list(futures), PREFETCH_BYTES
-                            )
+                        found = await read(batch_id, list(futures))
                         self._prefetches.popleft()
                         _answer(futures, found)
             except Exception as exc:  # those items read their bodies one by one when they run
