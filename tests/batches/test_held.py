@@ -1,4 +1,4 @@
-"""The connection a batch task holds between its statements (relay.batches.held), on real SQLite and
+"""The connection a batch task holds between its statements (relay.store.held), on real SQLite and
 Postgres: kept while in use, given back after a quiet spell or an error, never kept inside a
 transaction; and the batch queue's statements run on it."""
 
