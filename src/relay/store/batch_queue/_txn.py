@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from relay.domain.batch_record import FinishedBatch
 from relay.domain.batches import AVAILABLE, EXPIRED_PREFIX, ITEM_STATES, RUNNING
 from relay.store.batch_queue._rows import B, I, in_state
+from relay.store.batches import item_counts
 from relay.store.held import Db
 from relay.store.tables import UTCDateTime
 
@@ -151,14 +152,7 @@ async def complete_if_done(
     rows = sorted(done.all(), key=lambda row: row.id)
     if not rows:
         return []
-    counts: dict[str, dict[str, int]] = {row.id: {} for row in rows}
-    counted = await conn.execute(
-        select(I.c.batch_id, I.c.state, func.count())
-        .where(I.c.batch_id.in_(list(counts)))
-        .group_by(I.c.batch_id, I.c.state)
-    )
-    for batch_id, state, count in counted:
-        counts[batch_id][state] = int(count)
+    counts = await item_counts(conn, [row.id for row in rows])  # one GROUP BY, in this transaction
     finished = [
         FinishedBatch(
             id=row.id,
