@@ -77,6 +77,7 @@ from relay.store.batch_queue._txn import NO_HOOKS, BatchEvent, RunsFinishHooks
 from relay.store.held import Db, HeldConnection
 
 __all__ = [
+    "BatchEvent",
     "BatchStore",
     "ClaimedItem",
     "Db",
