@@ -65,6 +65,7 @@ from relay.sealing import ProvisionedSecrets, SecretBox, provision
 from relay.snapshot import Snapshot
 from relay.snapshot.reloader import CatalogReloader
 from relay.state import RedisState, SharedState, open_state
+from relay.store.batch_queue import BatchStore
 from relay.store.engine import create_engine
 from relay.store.migrate import upgrade_to_head
 from relay.store.notify import ChangeFeed, PostgresChangeFeed
@@ -233,6 +234,7 @@ def build_runtime(settings: Settings) -> Runtime:
     # transaction of their end state (after files): the façade's end events.
     end_events = EndEvents(outbox.enqueue)
     hooks = FinishHooks(outbox.finish_hook, finalizing_hook(end_events))
+    batch_store = BatchStore(engine, hooks)  # every batch SQL statement, with those hooks
     runtime.webhook_client = Upstream(
         timeout_s=settings.webhook_timeout_s, connect_timeout_s=settings.webhook_timeout_s
     )
@@ -255,31 +257,28 @@ def build_runtime(settings: Settings) -> Runtime:
             item_timeout_s=settings.batch_item_timeout_s,
         )
         runtime.batch_workers = WorkerPool(
-            engine=engine,
+            store=batch_store,
             runner=runner,
             instance_id=settings.instance_id,
             size=settings.batch_workers,
             rescue_after_s=settings.batch_rescue_after_s,
             heartbeat_s=settings.batch_heartbeat_s,
             metrics=batch_metrics,
-            hooks=hooks,
         )
     runtime.batch_expiry = ExpirySweeper(
-        engine,
+        batch_store,
         settings.batch_expiry_sweep_s,
         stop_running=runtime.batch_workers.cancel_batch if runtime.batch_workers is not None else None,
         instance_id=settings.instance_id,
         housekeeping=lambda: purge_expired(engine),  # §10.10 rows past their 24 h window
-        hooks=hooks,
     )
     batches = BatchService(
-        engine,
+        batch_store,
         payloads,
         max_items=settings.batch_max_items,
         max_json_depth=settings.max_json_depth,
         stop_running=runtime.batch_workers.cancel_batch if runtime.batch_workers is not None else None,
         on_cancelled=batch_metrics.finished.labels("cancelled").inc if batch_metrics is not None else None,
-        hooks=hooks,
     )
 
     runtime.files = FileService(

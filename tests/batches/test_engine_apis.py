@@ -12,14 +12,13 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from relay.batches import expiry, queue, recovery, txn
 from relay.batches.hooks import FinishedBatch, FinishHooks
-from relay.batches.views import batch_record
 from relay.domain.batches import is_batch_id, mint_batch_id
 from relay.domain.failures import cause_of
 from relay.store import batches as batch_store
 from relay.store import tables as t
-from tests.batches.test_queue import (
+from tests.batches import queue_ops
+from tests.batches.queue_helpers import (
     batch_row,
     cancel_events,
     claim_run,
@@ -55,7 +54,7 @@ def finished() -> Finished:
 
 
 async def api_status(engine: AsyncEngine, batch_id: str) -> str | None:
-    record = await batch_record(engine, batch_id)
+    record = await queue_ops.batch_record(engine, batch_id)
     assert record is not None
     return record.api_status
 
@@ -75,14 +74,14 @@ async def test_the_last_finalize_finishes_once_with_counts(engine: AsyncEngine, 
 
 async def test_cancel_finishes_once_and_flags_cancelled(engine: AsyncEngine, finished: Finished) -> None:
     batch_id = await submit(engine, 3)
-    await queue.cancel(engine, batch_id, events_for=cancel_events(batch_id), hooks=finished.hooks)
-    await queue.cancel(
+    await queue_ops.cancel(engine, batch_id, events_for=cancel_events(batch_id), hooks=finished.hooks)
+    await queue_ops.cancel(
         engine, batch_id, events_for=cancel_events(batch_id), hooks=finished.hooks
     )  # idempotent: no second call
     assert [(b.id, b.counts, b.cancelled, b.expired) for b in finished] == [
         (batch_id, {"cancelled": 3}, True, False)
     ]
-    record = await batch_record(engine, batch_id)
+    record = await queue_ops.batch_record(engine, batch_id)
     assert record is not None and record.cancel_requested_at is not None
 
 
@@ -91,7 +90,7 @@ async def test_cancel_with_a_running_item_finishes_when_it_ends(
 ) -> None:
     batch_id = await submit(engine, 2)
     claimed = await claim_run(engine, "r1", 1)
-    await queue.cancel(engine, batch_id, events_for=cancel_events(batch_id), hooks=finished.hooks)
+    await queue_ops.cancel(engine, batch_id, events_for=cancel_events(batch_id), hooks=finished.hooks)
     assert finished == []
     assert await complete(engine, "r1", claimed[0], hooks=finished.hooks)
     assert [(b.id, b.counts, b.cancelled) for b in finished] == [
@@ -103,11 +102,11 @@ async def test_rescue_finishes_once(engine: AsyncEngine, finished: Finished) -> 
     batch_id = await submit(engine, 1)
     await claim_run(engine, "dead", 1)
     await set_back(engine, t.batch_workers, "heartbeat_at", 3600)
-    rescued = await recovery.rescue(
+    rescued = await queue_ops.rescue(
         engine, stale_after_s=15, rescue_after_s=900, events_for=rescue_events, hooks=finished.hooks
     )
     assert len(rescued) == 1
-    await recovery.rescue(
+    await queue_ops.rescue(
         engine, stale_after_s=15, rescue_after_s=900, events_for=rescue_events, hooks=finished.hooks
     )
     assert [(b.id, b.counts) for b in finished] == [(batch_id, {"discarded": 1})]
@@ -116,10 +115,12 @@ async def test_rescue_finishes_once(engine: AsyncEngine, finished: Finished) -> 
 async def test_put_back_into_a_cancelled_batch_finishes_once(engine: AsyncEngine, finished: Finished) -> None:
     batch_id = await submit(engine, 1)
     claimed = await claim_run(engine, "r1", 1)
-    await queue.cancel(engine, batch_id, events_for=cancel_events(batch_id), hooks=finished.hooks)
+    await queue_ops.cancel(engine, batch_id, events_for=cancel_events(batch_id), hooks=finished.hooks)
     assert finished == []
     key = (claimed[0].batch_id, claimed[0].idx)
-    assert await recovery.put_back(engine, "r1", [key], events_for=put_back_events, hooks=finished.hooks) == 0
+    assert (
+        await queue_ops.put_back(engine, "r1", [key], events_for=put_back_events, hooks=finished.hooks) == 0
+    )
     assert [(b.id, b.counts, b.cancelled) for b in finished] == [(batch_id, {"cancelled": 1}, True)]
 
 
@@ -146,9 +147,9 @@ async def test_expiry_cancels_open_items_with_expired_and_finishes_once(
     assert claimed[0].batch_id == batch_id and claimed[0].idx == 0
     assert await complete(engine, "r1", claimed[0], hooks=finished.hooks)
     await expire_now(engine, batch_id)
-    swept = await expiry.expire_due(engine, hooks=finished.hooks)
+    swept = await queue_ops.expire_due(engine, hooks=finished.hooks)
     assert [r.id for r in swept] == [batch_id]  # not the batch whose deadline is ahead
-    assert await expiry.expire_due(engine, hooks=finished.hooks) == []  # finished: nothing left to sweep
+    assert await queue_ops.expire_due(engine, hooks=finished.hooks) == []  # finished: nothing left to sweep
     rows = await items(engine, batch_id)
     assert [r["state"] for r in rows] == ["completed", "cancelled", "cancelled"]
     assert all(r["error"].startswith("expired: batch expired at ") for r in rows[1:])
@@ -158,7 +159,7 @@ async def test_expiry_cancels_open_items_with_expired_and_finishes_once(
     assert [(b.id, b.api, b.counts, b.cancelled, b.expired) for b in finished] == [
         (batch_id, "openai", {"completed": 1, "cancelled": 2}, False, True)
     ]
-    assert (await batch_record(engine, other)).completed_at is None  # type: ignore[union-attr]
+    assert (await queue_ops.batch_record(engine, other)).completed_at is None  # type: ignore[union-attr]
 
 
 async def test_an_item_running_at_expiry_finishes_the_batch_when_put_back(
@@ -167,13 +168,15 @@ async def test_an_item_running_at_expiry_finishes_the_batch_when_put_back(
     batch_id = await submit(engine, 2, id=mint_batch_id("openai"), api="openai")
     claimed = await claim_run(engine, "r1", 1)
     await expire_now(engine, batch_id)
-    assert [r.id for r in await expiry.expire_due(engine, hooks=finished.hooks)] == [batch_id]
+    assert [r.id for r in await queue_ops.expire_due(engine, hooks=finished.hooks)] == [batch_id]
     assert finished == []  # idx 0 still runs
-    assert [r.id for r in await txn.expired_running(engine, "r1", 10)] == [batch_id]
-    assert await txn.expired_running(engine, "r2", 10) == []
+    assert [r.id for r in await queue_ops.expired_running(engine, "r1", 10)] == [batch_id]
+    assert await queue_ops.expired_running(engine, "r2", 10) == []
     key = (claimed[0].batch_id, claimed[0].idx)
     # A stopping replica does not hand an expired batch's item back: it is cancelled as expired.
-    assert await recovery.put_back(engine, "r1", [key], events_for=put_back_events, hooks=finished.hooks) == 0
+    assert (
+        await queue_ops.put_back(engine, "r1", [key], events_for=put_back_events, hooks=finished.hooks) == 0
+    )
     rows = await items(engine, batch_id)
     assert [r["state"] for r in rows] == ["cancelled", "cancelled"]
     assert all(r["error"].startswith("expired: ") for r in rows)
@@ -182,8 +185,8 @@ async def test_an_item_running_at_expiry_finishes_the_batch_when_put_back(
 
 async def test_relay_batches_never_expire(engine: AsyncEngine, finished: Finished) -> None:
     batch_id = await submit(engine, 1)
-    assert await expiry.expire_due(engine, hooks=finished.hooks) == []
-    assert (await batch_record(engine, batch_id)).completed_at is None  # type: ignore[union-attr]
+    assert await queue_ops.expire_due(engine, hooks=finished.hooks) == []
+    assert (await queue_ops.batch_record(engine, batch_id)).completed_at is None  # type: ignore[union-attr]
 
 
 async def test_other_apis_ids_custom_ids_and_facade_state(engine: AsyncEngine) -> None:
@@ -199,7 +202,7 @@ async def test_other_apis_ids_custom_ids_and_facade_state(engine: AsyncEngine) -
         api_status="in_progress",
         api_data={"endpoint": "/v1/embeddings", "metadata": {"k": "v"}},
     )
-    await queue.insert_batch(engine, row, 2, custom_ids=["a", "b"])
+    await queue_ops.insert_batch(engine, row, 2, custom_ids=["a", "b"])
     assert [(r["idx"], r["custom_id"], r["state"]) for r in await items(engine, ids["openai"])] == [
         (0, "a", "available"),
         (1, "b", "available"),
@@ -224,12 +227,12 @@ async def test_an_item_less_batch_only_for_other_apis_finishes_at_create(
     engine: AsyncEngine, finished: Finished
 ) -> None:
     with pytest.raises(ValueError, match="at least one item"):
-        await queue.insert_batch(engine, batch_row(), 0, hooks=finished.hooks)
+        await queue_ops.insert_batch(engine, batch_row(), 0, hooks=finished.hooks)
     failed = mint_batch_id("openai")
-    await queue.insert_batch(
+    await queue_ops.insert_batch(
         engine, batch_row(id=failed, api="openai", api_status="failed"), 0, hooks=finished.hooks
     )
-    record = await batch_record(engine, failed)
+    record = await queue_ops.batch_record(engine, failed)
     assert record is not None and record.completed_at is not None and record.total_items == 0
     assert [(b.id, b.counts) for b in finished] == [(failed, {})]
     async with engine.begin() as conn:  # the CHECK holds for relay batches whatever the caller does
@@ -244,8 +247,10 @@ async def test_a_hook_that_fails_rolls_the_finish_back(engine: AsyncEngine) -> N
         raise RuntimeError("hook failed")
 
     with pytest.raises(RuntimeError):
-        await queue.cancel(engine, batch_id, events_for=cancel_events(batch_id), hooks=FinishHooks(broken))
-    record = await batch_record(engine, batch_id)
+        await queue_ops.cancel(
+            engine, batch_id, events_for=cancel_events(batch_id), hooks=FinishHooks(broken)
+        )
+    record = await queue_ops.batch_record(engine, batch_id)
     assert record is not None and record.completed_at is None and record.status == "queued"
     assert await events(engine, batch_id) == []
 
@@ -281,15 +286,14 @@ async def test_owner_pages_by_api_after_and_before(engine: AsyncEngine) -> None:
 
 
 async def test_result_rows_carry_custom_ids_and_upstream_status(engine: AsyncEngine) -> None:
-    from relay.batches.views import result_rows
 
     batch_id = mint_batch_id("anthropic")
-    await queue.insert_batch(
+    await queue_ops.insert_batch(
         engine, batch_row(id=batch_id, api="anthropic"), 2, custom_ids=["first", "second"]
     )
     claimed = await claim_run(engine, "r1", 2)
     assert await complete(engine, "r1", claimed[0])
-    rows = await result_rows(engine, batch_id, after_idx=-1, limit=10)
+    rows = await queue_ops.result_rows(engine, batch_id, after_idx=-1, limit=10)
     assert [(r.idx, r.custom_id, r.state, r.status) for r in rows] == [
         (0, "first", "completed", 200),
         (1, "second", "running", None),
@@ -299,5 +303,5 @@ async def test_result_rows_carry_custom_ids_and_upstream_status(engine: AsyncEng
 async def test_only_the_hooks_passed_run(engine: AsyncEngine, finished: Finished) -> None:
     """No registry: a finishing transaction given no hooks (another runtime's, say) runs none."""
     batch_id = await submit(engine, 1)
-    await queue.cancel(engine, batch_id, events_for=cancel_events(batch_id))
+    await queue_ops.cancel(engine, batch_id, events_for=cancel_events(batch_id))
     assert finished == [] and await api_status(engine, batch_id) is None

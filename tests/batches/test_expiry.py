@@ -9,13 +9,15 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from relay.batches import expiry, queue, starter, txn
+from relay.batches import expiry
 from relay.batches.openai_batches import outcome_of
 from relay.domain.batches import mint_batch_id
 from relay.store import batches as batch_store
 from relay.store import tables as t
+from relay.store.batch_queue import BatchStore
+from tests.batches import queue_ops
+from tests.batches.queue_helpers import claim_run, complete, items, submit
 from tests.batches.test_engine_apis import Finished, expire_now, finished  # noqa: F401  (a fixture)
-from tests.batches.test_queue import claim_run, complete, items, submit
 
 
 async def openai_batch(engine: AsyncEngine, n: int, *, expires_in_s: float) -> str:
@@ -30,19 +32,19 @@ async def openai_batch(engine: AsyncEngine, n: int, *, expires_in_s: float) -> s
 
 async def test_a_claim_skips_a_batch_past_its_deadline_before_any_sweep(engine: AsyncEngine) -> None:
     await openai_batch(engine, 2, expires_in_s=-60)
-    assert await queue.claim(engine, "r1", 5) == []
+    assert await queue_ops.claim(engine, "r1", 5) == []
     alive = await openai_batch(engine, 1, expires_in_s=3600)
-    assert [c.batch_id for c in await queue.claim(engine, "r1", 5)] == [alive]
+    assert [c.batch_id for c in await queue_ops.claim(engine, "r1", 5)] == [alive]
 
 
 async def test_a_reserved_item_of_a_batch_that_expired_meanwhile_never_starts(engine: AsyncEngine) -> None:
     batch_id = await openai_batch(engine, 2, expires_in_s=3600)
-    claimed = await queue.claim(engine, "r1", 2)
+    claimed = await queue_ops.claim(engine, "r1", 2)
     assert len(claimed) == 2
     await expire_now(engine, batch_id)
-    assert await starter.start(engine, "r1", [(c.batch_id, c.idx) for c in claimed]) == set()
+    assert await queue_ops.start(engine, "r1", [(c.batch_id, c.idx) for c in claimed]) == set()
     assert [r["state"] for r in await items(engine, batch_id)] == ["available", "available"]
-    await expiry.expire_due(engine)
+    await queue_ops.expire_due(engine)
     assert [r["state"] for r in await items(engine, batch_id)] == ["cancelled", "cancelled"]
 
 
@@ -68,7 +70,7 @@ async def test_a_batch_whose_expiry_cancelled_an_item_is_expired(
     batch_id = await openai_batch(engine, 2, expires_in_s=3600)
     claimed = await claim_run(engine, "r1", 1)
     await expire_now(engine, batch_id)
-    await expiry.expire_due(engine, hooks=finished.hooks)
+    await queue_ops.expire_due(engine, hooks=finished.hooks)
     assert finished == []  # idx 0 still runs
     assert await complete(engine, "r1", claimed[0], hooks=finished.hooks)  # it succeeds after the sweep
     assert [(b.id, b.expired, b.counts) for b in finished] == [
@@ -93,10 +95,12 @@ async def test_a_due_batch_left_with_only_a_dead_replicas_item_does_not_hold_lat
             .where(t.batches.c.id == later)
             .values(expires_at=datetime.now(UTC) - timedelta(minutes=1))
         )
-    assert await txn.expire_due_batches(engine, 1, expiry._expiry_events) != []
+    assert await queue_ops.expire_due_batches(engine, 1, expiry._expiry_events) != []
     assert [r["state"] for r in await items(engine, later)] == ["cancelled"]
     assert [r["state"] for r in await items(engine, stuck)] == ["running"]  # rescue's business
-    assert await txn.expire_due_batches(engine, 1, expiry._expiry_events) == []  # nothing left to cancel
+    assert (
+        await queue_ops.expire_due_batches(engine, 1, expiry._expiry_events) == []
+    )  # nothing left to cancel
 
 
 async def test_the_sweeper_stops_this_replicas_items_of_a_batch_another_replica_swept(
@@ -105,14 +109,14 @@ async def test_the_sweeper_stops_this_replicas_items_of_a_batch_another_replica_
     batch_id = await openai_batch(engine, 2, expires_in_s=3600)
     await claim_run(engine, "r1", 1)
     await expire_now(engine, batch_id)
-    assert [r.id for r in await expiry.expire_due(engine)] == [batch_id]  # "another replica" sweeps
+    assert [r.id for r in await queue_ops.expire_due(engine)] == [batch_id]  # "another replica" sweeps
     stopped: list[tuple[str, str]] = []
 
     async def stop_running(stopped_id: str, error: str) -> None:
         stopped.append((stopped_id, error))
 
-    here = expiry.ExpirySweeper(engine, 60, stop_running, instance_id="r1")
+    here = expiry.ExpirySweeper(BatchStore(engine), 60, stop_running, instance_id="r1")
     assert await here.sweep() == []  # nothing left to cancel, yet r1's running item is stopped
     assert [(b, e.startswith("expired: ")) for b, e in stopped] == [(batch_id, True)]
-    assert await expiry.ExpirySweeper(engine, 60, stop_running, instance_id="r2").sweep() == []
+    assert await expiry.ExpirySweeper(BatchStore(engine), 60, stop_running, instance_id="r2").sweep() == []
     assert len(stopped) == 1

@@ -12,13 +12,14 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from relay.batches import queue, starter
 from relay.batches.finalizer import Finalizer
 from relay.batches.hooks import FinishHooks
 from relay.batches.payload_store import KeptResponse
 from relay.batches.runner import ItemResult
 from relay.domain.batches import ResponseRef
-from tests.batches.test_queue import events, item_event, items, submit
+from relay.store.batch_queue import BatchStore
+from tests.batches import queue_ops
+from tests.batches.queue_helpers import events, item_event, items, submit
 
 FILE_REF = ResponseRef("responses-0123456789abcdef.data", 0, 10)
 REF = KeptResponse(ref=FILE_REF)
@@ -28,7 +29,7 @@ async def run_group(
     engine: AsyncEngine, flush: Callable[[], Awaitable[None]], results: list[ItemResult], batch_id: str
 ) -> list[bool]:
     settled: list[bool] = []
-    finalizer = Finalizer(engine, "r1", lambda key, result, done: settled.append(done), flush)
+    finalizer = Finalizer(BatchStore(engine), "r1", lambda key, result, done: settled.append(done), flush)
     finalizer.start()
     try:
         for idx, result in enumerate(results):
@@ -41,8 +42,8 @@ async def run_group(
 
 async def test_rows_commit_after_the_flush(engine: AsyncEngine) -> None:
     batch_id = await submit(engine, 2)
-    claimed = await queue.claim(engine, "r1", 2)
-    await starter.start(engine, "r1", [(c.batch_id, c.idx) for c in claimed])
+    claimed = await queue_ops.claim(engine, "r1", 2)
+    await queue_ops.start(engine, "r1", [(c.batch_id, c.idx) for c in claimed])
     flushed: list[list[str]] = []
 
     async def flush() -> None:  # what the rows say at flush time: nothing committed yet
@@ -65,8 +66,8 @@ async def test_rows_commit_after_the_flush(engine: AsyncEngine) -> None:
 
 async def test_a_failed_flush_discards_the_completed_items_of_the_group(engine: AsyncEngine) -> None:
     batch_id = await submit(engine, 2)
-    claimed = await queue.claim(engine, "r1", 2)
-    await starter.start(engine, "r1", [(c.batch_id, c.idx) for c in claimed])
+    claimed = await queue_ops.claim(engine, "r1", 2)
+    await queue_ops.start(engine, "r1", [(c.batch_id, c.idx) for c in claimed])
 
     async def flush() -> None:
         await asyncio.sleep(0)
@@ -92,9 +93,9 @@ async def test_a_finish_hook_that_fails_fails_only_its_own_batch(engine: AsyncEn
     """Items of two batches in one group; a hook that raises when ``bad`` finishes: the group's
     transaction fails, and the finalizer writes it again batch by batch, so ``good`` still finishes."""
     bad, good = await submit(engine, 1), await submit(engine, 1)
-    claimed = await queue.claim(engine, "r1", 1) + await queue.claim(engine, "r1", 1)
+    claimed = await queue_ops.claim(engine, "r1", 1) + await queue_ops.claim(engine, "r1", 1)
     assert {c.batch_id for c in claimed} == {bad, good}
-    await starter.start(engine, "r1", [(c.batch_id, c.idx) for c in claimed])
+    await queue_ops.start(engine, "r1", [(c.batch_id, c.idx) for c in claimed])
     hooked: list[str] = []
 
     async def hook(conn: Any, batches: Any) -> None:
@@ -107,7 +108,10 @@ async def test_a_finish_hook_that_fails_fails_only_its_own_batch(engine: AsyncEn
 
     settled: list[tuple[str, bool]] = []
     finalizer = Finalizer(
-        engine, "r1", lambda key, result, done: settled.append((key[0], done)), flush, hooks=FinishHooks(hook)
+        BatchStore(engine, FinishHooks(hook)),
+        "r1",
+        lambda key, result, done: settled.append((key[0], done)),
+        flush,
     )
     finalizer.start()
     try:

@@ -1,4 +1,4 @@
-"""The connection a batch task holds between its statements (relay.batches.held), on real SQLite and
+"""The connection a batch task holds between its statements (relay.store.held), on real SQLite and
 Postgres: kept while in use, given back after a quiet spell or an error, never kept inside a
 transaction; and the batch queue's statements run on it."""
 
@@ -8,9 +8,9 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from relay.batches import queue, starter
-from relay.batches.held import HeldConnection
-from tests.batches.test_queue import submit
+from relay.store.held import HeldConnection
+from tests.batches import queue_ops
+from tests.batches.queue_helpers import submit
 
 
 class Clock:
@@ -93,12 +93,12 @@ async def test_claims_and_starts_run_on_a_held_connection(engine: AsyncEngine) -
     batch_id = await submit(engine, 3)
     held = HeldConnection(engine)
     async with held.use() as db:
-        claimed = await queue.claim(db, "r1", 2)
+        claimed = await queue_ops.claim(db, "r1", 2)
         assert [c.idx for c in claimed] == [0, 1]
         if isinstance(db, AsyncConnection):
             assert not db.in_transaction()
-        assert await starter.start(db, "r1", [(batch_id, 0)]) == {(batch_id, 0)}
-        assert await starter.start(db, "r2", [(batch_id, 1)]) == set()  # reserved by r1, not r2
+        assert await queue_ops.start(db, "r1", [(batch_id, 0)]) == {(batch_id, 0)}
+        assert await queue_ops.start(db, "r2", [(batch_id, 1)]) == set()  # reserved by r1, not r2
     async with held.use() as db:
-        assert [c.idx for c in await queue.claim(db, "r2", 5)] == [2]
+        assert [c.idx for c in await queue_ops.claim(db, "r2", 5)] == [2]
     await held.close()

@@ -21,8 +21,9 @@ from relay.batches.service import BatchService, CreatedBatch, NewBatch
 from relay.snapshot import Policy
 from relay.store import idempotency as store
 from relay.store import tables as t
+from relay.store.batch_queue import BatchStore
 from relay.store.idempotency import StoredAnswer
-from tests.batches.test_queue import KEY_HASH
+from tests.batches.queue_helpers import KEY_HASH
 
 CONCURRENT = 6
 
@@ -60,7 +61,7 @@ async def test_concurrent_duplicates_leave_one_batch_and_no_orphaned_bodies(
     engine = clean
     root = tmp_path / "payloads"
     stores = PayloadStores(FileStore(root), DatabaseStore(engine), store)  # type: ignore[arg-type]
-    service = BatchService(engine, stores, max_items=100)
+    service = BatchService(BatchStore(engine), stores, max_items=100)
     claim = IdempotencyClaim(KEY_HASH, "same-key", "f" * 64)
     new = NewBatch(api="relay", shape="openai", requests=[{"model": "m", "messages": []}] * 3)
     try:
@@ -102,7 +103,7 @@ async def test_idempotency_rows_older_than_the_window_are_swept(engine: AsyncEng
         await purge_expired(engine)
         ran.set()
 
-    sweeper = ExpirySweeper(engine, 0.01, housekeeping=housekeeping)  # the sweeper's loop runs it
+    sweeper = ExpirySweeper(BatchStore(engine), 0.01, housekeeping=housekeeping)  # the sweeper's loop runs it
     sweeper.start()
     try:
         await asyncio.wait_for(ran.wait(), 30)
@@ -119,7 +120,7 @@ async def test_a_create_whose_insert_fails_otherwise_leaves_no_bodies(
 ) -> None:
     root = tmp_path / "payloads"
     stores = PayloadStores(FileStore(root), DatabaseStore(clean), store)  # type: ignore[arg-type]
-    service = BatchService(clean, stores, max_items=100)
+    service = BatchService(BatchStore(clean), stores, max_items=100)
     # Bodies are written, then the insert refuses the batch (one custom id for two items).
     new = NewBatch(api="openai", shape="openai", requests=[{"model": "m"}] * 2, custom_ids=["only-one"])
     try:

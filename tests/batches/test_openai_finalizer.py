@@ -13,7 +13,6 @@ import pytest
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from relay.batches import queue
 from relay.batches.files import FileService
 from relay.batches.hooks import FinishHooks
 from relay.batches.openai_finalizer import NO_END_EVENTS, EndEvents, OpenAIFinalizer, finalizing_hook
@@ -22,7 +21,9 @@ from relay.batches.service import BatchService
 from relay.domain.batches import mint_batch_id
 from relay.store import batches as batch_store
 from relay.store import tables as t
-from tests.batches.test_queue import KEY_HASH, batch_row, cancel_events
+from relay.store.batch_queue import BatchStore
+from tests.batches import queue_ops
+from tests.batches.queue_helpers import KEY_HASH, batch_row, cancel_events
 
 
 @pytest.fixture
@@ -38,7 +39,7 @@ HOOKS = FinishHooks(finalizing_hook())  # what relay.boot builds, without the we
 
 def finalizer(engine: AsyncEngine, tmp_path: Path, end_events: EndEvents = NO_END_EVENTS) -> OpenAIFinalizer:
     stores = PayloadStores(FileStore(tmp_path / "payloads"), DatabaseStore(engine), "database")
-    batches = BatchService(engine, stores, max_items=100)
+    batches = BatchService(BatchStore(engine), stores, max_items=100)
     files = FileService(engine, stores, max_bytes=10_000)
     return OpenAIFinalizer(engine, batches, files, interval_s=3600, end_events=end_events)
 
@@ -48,8 +49,8 @@ async def cancelled_openai_batch(engine: AsyncEngine, items: int = 3, hooks: Fin
     row = batch_row(
         id=batch_id, api="openai", api_status="in_progress", api_data={"endpoint": "/v1/chat/completions"}
     )
-    await queue.insert_batch(engine, row, items, custom_ids=[f"c{i}" for i in range(items)], hooks=hooks)
-    await queue.cancel(engine, batch_id, events_for=cancel_events(batch_id), hooks=hooks)
+    await queue_ops.insert_batch(engine, row, items, custom_ids=[f"c{i}" for i in range(items)], hooks=hooks)
+    await queue_ops.cancel(engine, batch_id, events_for=cancel_events(batch_id), hooks=hooks)
     return batch_id
 
 
@@ -103,11 +104,11 @@ async def test_a_lapsed_claim_is_taken_over_and_a_live_one_left_alone(
 
 async def test_the_hook_leaves_other_apis_and_failed_batches_alone(hooked: AsyncEngine) -> None:
     relay = batch_row()
-    await queue.insert_batch(hooked, relay, 1, hooks=HOOKS)
-    await queue.cancel(hooked, relay["id"], events_for=cancel_events(relay["id"]), hooks=HOOKS)
+    await queue_ops.insert_batch(hooked, relay, 1, hooks=HOOKS)
+    await queue_ops.cancel(hooked, relay["id"], events_for=cancel_events(relay["id"]), hooks=HOOKS)
     failed_id = mint_batch_id("openai")
     row = batch_row(id=failed_id, api="openai", api_status="failed")
-    await queue.insert_batch(hooked, row, 0, hooks=HOOKS)
+    await queue_ops.insert_batch(hooked, row, 0, hooks=HOOKS)
     assert (await state(hooked, relay["id"]))[0] is None
     assert (await state(hooked, failed_id))[0] == "failed"
 
@@ -135,7 +136,7 @@ async def test_the_end_event_is_called_once_in_the_end_state_transaction(
     await asyncio.gather(*(racer.finalize_waiting() for racer in racers))
     failed_id = mint_batch_id("openai")
     row = batch_row(id=failed_id, api="openai", api_status="failed")
-    await queue.insert_batch(hooked, row, 0, hooks=hooks)
+    await queue_ops.insert_batch(hooked, row, 0, hooks=hooks)
     assert calls == [(batch_id, "batch.cancelled", {"cancelled": 3}), (failed_id, "batch.failed", {})]
     assert (await state(hooked, batch_id))[1] == {"seen_in_transaction": True}
     assert (await state(hooked, failed_id))[1] == {"seen_in_transaction": True}

@@ -21,6 +21,7 @@ from relay.batches.payload_store import DatabaseStore, FileStore, PayloadStores
 from relay.batches.service import BatchService, CreatedBatch, NewBatch
 from relay.snapshot import Policy
 from relay.store import tables as t
+from relay.store.batch_queue import BatchStore
 from relay.store.engine import create_engine
 from tests.batches_api.helpers import (
     chat_item,
@@ -66,7 +67,7 @@ def engine_create(gw: Gateway, like: str, new: NewBatch, key: str | None = None)
                 created.append(batch)
                 return Answer(200, b"{}")
 
-            await BatchService(engine, stores, max_items=50_000).create(principal, new, render)
+            await BatchService(BatchStore(engine), stores, max_items=50_000).create(principal, new, render)
             return created[0].id
         finally:
             await engine.dispose()

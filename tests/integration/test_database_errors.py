@@ -73,7 +73,7 @@ async def test_a_locked_sqlite_file_is_transient(tmp_path: Path) -> None:
 
 
 async def test_the_drivers_own_errors_are_judged_alike(postgres_url: str) -> None:
-    """``queue.start`` runs its statement on asyncpg directly: a terminated connection seen there is
+    """``BatchStore.start`` runs its statement on asyncpg directly: a terminated connection seen there is
     transient, a syntax error is not."""
     engine = create_engine(postgres_url)
     try:

@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from relay.batches.message_batches import message_batch, processing_status, result_line, results_url
-from relay.batches.views import BatchRecord, ResultRow
+from relay.domain.batch_record import BatchRecord, ResultRow
 from relay.domain.batches import expired_error
 
 CREATED = datetime(2026, 12, 2, 1, 0, tzinfo=UTC)

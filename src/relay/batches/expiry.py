@@ -3,7 +3,7 @@ error starting ``expired: `` and the batch finishes (its finish hooks run, flagg
 
 What it does. :func:`expire_due` is one transaction over the batches past their ``expires_at``, not
 finished and with an ``available`` item (``ix_batches_expiring``; the statements are in
-``relay.batches.txn``): every ``available`` item (reserved or not) becomes ``cancelled`` with
+``relay.store.batch_queue``): every ``available`` item (reserved or not) becomes ``cancelled`` with
 ``expired: batch expired at <instant>`` and one usage event each, and each batch finishes unless an
 item still runs. A batch left with only running items is not due again (so a dead replica's items,
 until rescued, cannot hold later deadlines back). :class:`ExpirySweeper` runs it on every replica every
@@ -14,10 +14,11 @@ available items; an item running on another replica is stopped by that replica's
 first. A batch whose last running item ends after its
 ``expires_at`` finishes then, flagged expired when the expiry cancelled one of its items.
 
-What it deliberately does not know. SQL (``relay.batches.txn`` runs it). Which API set
-``expires_at`` (§10 batches have none, so never expire) and what a façade shows for an expired batch.
+What it deliberately does not know. SQL (the batch store runs it: ``BatchStore.expire_due_batches``).
+Which API set ``expires_at`` (§10 batches have none, so never expire) and what a façade shows for an
+expired batch.
 
-Invariants. The transaction rules of ``relay.batches.queue`` (advisory lock first, like a cancel:
+Invariants. The transaction rules of ``relay.store.batch_queue`` (advisory lock first, like a cancel:
 only available items change); an item is cancelled once, with its event in the same transaction.
 Several replicas may sweep at once: the second finds nothing left to cancel.
 """
@@ -29,13 +30,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Final
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
-from relay.batches.hooks import NO_HOOKS, FinishHooks
 from relay.batches.runner import item_event
-from relay.batches.txn import expire_due_batches, expired_running
-from relay.batches.views import BatchRecord
+from relay.domain.batch_record import BatchRecord
 from relay.domain.batches import expired_error
+from relay.store.batch_queue import BatchStore
 from relay.usage.event import UsageEvent
 
 log = logging.getLogger("relay.batches")
@@ -46,11 +44,11 @@ def _expiry_events(record: BatchRecord, idxs: list[int], error: str) -> list[Usa
     return [item_event(record, idx, error_kind="expired", error_message=error) for idx in idxs]
 
 
-async def expire_due(engine: AsyncEngine, hooks: FinishHooks = NO_HOOKS) -> list[BatchRecord]:
+async def expire_due(store: BatchStore) -> list[BatchRecord]:
     """Cancel the available items of up to :data:`SWEEP_BATCHES` due batches (with their usage
     events) and finish those with nothing running; returns the batches swept (some may still have
     running items)."""
-    return await expire_due_batches(engine, SWEEP_BATCHES, _expiry_events, hooks)
+    return await store.expire_due_batches(SWEEP_BATCHES, _expiry_events)
 
 
 class ExpirySweeper:
@@ -60,18 +58,16 @@ class ExpirySweeper:
 
     def __init__(
         self,
-        engine: AsyncEngine,
+        store: BatchStore,
         interval_s: float,
         stop_running: Callable[[str, str], Awaitable[object]] | None = None,
         *,
         instance_id: str | None = None,
         housekeeping: Callable[[], Awaitable[object]] | None = None,
-        hooks: FinishHooks = NO_HOOKS,
     ) -> None:
-        self._hooks = hooks
         if stop_running is not None and instance_id is None:
             raise ValueError("stopping running items needs this replica's instance id")
-        self._engine = engine
+        self._store = store  # its finish hooks run when a sweep finishes a batch
         self._interval_s = interval_s
         self._stop_running = stop_running
         self._instance_id = instance_id
@@ -87,9 +83,9 @@ class ExpirySweeper:
             await asyncio.gather(self._task, return_exceptions=True)
 
     async def sweep(self) -> list[BatchRecord]:
-        swept = await expire_due(self._engine, self._hooks)
+        swept = await expire_due(self._store)
         if self._stop_running is not None and self._instance_id is not None:
-            for record in await expired_running(self._engine, self._instance_id, SWEEP_BATCHES):
+            for record in await self._store.expired_running(self._instance_id, SWEEP_BATCHES):
                 assert record.expires_at is not None
                 await self._stop_running(record.id, expired_error(record.expires_at))
         if swept:

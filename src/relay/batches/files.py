@@ -28,12 +28,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
 from relay.batches.payload_store import FileSink, PayloadStores
 from relay.domain.ids import mint_id
 from relay.errors import NotFound, PayloadTooLarge
 from relay.store import files as rows
+from relay.store.engine import Engine
 from relay.store.files import FileRow
 
 log = logging.getLogger("relay.files")
@@ -131,7 +130,7 @@ class Upload:
 
 class FileService:
     def __init__(
-        self, engine: AsyncEngine, stores: PayloadStores, *, max_bytes: int, sweep_every_s: float = 60.0
+        self, engine: Engine, stores: PayloadStores, *, max_bytes: int, sweep_every_s: float = 60.0
     ) -> None:
         self.engine = engine
         self._stores = stores

@@ -3,10 +3,10 @@
 Why a separate writer. An item's run ends in memory (an :class:`ItemResult`); making it final is a
 database transaction. One transaction per item made the database the bottleneck (the write lock, BEGIN
 and COMMIT per item, and a worker slot held until its commit). Here every finished item is queued and a
-single task writes whatever has accumulated with ``queue.finalize_many`` — one transaction for the
+single task writes whatever has accumulated with ``BatchStore.finalize_many`` — one transaction for the
 group, each item's event still committed together with its state. At low load a group is one item,
 written at once; under load groups grow by themselves while the previous commit is in flight. On
-Postgres the groups' transactions run on one connection the finalizer keeps (``relay.batches.held``).
+Postgres the groups' transactions run on one connection the finalizer keeps (``relay.store.held``).
 
 Response bodies. A completed item's body was appended to a payload file when it ran; before a group's
 transaction, ``flush_responses`` puts those bytes on disk (one ``fdatasync`` per file for the whole
@@ -34,36 +34,31 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-
-from relay.batches import queue
-from relay.batches.held import Db, HeldConnection
-from relay.batches.hooks import NO_HOOKS, FinishHooks
 from relay.batches.payload_store import KeptResponse
 from relay.batches.runner import ItemResult, response_lost
 from relay.domain.batches import ResponseRef
-from relay.store.engine import is_transient
+from relay.store.batch_queue import BatchStore, Db, FinalItem
+from relay.store.batch_queue import SaveResponses as SaveFinals
+from relay.store.engine import Connection, is_transient
 
 log = logging.getLogger("relay.batches")
 
 Key = tuple[str, int]
-SaveResponses = Callable[[AsyncConnection, list[tuple[str, str, int, KeptResponse]]], Awaitable[None]]
+SaveResponses = Callable[[Connection, list[tuple[str, str, int, KeptResponse]]], Awaitable[None]]
 MAX_GROUP = 500  # items per transaction: bounds the statement sizes and the time locks are held
 
 
 class Finalizer:
     def __init__(
         self,
-        engine: AsyncEngine,
+        store: BatchStore,
         instance_id: str,
         on_settled: Callable[[Key, ItemResult, bool], None],
         flush_responses: Callable[[], Awaitable[None]],
         save_responses: SaveResponses | None = None,
-        *,
-        hooks: FinishHooks = NO_HOOKS,
     ) -> None:
-        self._hooks = hooks
-        self._held = HeldConnection(engine)  # the group transactions' connection, kept between groups
+        self._store = store  # its finish hooks run in the group's transaction
+        self._held = store.held()  # the group transactions' connection, kept between groups
         self._flush_responses = flush_responses
         self._save_responses = save_responses
         self._instance_id = instance_id
@@ -127,15 +122,14 @@ class Finalizer:
                         self._on_settled(key, result, key in done)
 
     async def _finalize(self, db: Db, group: list[tuple[Key, ItemResult]]) -> set[Key]:
-        return await queue.finalize_many(
-            db,
+        return await self._store.finalize_many(
             self._instance_id,
             [
-                queue.FinalItem(key[0], key[1], r.state, r.status, r.error, r.event, _ref(r.response))
+                FinalItem(key[0], key[1], r.state, r.status, r.error, r.event, _ref(r.response))
                 for key, r in group
             ],
             self._saver(dict(group)),
-            self._hooks,
+            db=db,
         )
 
     async def _by_batch(self, group: list[tuple[Key, ItemResult]]) -> tuple[set[Key], set[Key]]:
@@ -158,13 +152,13 @@ class Finalizer:
                 failed.update(key for key, _ in part)
         return done, failed
 
-    def _saver(self, results: dict[Key, ItemResult]) -> queue.SaveResponses | None:
+    def _saver(self, results: dict[Key, ItemResult]) -> SaveFinals | None:
         """What writes the group's kept bodies inside its transaction, for the items finalized."""
         save = self._save_responses
         if save is None:
             return None
 
-        async def saver(conn: AsyncConnection, done: list[queue.FinalItem]) -> None:
+        async def saver(conn: Connection, done: list[FinalItem]) -> None:
             kept = []
             for final in done:
                 result = results[(final.batch_id, final.idx)]

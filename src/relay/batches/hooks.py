@@ -20,29 +20,21 @@ write rows, never call out. ``expired``: the batch had an ``expires_at`` and fin
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Final
 
-from sqlalchemy.ext.asyncio import AsyncConnection
+from relay.domain.batch_record import FinishedBatch
+from relay.store.engine import Connection
+
+__all__ = ["NO_HOOKS", "FinishHook", "FinishHooks", "FinishedBatch"]
 
 
-@dataclass(frozen=True, slots=True)
-class FinishedBatch:
-    id: str
-    api: str  # "relay" | "openai" | "anthropic"
-    project_id: str
-    counts: dict[str, int]  # item state → number, only states present
-    cancelled: bool
-    expired: bool
-    api_status: str | None  # the façade's state as the finishing transaction found it
-
-
-FinishHook = Callable[[AsyncConnection, Sequence[FinishedBatch]], Awaitable[None]]
+FinishHook = Callable[[Connection, Sequence[FinishedBatch]], Awaitable[None]]
 
 
 class FinishHooks:
-    """The finish hooks of one runtime, fixed when it is built (``relay.boot``) and passed to what
-    finishes batches: no module-level registry, so two runtimes in one process never share hooks."""
+    """The finish hooks of one runtime, fixed when it is built (``relay.boot``) and given to the batch
+    store that runs them (``relay.store.batch_queue.BatchStore``): no module-level registry, so two
+    runtimes in one process never share hooks."""
 
     __slots__ = ("_hooks",)
 
@@ -52,7 +44,7 @@ class FinishHooks:
     def __len__(self) -> int:
         return len(self._hooks)
 
-    async def run(self, conn: AsyncConnection, finished: Sequence[FinishedBatch]) -> None:
+    async def run(self, conn: Connection, finished: Sequence[FinishedBatch]) -> None:
         """Call every hook, in order, with the batches in id order, inside ``conn``'s transaction."""
         if not finished:
             return
@@ -61,4 +53,4 @@ class FinishHooks:
             await hook(conn, ordered)
 
 
-NO_HOOKS: Final = FinishHooks()  # immutable: what the queue's functions run when given none
+NO_HOOKS: Final = FinishHooks()  # immutable: none (a store built without hooks runs none either)

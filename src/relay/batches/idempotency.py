@@ -5,7 +5,7 @@ naming ``Idempotency-Key``) and makes an :class:`IdempotencyClaim` of the owner,
 fingerprint of the route and the request body. A create first calls :func:`replay`: a first answer of
 the same owner and key within 24 h is answered again verbatim (same status and body), or, for a
 different fingerprint, refused with 409 ``idempotency_key_reused``. Otherwise the create passes
-:meth:`IdempotencyClaim.writer` (with its answer) to ``queue.insert_batch``, which writes the row in
+:meth:`IdempotencyClaim.writer` (with its answer) to ``BatchStore.insert_batch``, which writes the row in
 the SAME transaction as the batch: a repeat creates nothing, and a concurrent duplicate fails that
 transaction (nothing written) and resolves to the first answer with :func:`replay` again (the
 service does that).
@@ -28,10 +28,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-
 from relay.errors import Conflict, InvalidRequest
 from relay.store import idempotency as store
+from relay.store.engine import Connection, Engine
 from relay.store.idempotency import StoredAnswer
 
 HEADER: Final = "idempotency-key"
@@ -63,10 +62,10 @@ class IdempotencyClaim:
     key: str
     fingerprint: str
 
-    def writer(self, answer: Answer, created_at: datetime) -> Callable[[AsyncConnection], Awaitable[None]]:
-        """What ``queue.insert_batch(first=…)`` runs: records ``answer`` in the create's transaction."""
+    def writer(self, answer: Answer, created_at: datetime) -> Callable[[Connection], Awaitable[None]]:
+        """What ``BatchStore.insert_batch(first=…)`` runs: records ``answer`` in the create's transaction."""
 
-        async def write(conn: AsyncConnection) -> None:
+        async def write(conn: Connection) -> None:
             stored = StoredAnswer(self.fingerprint, answer.status_code, answer.body)
             await store.record_answer(
                 conn, self.owner, self.key, stored, created_at=created_at, window=WINDOW
@@ -100,11 +99,10 @@ def claim_from(header: str | None, owner: str, route: str, body: bytes) -> Idemp
     return IdempotencyClaim(owner, key, digest.hexdigest())
 
 
-async def replay(engine: AsyncEngine, claim: IdempotencyClaim) -> Answer | None:
+async def replay(engine: Engine, claim: IdempotencyClaim) -> Answer | None:
     """The first answer to repeat (None: go on and create); :class:`IdempotencyKeyReused` when the
     key was used with a different request."""
-    async with engine.connect() as conn:
-        found = await store.find_answer(conn, claim.owner, claim.key, newer_than=datetime.now(UTC) - WINDOW)
+    found = await store.lookup(engine, claim.owner, claim.key, newer_than=datetime.now(UTC) - WINDOW)
     if found is None:
         return None
     if found.fingerprint != claim.fingerprint:
@@ -112,7 +110,7 @@ async def replay(engine: AsyncEngine, claim: IdempotencyClaim) -> Answer | None:
     return Answer(found.status_code, found.body)
 
 
-async def purge_expired(engine: AsyncEngine, limit: int = PURGE_ROWS) -> int:
+async def purge_expired(engine: Engine, limit: int = PURGE_ROWS) -> int:
     """Delete up to ``limit`` idempotency rows older than the 24 h window (they can never answer
     again); returns how many went."""
     return await store.delete_older(engine, datetime.now(UTC) - WINDOW, limit)

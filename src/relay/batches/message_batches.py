@@ -32,7 +32,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 import orjson
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.auth import Principal
 from relay.batches.idempotency import Answer, IdempotencyClaim
@@ -45,11 +44,13 @@ from relay.batches.service import (
     load_batch_body,
     rfc3339,
 )
-from relay.batches.views import BatchRecord, ResultRow, record_from_row
+from relay.domain.batch_record import BatchRecord, ResultRow
 from relay.domain.batches import CANCELLED, COMPLETED, DISCARDED, BatchRejected
 from relay.errors import InvalidRequest
 from relay.store import message_batches as store
+from relay.store.batch_queue import record_from_row
 from relay.store.batches import owner_page
+from relay.store.engine import Engine
 from relay.store.message_batches import COUNT_KEYS, EXPIRED_PREFIX
 
 EXPIRES_AFTER: Final = timedelta(hours=24)
@@ -182,7 +183,7 @@ class MessageBatches:
 
     def __init__(
         self,
-        engine: AsyncEngine,
+        engine: Engine,
         batches: BatchService,
         payloads: PayloadStores,
         *,

@@ -30,18 +30,17 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Final, Protocol
 
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-
 from relay.batches.files import FileService
 from relay.batches.hooks import FinishedBatch, FinishHook
 from relay.batches.openai_batches import API, CLAIM_PREFIX, FAILED, FINALIZING, IN_PROGRESS, outcome_of
 from relay.batches.service import BatchService
-from relay.batches.views import BatchRecord
+from relay.domain.batch_record import BatchRecord
 from relay.domain.batches import COMPLETED
 from relay.domain.ids import mint_id
 from relay.domain.openai_batches import error_line, output_line
 from relay.store import batches as batch_store
 from relay.store import facade_batches
+from relay.store.engine import Connection, Engine
 
 log = logging.getLogger("relay.batches")
 LEASE_S: Final = 600  # how long a claim holds before another replica may take the batch over
@@ -54,7 +53,7 @@ class EndEvent(Protocol):
 
     async def __call__(
         self,
-        conn: AsyncConnection,
+        conn: Connection,
         *,
         batch_id: str,
         api: str,
@@ -74,7 +73,7 @@ class EndEvents:
         self._callbacks: tuple[EndEvent, ...] = callbacks
 
     async def ended(
-        self, conn: AsyncConnection, batch_id: str, project_id: str, counts: Mapping[str, int], state: str
+        self, conn: Connection, batch_id: str, project_id: str, counts: Mapping[str, int], state: str
     ) -> None:
         for callback in self._callbacks:
             await callback(
@@ -95,7 +94,7 @@ def finalizing_hook(end_events: EndEvents = NO_END_EVENTS) -> FinishHook:
     finishing transaction); one that failed validation (finished at create, no item) has reached its
     end state (``end_events``)."""
 
-    async def mark_finalizing(conn: AsyncConnection, finished: Sequence[FinishedBatch]) -> None:
+    async def mark_finalizing(conn: Connection, finished: Sequence[FinishedBatch]) -> None:
         for batch in finished:
             if batch.api != API:
                 continue
@@ -112,7 +111,7 @@ def finalizing_hook(end_events: EndEvents = NO_END_EVENTS) -> FinishHook:
 class OpenAIFinalizer:
     def __init__(
         self,
-        engine: AsyncEngine,
+        engine: Engine,
         batches: BatchService,
         files: FileService,
         interval_s: float,

@@ -41,13 +41,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
 
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-
 from relay.batches.file_payloads import READ_CHUNK, FileBytesDir
 from relay.batches.payloads import PayloadDir, sync_descriptors
 from relay.domain.batches import ResponseRef
 from relay.store import files as file_rows
 from relay.store import payloads as db
+from relay.store.engine import Connection, Engine
 
 log = logging.getLogger("relay.batches")
 
@@ -85,7 +84,7 @@ class PayloadStore(Protocol):
     async def flush(self) -> None: ...
 
     async def save_responses(
-        self, conn: AsyncConnection, items: Sequence[tuple[str, int, KeptResponse]]
+        self, conn: Connection, items: Sequence[tuple[str, int, KeptResponse]]
     ) -> None: ...
 
     async def read_responses(
@@ -151,7 +150,7 @@ class _DiskSink:
 
 
 class _ChunkSink:
-    def __init__(self, engine: AsyncEngine, file_id: str, chunk_bytes: int) -> None:
+    def __init__(self, engine: Engine, file_id: str, chunk_bytes: int) -> None:
         self._engine, self._file_id, self._chunk_bytes = engine, file_id, chunk_bytes
         self._buffer = _Buffered(chunk_bytes)
         self._seq = 0
@@ -236,9 +235,7 @@ class FileStore:
         if fds:
             await asyncio.to_thread(sync_descriptors, fds)
 
-    async def save_responses(
-        self, conn: AsyncConnection, items: Sequence[tuple[str, int, KeptResponse]]
-    ) -> None:
+    async def save_responses(self, conn: Connection, items: Sequence[tuple[str, int, KeptResponse]]) -> None:
         return None  # the item row's reference is the record; the bytes were flushed before
 
     async def read_responses(
@@ -271,7 +268,7 @@ class DatabaseStore:
 
     name: StoreName = "database"
 
-    def __init__(self, engine: AsyncEngine, chunk_bytes: int = db.CHUNK_BYTES) -> None:
+    def __init__(self, engine: Engine, chunk_bytes: int = db.CHUNK_BYTES) -> None:
         self._engine = engine
         self._chunk_bytes = chunk_bytes
         # Request reads waiting for the next grouped query (items start in groups: one query each).
@@ -322,13 +319,10 @@ class DatabaseStore:
         being given back is served by this task's next round, never left unanswered."""
         while self._prefetches:
             try:
-                async with self._engine.connect() as conn:
+                async with db.first_chunk_reader(self._engine, db.REQUEST, PREFETCH_BYTES) as read:
                     while self._prefetches:
                         batch_id, futures = self._prefetches[0]
-                        async with conn.begin():
-                            found = await db.read_whole_first_chunks(
-                                conn, batch_id, db.REQUEST, list(futures), PREFETCH_BYTES
-                            )
+                        found = await read(batch_id, list(futures))
                         self._prefetches.popleft()
                         _answer(futures, found)
             except Exception as exc:  # those items read their bodies one by one when they run
@@ -359,9 +353,7 @@ class DatabaseStore:
     async def flush(self) -> None:
         return None  # the bodies are written by the transaction that completes their items
 
-    async def save_responses(
-        self, conn: AsyncConnection, items: Sequence[tuple[str, int, KeptResponse]]
-    ) -> None:
+    async def save_responses(self, conn: Connection, items: Sequence[tuple[str, int, KeptResponse]]) -> None:
         rows = [(batch_id, idx, kept.body) for batch_id, idx, kept in items if kept.body is not None]
         if rows:
             await db.insert_bodies(conn, db.RESPONSE, rows, self._chunk_bytes)
@@ -407,7 +399,7 @@ class PayloadStores:
             await store.flush()
 
     async def save_responses(
-        self, conn: AsyncConnection, items: Sequence[tuple[str, str, int, KeptResponse]]
+        self, conn: Connection, items: Sequence[tuple[str, str, int, KeptResponse]]
     ) -> None:
         """Inside the transaction completing these ``(store, batch_id, idx, kept)`` items."""
         for name, store in self._by_name.items():

@@ -28,13 +28,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import orjson
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from relay.adapters import EMBEDDINGS, Dispatch, admit
 from relay.auth import Principal, build_principal, recheck_key, recheck_token
-from relay.batches import queue
 from relay.batches.payload_store import KeptResponse, PayloadStores, Prefetched
-from relay.batches.views import BatchRecord
+from relay.domain.batch_record import CANCELLED_ERROR, BatchRecord, FinalState
 from relay.domain.batches import OPENAI_EMBEDDINGS
 from relay.domain.ids import mint_id
 from relay.errors import InvalidRequest, RateLimited, RelayError
@@ -43,6 +41,8 @@ from relay.inference_tokens import TokenClaims
 from relay.pipeline import Call, Outcome, Pipeline, UpstreamUnavailable
 from relay.routing import Plan, resolve
 from relay.snapshot import Snapshot
+from relay.store.batch_queue import ClaimedItem
+from relay.store.engine import Connection
 from relay.usage.event import UsageEvent, attribution_fields, outcome_fields
 
 log = logging.getLogger("relay.batches")
@@ -82,12 +82,12 @@ def item_event(
 
 def cancelled_event(batch: BatchRecord, idx: int) -> UsageEvent:
     """The event of an item cancelled before or while it ran (nothing priced)."""
-    return item_event(batch, idx, error_kind="cancelled", error_message=queue.CANCELLED_ERROR)
+    return item_event(batch, idx, error_kind="cancelled", error_message=CANCELLED_ERROR)
 
 
 @dataclass(slots=True)
 class ItemResult:
-    state: queue.FinalState
+    state: FinalState
     status: int | None  # the upstream's HTTP status when one answered
     error: str | None
     event: UsageEvent
@@ -128,7 +128,7 @@ class ItemRunner:
         return self._payloads.of(batch.payload_store).prefetch_requests(batch.id, idxs)
 
     async def execute(
-        self, item: queue.ClaimedItem, prefetched: asyncio.Future[bytes | None] | None = None
+        self, item: ClaimedItem, prefetched: asyncio.Future[bytes | None] | None = None
     ) -> ItemResult:
         """Run one item; never raises for a failing item (it becomes ``discarded``). Cancellation
         (``asyncio.CancelledError``) propagates to the worker pool, which decides what it means.
@@ -216,23 +216,21 @@ class ItemRunner:
         """Put the response bodies kept so far on disk (before their items' rows commit)."""
         await self._payloads.flush()
 
-    async def save_responses(
-        self, conn: AsyncConnection, items: list[tuple[str, str, int, KeptResponse]]
-    ) -> None:
+    async def save_responses(self, conn: Connection, items: list[tuple[str, str, int, KeptResponse]]) -> None:
         """Inside the transaction completing these ``(store, batch_id, idx, kept)`` items."""
         await self._payloads.save_responses(conn, items)
 
     def close(self) -> None:
         self._payloads.close()
 
-    def cancelled(self, item: queue.ClaimedItem, error: str | None = None) -> ItemResult:
+    def cancelled(self, item: ClaimedItem, error: str | None = None) -> ItemResult:
         """An item stopped while it ran: by a cancel, or (``error`` ``expired: …``) by an expiry."""
         if error is None:
-            return ItemResult("cancelled", None, queue.CANCELLED_ERROR, cancelled_event(item.batch, item.idx))
+            return ItemResult("cancelled", None, CANCELLED_ERROR, cancelled_event(item.batch, item.idx))
         event = item_event(item.batch, item.idx, error_kind="expired", error_message=error)
         return ItemResult("cancelled", None, error, event)
 
-    def failed(self, item: queue.ClaimedItem, exc: BaseException) -> ItemResult:
+    def failed(self, item: ClaimedItem, exc: BaseException) -> ItemResult:
         """An unexpected error inside Relay (a bug or an outage): the item is discarded, not left running."""
         message = f"internal error: {type(exc).__name__}"
         return ItemResult(

@@ -25,17 +25,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.adapters.json_codec import DEFAULT_MAX_DEPTH, JsonRefused, loads_input
 from relay.auth import Principal
-from relay.batches import queue, views
-from relay.batches.hooks import NO_HOOKS, FinishHooks
 from relay.batches.idempotency import Answer, IdempotencyClaim, replay
 from relay.batches.payload_store import PayloadStore, PayloadStores
 from relay.batches.runner import cancelled_event
-from relay.batches.views import BatchRecord
+from relay.domain.batch_record import BatchRecord, ItemState, ResultRow
 from relay.domain.batches import (
     APIS,
     CANCELLED,
@@ -49,7 +45,8 @@ from relay.domain.batches import (
     validate_submission,
 )
 from relay.errors import InvalidRequest, NotFound
-from relay.store import batches as batch_store
+from relay.store.batch_queue import BatchStore
+from relay.store.engine import DuplicateRow
 
 log = logging.getLogger("relay.batches")
 
@@ -105,18 +102,16 @@ def rfc3339(value: datetime | None) -> str | None:
 class BatchService:
     def __init__(
         self,
-        engine: AsyncEngine,
+        store: BatchStore,
         payloads: PayloadStores,
         *,
         max_items: int,
         stop_running: Callable[[str], Awaitable[object]] | None = None,
         max_json_depth: int = DEFAULT_MAX_DEPTH,
         on_cancelled: Callable[[int], object] | None = None,
-        hooks: FinishHooks = NO_HOOKS,
     ) -> None:
-        self._hooks = hooks  # run when a create (no items) or a cancel finishes a batch
+        self._store = store  # its finish hooks run when a create (no items) or a cancel finishes a batch
         self._max_depth = max_json_depth
-        self._engine = engine
         self._payloads = payloads
         self._max_items = max_items
         self._stop_running = stop_running
@@ -192,15 +187,13 @@ class BatchService:
         answer = render(CreatedBatch(batch_id, created_at, total))
         first = idempotency.writer(answer, created_at) if idempotency is not None else None
         try:
-            await queue.insert_batch(
-                self._engine, row, total, custom_ids=new.custom_ids, first=first, hooks=self._hooks
-            )
-        except IntegrityError:
+            await self._store.insert_batch(row, total, custom_ids=new.custom_ids, first=first)
+        except DuplicateRow:
             # Nothing of this batch committed: its bodies go (a concurrent duplicate's loser, say).
             await self._discard(store, batch_id)
             if idempotency is None:
                 raise
-            prior = await replay(self._engine, idempotency)  # a concurrent duplicate committed first
+            prior = await replay(self._store.engine, idempotency)  # a concurrent duplicate committed first
             if prior is None:
                 raise
             return prior
@@ -215,9 +208,8 @@ class BatchService:
         another batch has). Best effort: when it cannot be done (the database is down), the bodies
         stay, unreferenced."""
         try:
-            async with self._engine.connect() as conn:
-                if await batch_store.get_batch(conn, batch_id) is not None:
-                    return
+            if await self._store.exists(batch_id):
+                return
             await store.discard_requests(batch_id)
         except Exception as exc:
             log.warning(
@@ -236,7 +228,7 @@ class BatchService:
     async def replay(self, claim: IdempotencyClaim) -> Answer | None:
         """The first answer to this idempotent create, to send again (None: create); 409 when the key
         was used with another request (SPEC §10.10)."""
-        return await replay(self._engine, claim)
+        return await replay(self._store.engine, claim)
 
     async def list_owned(
         self, owner: str, limit: int, after: str | None = None, *, api: str | None = None
@@ -244,12 +236,10 @@ class BatchService:
         """SPEC §10.10: the owner's batches of every API (or of ``api``), newest first, ``limit`` per
         page after the batch ``after`` (the previous page's ``next_cursor``; 400 naming ``after`` when it
         is not one of the owner's batches). Three queries whatever the page size."""
-        async with self._engine.connect() as conn:
-            page = await batch_store.owner_page(conn, owner, limit=limit, after=after, api=api)
-            if page is None:
-                raise InvalidRequest("after must be the ID of one of your batches (a next_cursor)")
-            rows, more = page
-            counts = await batch_store.item_counts(conn, [row["id"] for row in rows])
+        page = await self._store.owner_page(owner, limit=limit, after=after, api=api)
+        if page is None:
+            raise InvalidRequest("after must be the ID of one of your batches (a next_cursor)")
+        rows, more, counts = page
         batches = [
             {
                 "ID": row["id"],
@@ -267,28 +257,28 @@ class BatchService:
         return {"batches": batches, "next_cursor": rows[-1]["id"] if more and rows else None}
 
     async def owned(self, owner: str, batch_id: str) -> BatchRecord:
-        record = await views.batch_record(self._engine, batch_id)
+        record = await self._store.batch_record(batch_id)
         if record is None or record.owner != owner:
             raise BatchNotFound()
         return record
 
     async def record(self, batch_id: str) -> BatchRecord:
         """Any owner's batch (the admin's and the dashboard's reads; callers check their scope)."""
-        record = await views.batch_record(self._engine, batch_id)
+        record = await self._store.batch_record(batch_id)
         if record is None:
             raise BatchNotFound()
         return record
 
-    async def item_states(self, batch_id: str) -> list[views.ItemState]:
+    async def item_states(self, batch_id: str) -> list[ItemState]:
         """Every item's state in idx order (the §10.2 ``items``), for any owner's batch."""
-        view = await views.batch_view(self._engine, batch_id)
+        view = await self._store.batch_view(batch_id)
         if view is None:
             raise BatchNotFound()
         return view.items
 
     async def status(self, owner: str, batch_id: str, *, items: bool = True) -> dict[str, Any]:
         """SPEC §10.2, exactly these keys; ``items=False`` leaves out ``items`` (the rest is the same)."""
-        view = await views.batch_view(self._engine, batch_id, owner, items=items)  # owner first (§10.8)
+        view = await self._store.batch_view(batch_id, owner, items=items)  # owner first (§10.8)
         if view is None or view.record.owner != owner:
             raise BatchNotFound()
         r = view.record
@@ -319,14 +309,12 @@ class BatchService:
         async for page in self.result_pages(record):
             yield [_result(row, body) for row, body in page]
 
-    async def result_pages(
-        self, record: BatchRecord
-    ) -> AsyncIterator[list[tuple[views.ResultRow, bytes | None]]]:
+    async def result_pages(self, record: BatchRecord) -> AsyncIterator[list[tuple[ResultRow, bytes | None]]]:
         """Every item in idx order, a page at a time, each with its response body (completed items
         whose body is readable here; else None): what any API renders its results from."""
         after = -1
         while True:
-            rows = await views.result_rows(self._engine, record.id, after_idx=after, limit=RESULTS_PAGE)
+            rows = await self._store.result_rows(record.id, after_idx=after, limit=RESULTS_PAGE)
             if not rows:
                 return
             completed = {row.idx: row.response for row in rows if row.state == COMPLETED}
@@ -346,11 +334,8 @@ class BatchService:
         return await self.cancel_record(await self.record(batch_id))
 
     async def cancel_record(self, record: BatchRecord) -> dict[str, Any]:
-        cancelled = await queue.cancel(
-            self._engine,
-            record.id,
-            events_for=lambda idxs: [cancelled_event(record, idx) for idx in idxs],
-            hooks=self._hooks,
+        cancelled = await self._store.cancel(
+            record.id, events_for=lambda idxs: [cancelled_event(record, idx) for idx in idxs]
         )
         if cancelled and self._on_cancelled is not None:
             self._on_cancelled(len(cancelled))
@@ -359,7 +344,7 @@ class BatchService:
         return {"status": "cancelled"}
 
 
-def _result(row: views.ResultRow, response: bytes | None) -> bytes:
+def _result(row: ResultRow, response: bytes | None) -> bytes:
     out: dict[str, Any] = {"idx": row.idx, "state": row.state}
     if row.state == COMPLETED and response is not None:
         try:

@@ -1,6 +1,6 @@
 """This replica's batch worker pool (SPEC §10.6): claim, run, heartbeat, rescue, cancel, drain.
 
-What it does. A dispatcher task claims (reserves) items with ``queue.claim`` — one batch per claim, the
+What it does. A dispatcher task claims (reserves) items with ``BatchStore.claim`` — one batch per claim, the
 least recently served first (the queue's fair order) — into a small local queue of ``ready`` items, and
 keeps up to ``RELAY_BATCH_WORKERS`` of them running, each as its own task through
 :class:`relay.batches.runner.ItemRunner`. A ready item is still ``available`` in the database (SPEC
@@ -12,7 +12,7 @@ finish faster than claims come back), so a freed slot starts its next item at on
 for a claim, and claims come in groups; the request bodies of a claim's items are read ahead
 then (``database``: one query per claim; ``files``: one worker-thread hop). The dispatcher, the
 starter and the finalizer each keep one Postgres connection between their statements
-(``relay.batches.held``: no pool checkout and pre-ping per claim, start or finalize group). When
+(``relay.store.held``: no pool checkout and pre-ping per claim, start or finalize group). When
 nothing is available it polls
 again after a short, growing sleep (50 → 200 ms). A finished item's result goes to the
 :class:`~relay.batches.finalizer.Finalizer`, which writes final states in groups; the slot is free as
@@ -25,7 +25,8 @@ forgets its ready ones (the cancel already cancelled them in the database). :met
 claiming, lets running items finish for up to ``RELAY_SHUTDOWN_GRACE_S``, writes what finished, puts
 the rest back to ``available`` (releasing reservations) and removes the worker row.
 
-What it deliberately does not know. What an item is (the runner) and SQL (the queue and recovery).
+What it deliberately does not know. What an item is (the runner) and SQL (the batch store,
+``relay.store.batch_queue``).
 
 Database outages (a Postgres restart, SQLite's lock busy). Claims and heartbeats simply try again; the
 finalizer keeps finished results and retries until the database answers, so an outage loses no work. A
@@ -50,17 +51,13 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
-from relay.batches import queue, recovery
 from relay.batches.finalizer import Finalizer
-from relay.batches.held import HeldConnection
-from relay.batches.hooks import NO_HOOKS, FinishHooks
 from relay.batches.pacing import ClaimPacer
 from relay.batches.runner import ItemResult, ItemRunner, cancelled_event, item_event
 from relay.batches.starter import Starter
-from relay.batches.views import BatchRecord
+from relay.domain.batch_record import CANCELLED_ERROR, BatchRecord, stop_error
 from relay.metrics import BatchMetrics
+from relay.store.batch_queue import BatchStore, ClaimedItem
 from relay.store.engine import is_transient
 from relay.usage.event import UsageEvent
 
@@ -73,7 +70,7 @@ class WorkerPool:
     def __init__(
         self,
         *,
-        engine: AsyncEngine,
+        store: BatchStore,
         runner: ItemRunner,
         instance_id: str,
         size: int,
@@ -82,10 +79,8 @@ class WorkerPool:
         poll_min_s: float = 0.05,
         poll_max_s: float = 0.2,
         metrics: BatchMetrics | None = None,
-        hooks: FinishHooks = NO_HOOKS,
     ) -> None:
-        self._engine = engine
-        self._hooks = hooks  # run in every transaction here that finishes a batch
+        self._store = store  # its finish hooks run in every transaction here that finishes a batch
         self._runner = runner
         self._instance_id = instance_id
         self._size = size
@@ -98,19 +93,19 @@ class WorkerPool:
         self._pacer = ClaimPacer(size)
         self._claiming = asyncio.Lock()  # held from a claim until its items are registered
         self._db_ok_since: float | None = None  # monotonic time of the first heartbeat after an outage
-        self._items: dict[_Key, queue.ClaimedItem] = {}  # claimed, not settled (module docstring)
+        self._items: dict[_Key, ClaimedItem] = {}  # claimed, not settled (module docstring)
         # Claimed, waiting for a slot: per batch, served round-robin (so a batch claimed after a big
         # one's claim-ahead does not queue behind it), idx order within a batch.
-        self._ready: dict[str, deque[queue.ClaimedItem]] = {}
+        self._ready: dict[str, deque[ClaimedItem]] = {}
         self._ready_count = 0
         self._bodies: dict[_Key, asyncio.Future[bytes | None]] = {}  # ready items' request bodies read ahead
         self._tasks: dict[_Key, asyncio.Task[None]] = {}  # running
         self._executing: set[_Key] = set()  # items whose execution (not finalize) is in progress
         self._finalizer = Finalizer(
-            engine, instance_id, self._settled, runner.flush_responses, runner.save_responses, hooks=hooks
+            store, instance_id, self._settled, runner.flush_responses, runner.save_responses
         )
-        self._starter = Starter(engine, instance_id)
-        self._claim_db = HeldConnection(engine)  # the dispatcher's claims' connection (relay.batches.held)
+        self._starter = Starter(store, instance_id)
+        self._claim_db = store.held()  # the dispatcher's claims' connection (relay.store.held)
         self._cancel_requested: set[_Key] = set()
         self._stop_errors: dict[_Key, str] = {}  # a stop with another error than "cancelled" (expiry)
         self._wake = asyncio.Event()
@@ -119,7 +114,7 @@ class WorkerPool:
         self._liveness: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        await recovery.heartbeat(self._engine, self._instance_id)
+        await self._store.heartbeat(self._instance_id)
         self._db_ok_since = time.monotonic()
         self._finalizer.start()
         self._starter.open()
@@ -139,10 +134,10 @@ class WorkerPool:
                 continue
             async with self._claiming:
                 started = time.monotonic()
-                claimed: list[queue.ClaimedItem] | None = None
+                claimed: list[ClaimedItem] | None = None
                 try:
                     async with self._claim_db.use() as db:
-                        claimed = await queue.claim(db, self._instance_id, want)
+                        claimed = await self._store.claim(self._instance_id, want, db=db)
                 except Exception as exc:
                     _log_failure("batch claim failed; retrying in 1 s", exc)
                 else:
@@ -205,7 +200,7 @@ class WorkerPool:
         elif self._metrics is not None:
             self._metrics.finished.labels(result.state).inc()
 
-    async def _run(self, item: queue.ClaimedItem) -> None:
+    async def _run(self, item: ClaimedItem) -> None:
         key = (item.batch_id, item.idx)
         body = self._bodies.pop(key, None)
         try:
@@ -231,7 +226,7 @@ class WorkerPool:
         self._finalizer.add(key, result)
 
     async def cancel_batch(self, batch_id: str, error: str | None = None) -> int:
-        """After ``queue.cancel`` (or an expiry) committed: stop this replica's running items of
+        """After ``BatchStore.cancel`` (or an expiry) committed: stop this replica's running items of
         ``batch_id`` (each becomes ``cancelled``, with ``error`` when given, else ``"cancelled"``) and
         forget its reserved ones (the cancel cancelled them, and their start would fail anyway).
         Returns how many were stopped or forgotten."""
@@ -262,7 +257,7 @@ class WorkerPool:
         while not self._stopping:
             await asyncio.sleep(self._heartbeat_s)
             try:
-                await recovery.heartbeat(self._engine, self._instance_id)
+                await self._store.heartbeat(self._instance_id)
             except Exception as exc:
                 self._db_ok_since = None
                 _log_failure("batch heartbeat failed; retrying", exc)
@@ -278,29 +273,27 @@ class WorkerPool:
                     if now - self._db_ok_since >= self._stale_after_s:
                         await self._rescue()
                 if self._metrics is not None:
-                    for state, count in (await recovery.open_counts(self._engine)).items():
+                    for state, count in (await self._store.open_counts()).items():
                         self._metrics.open.labels(state).set(count)
             except Exception as exc:
                 _log_failure("batch rescue pass failed; retrying", exc)
 
     async def _rescue(self) -> None:
-        rescued = await recovery.rescue(
-            self._engine,
+        rescued = await self._store.rescue(
             stale_after_s=self._stale_after_s,
             rescue_after_s=self._rescue_after_s,
             events_for=lambda items: [
                 item_event(r.batch, r.idx, error_kind="worker_lost", error_message=r.error) for r in items
             ],
-            hooks=self._hooks,
         )
-        released = await recovery.release_lost_reservations(self._engine, stale_after_s=self._stale_after_s)
+        released = await self._store.release_lost_reservations(stale_after_s=self._stale_after_s)
         if released:
             log.info("released %d batch items reserved by lost replicas", released)
         if rescued:
             log.warning("rescued %d batch items of lost replicas", len(rescued))
             if self._metrics is not None:
                 self._metrics.finished.labels("discarded").inc(len(rescued))
-        if await recovery.expire_workers(self._engine, self._rescue_after_s):
+        if await self._store.expire_workers(self._rescue_after_s):
             log.info("forgot batch workers silent for more than %g s", self._rescue_after_s)
 
     async def _put_back_orphans(self) -> None:
@@ -308,12 +301,10 @@ class WorkerPool:
         start whose COMMIT landed while its answer was lost. They go back to ``available`` (or
         ``cancelled``), unreserved."""
         async with self._claiming:
-            held = await recovery.held_by(self._engine, self._instance_id)
+            held = await self._store.held_by(self._instance_id)
             orphans = [key for key in held if key not in self._items]
         if orphans:
-            back = await recovery.put_back(
-                self._engine, self._instance_id, orphans, events_for=_cancelled_events, hooks=self._hooks
-            )
+            back = await self._store.put_back(self._instance_id, orphans, events_for=_cancelled_events)
             # Usually 0: a claim whose answer was lost is rare, and an item finishing while we looked
             # is not an orphan. Only putting something back is worth a warning.
             level = logging.WARNING if back else logging.DEBUG
@@ -350,13 +341,11 @@ class WorkerPool:
         self._runner.close()
         try:
             # Whatever the database still says we run: the cancelled items and any orphan.
-            held = await recovery.held_by(self._engine, self._instance_id)
+            held = await self._store.held_by(self._instance_id)
             if held:
-                back = await recovery.put_back(
-                    self._engine, self._instance_id, held, events_for=_cancelled_events, hooks=self._hooks
-                )
+                back = await self._store.put_back(self._instance_id, held, events_for=_cancelled_events)
                 log.info("put %d unfinished batch items back", back)
-            await recovery.forget_worker(self._engine, self._instance_id)
+            await self._store.forget_worker(self._instance_id)
         except Exception:
             log.exception("batch worker shutdown could not put items back; rescue will settle them")
 
@@ -365,8 +354,8 @@ def _cancelled_events(pairs: list[tuple[BatchRecord, int]]) -> list[UsageEvent]:
     """The events of items put back into a batch cancelled or expired meanwhile (``stop_error``)."""
     events = []
     for record, idx in pairs:
-        error = recovery.stop_error(record)
-        if error == queue.CANCELLED_ERROR:
+        error = stop_error(record)
+        if error == CANCELLED_ERROR:
             events.append(cancelled_event(record, idx))
         else:
             events.append(item_event(record, idx, error_kind="expired", error_message=error))

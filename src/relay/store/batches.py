@@ -3,8 +3,8 @@
 What it does. :func:`list_batches` pages through batches newest first with filters (keyset on
 ``(created_at, id)``, so page 1 000 costs what page 1 costs); :func:`item_counts` counts the item states
 of a page's batches in one GROUP BY; :func:`failure_errors` groups a batch's discarded items by their
-error text (the caller groups those by §10.4 cause). The batch writes stay in ``relay.batches.queue``
-and the other owner-scoped reads of ``/v1/batches`` in ``relay.batches.views``; :func:`owner_page` is
+error text (the caller groups those by §10.4 cause). The batch writes and the other owner-scoped reads
+of ``/v1/batches`` are the batch store's (``relay.store.batch_queue``); :func:`owner_page` is
 the owner's own list (SPEC §10.10), every API's batches together.
 
 Batch state, as filtered here: ``in_progress`` (items still open: ``completed_at`` is null),

@@ -15,13 +15,20 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeAlias
 
 from sqlalchemy import event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
+
+#: The names the layers above the store use for an engine, a connection and a refused write, without
+#: importing SQLAlchemy (``relay.batches`` does no SQL: it hands these to the store, never builds a
+#: statement). ``DuplicateRow``: what a write refused by a unique key or a CHECK raises (nothing written).
+Engine: TypeAlias = AsyncEngine
+Connection: TypeAlias = AsyncConnection
+DuplicateRow = IntegrityError
 
 ASYNC_DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+asyncpg"}
 

@@ -46,6 +46,12 @@ async def find_answer(
     return None if row is None else StoredAnswer(row.fingerprint, row.status_code, bytes(row.body))
 
 
+async def lookup(engine: AsyncEngine, owner: str, key: str, *, newer_than: datetime) -> StoredAnswer | None:
+    """:func:`find_answer` on a connection of its own (a create's replay, before any transaction)."""
+    async with engine.connect() as conn:
+        return await find_answer(conn, owner, key, newer_than=newer_than)
+
+
 async def record_answer(
     conn: AsyncConnection,
     owner: str,

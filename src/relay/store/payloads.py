@@ -20,7 +20,8 @@ are never updated; nothing here deletes (bodies live as long as their batch, lik
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
+from contextlib import asynccontextmanager
 from typing import Any, Final
 
 from sqlalchemy import Integer, String, bindparam, delete, exists, func, insert, select, tuple_
@@ -137,6 +138,26 @@ async def read_whole_first_chunks(
         {"f_owner": owner_id, "f_kind": kind, "f_idxs": sorted(set(idxs)), "f_max": max_bytes},
     )
     return {idx: bytes(data) for idx, data in rows}
+
+
+#: Reads the whole one-chunk bodies of some items of a batch (``owner_id``, ``idxs``), each call its own
+#: transaction on the connection :func:`first_chunk_reader` holds.
+FirstChunkReader = Callable[[str, Sequence[int]], Awaitable[dict[int, bytes]]]
+
+
+@asynccontextmanager
+async def first_chunk_reader(
+    engine: AsyncEngine, kind: str, max_bytes: int
+) -> AsyncIterator[FirstChunkReader]:
+    """One connection for a run of :func:`read_whole_first_chunks` calls (a prefetcher serving the
+    groups that keep coming): no checkout per group; each read is its own short transaction."""
+    async with engine.connect() as conn:
+
+        async def read(owner_id: str, idxs: Sequence[int]) -> dict[int, bytes]:
+            async with conn.begin():
+                return await read_whole_first_chunks(conn, owner_id, kind, idxs, max_bytes)
+
+        yield read
 
 
 _FIRST_CHUNKS: list[Any] = []

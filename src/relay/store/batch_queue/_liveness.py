@@ -6,7 +6,7 @@ left ``running`` by a replica whose heartbeat went stale, or that ran past
 ``RELAY_BATCH_RESCUE_AFTER_S``, with ``worker lost: `` and one usage event each; several replicas may
 rescue at once without rescuing an item twice. :func:`put_back` returns a stopping replica's items to
 ``available`` (or ``cancelled``, when their batch was cancelled meanwhile). The transaction rules and
-invariants are those of ``relay.batches.queue``, whose helpers this module uses.
+invariants are those of ``relay.store.batch_queue``.
 """
 
 from __future__ import annotations
@@ -19,23 +19,22 @@ from typing import Any
 from sqlalchemy import bindparam, delete, func, or_, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from relay.batches.hooks import NO_HOOKS, FinishHooks
-from relay.batches.queue import (
-    CANCELLED_ERROR,
-    W,
-    _ago,
-    _check_events,
-    _complete_if_done,
-    _lock_batches,
-    _now,
-    _upsert_worker,
-    _write,
-    is_expired,
+from relay.domain.batch_record import BatchRecord, is_expired, stop_error
+from relay.domain.batches import AVAILABLE, CANCELLED, RUNNING
+from relay.store.batch_queue._claims import upsert_worker
+from relay.store.batch_queue._rows import B, I, W, in_state, record_from_row
+from relay.store.batch_queue._txn import (
+    NO_HOOKS,
+    BatchEvent,
+    RunsFinishHooks,
+    check_events,
+    complete_if_done,
+    db_ago,
+    db_now,
+    lock_batches,
+    write_txn,
 )
-from relay.batches.views import B, BatchRecord, I, in_state, record_from_row
-from relay.domain.batches import AVAILABLE, CANCELLED, RUNNING, expired_error
 from relay.store.usage import insert_events
-from relay.usage.event import UsageEvent
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,14 +53,14 @@ class RescuedItem:
 
 async def heartbeat(engine: AsyncEngine, instance_id: str) -> None:
     """Record that ``instance_id`` is alive (insert or refresh its ``batch_workers`` row)."""
-    async with _write(engine) as conn:
-        await _upsert_worker(conn, instance_id)
+    async with write_txn(engine) as conn:
+        await upsert_worker(conn, instance_id)
 
 
 async def forget_worker(engine: AsyncEngine, instance_id: str) -> None:
     """Remove the worker row on a clean stop (after :func:`put_back`): anything this replica still had
     running is then rescued at the next :func:`rescue` on any replica, without waiting for staleness."""
-    async with _write(engine) as conn:
+    async with write_txn(engine) as conn:
         await conn.execute(delete(W).where(W.c.instance_id == instance_id))
 
 
@@ -71,8 +70,8 @@ async def expire_workers(engine: AsyncEngine, silent_for_s: float) -> int:
     item it ran has been rescued (its heartbeat was stale long before), a rescue of an item whose
     claimant has no row says the same ``worker lost: `` anyway, and a replica that was only cut off
     from the database recreates its row with its next heartbeat. Returns how many rows went."""
-    async with _write(engine) as conn:
-        done = await conn.execute(delete(W).where(W.c.heartbeat_at < _ago(conn, silent_for_s)))
+    async with write_txn(engine) as conn:
+        done = await conn.execute(delete(W).where(W.c.heartbeat_at < db_ago(conn, silent_for_s)))
         return int(done.rowcount or 0)
 
 
@@ -94,9 +93,9 @@ async def release_lost_reservations(engine: AsyncEngine, *, stale_after_s: float
     """Items reserved (claimed ahead, not started) by a replica whose heartbeat is older than
     ``stale_after_s``, or that has no worker row, become claimable again; returns how many. They were
     never started, so nothing else changes (no event). If that replica is alive after all, its
-    :func:`~relay.batches.queue.start` of them fails and it drops them."""
-    async with _write(engine) as conn:
-        alive = select(W.c.instance_id).where(W.c.heartbeat_at >= _ago(conn, stale_after_s))
+    :func:`~relay.store.batch_queue._claims.start` of them fails and it drops them."""
+    async with write_txn(engine) as conn:
+        alive = select(W.c.instance_id).where(W.c.heartbeat_at >= db_ago(conn, stale_after_s))
         released = await conn.execute(
             update(I)
             .where(in_state(AVAILABLE), I.c.claimed_by.is_not(None), I.c.claimed_by.not_in(alive))
@@ -122,8 +121,8 @@ async def rescue(
     *,
     stale_after_s: float,
     rescue_after_s: float,
-    events_for: Callable[[list[RescuedItem]], list[UsageEvent]],
-    hooks: FinishHooks = NO_HOOKS,
+    events_for: Callable[[list[RescuedItem]], Sequence[BatchEvent]],
+    hooks: RunsFinishHooks = NO_HOOKS,
 ) -> list[RescuedItem]:
     """Discard running items whose replica is gone, with ``worker lost: `` and one usage event each.
 
@@ -135,14 +134,14 @@ async def rescue(
     committed no longer match), so no item is rescued twice. ``events_for`` gets the items in
     (batch_id, idx) order and returns one event per item in that order; if it raises, nothing changes.
     """
-    async with _write(engine) as conn:
-        now = _now(conn)
-        worker_lost = or_(W.c.instance_id.is_(None), W.c.heartbeat_at < _ago(conn, stale_after_s))
+    async with write_txn(engine) as conn:
+        now = db_now(conn)
+        worker_lost = or_(W.c.instance_id.is_(None), W.c.heartbeat_at < db_ago(conn, stale_after_s))
         found = list(
             await conn.execute(
                 select(I.c.batch_id, I.c.idx, I.c.claimed_by, worker_lost.label("worker_lost"))
                 .select_from(I.outerjoin(W, W.c.instance_id == I.c.claimed_by))
-                .where(in_state(RUNNING), or_(worker_lost, I.c.claimed_at < _ago(conn, rescue_after_s)))
+                .where(in_state(RUNNING), or_(worker_lost, I.c.claimed_at < db_ago(conn, rescue_after_s)))
                 .with_for_update(of=I, skip_locked=True)
             )
         )
@@ -171,23 +170,11 @@ async def rescue(
             [{"b_batch_id": r.batch_id, "b_idx": r.idx, "b_error": r.error} for r in rescued],
         )
         events = events_for(rescued)
-        _check_events(events, [(r.batch_id, r.idx) for r in rescued])
+        check_events(events, [(r.batch_id, r.idx) for r in rescued])
         await insert_events(conn, [event.to_row() for event in events])
-        await _lock_batches(conn, batch_ids)
-        await _complete_if_done(conn, batch_ids, hooks)
+        await lock_batches(conn, batch_ids)
+        await complete_if_done(conn, batch_ids, hooks)
     return rescued
-
-
-def stop_error(record: BatchRecord) -> str:
-    """The error of an item of this batch stopped before it finished: ``cancelled``, or ``expired: …``
-    when the batch is past its ``expires_at`` without a cancel."""
-    if (
-        record.status == "queued"
-        and record.expires_at is not None
-        and is_expired(record.expires_at, datetime.now(UTC))
-    ):
-        return expired_error(record.expires_at)
-    return CANCELLED_ERROR
 
 
 def _lost_error(row: Any, rescue_after_s: float) -> str:
@@ -204,8 +191,8 @@ async def put_back(
     instance_id: str,
     items: Sequence[tuple[str, int]],
     *,
-    events_for: Callable[[list[tuple[BatchRecord, int]]], list[UsageEvent]],
-    hooks: FinishHooks = NO_HOOKS,
+    events_for: Callable[[list[tuple[BatchRecord, int]]], Sequence[BatchEvent]],
+    hooks: RunsFinishHooks = NO_HOOKS,
 ) -> int:
     """Graceful stop (SPEC §10.6): return these items to ``available`` if they are still running and
     claimed by ``instance_id``, and release those of them it only reserved; returns how many went back
@@ -219,7 +206,7 @@ async def put_back(
     wanted = sorted(set(items))
     if not wanted:
         return 0
-    async with _write(engine) as conn:
+    async with write_txn(engine) as conn:
         await conn.execute(
             update(I)
             .where(
@@ -243,7 +230,7 @@ async def put_back(
         if not mine:
             return 0
         batch_ids = sorted({batch_id for batch_id, _ in mine})
-        await _lock_batches(conn, batch_ids)
+        await lock_batches(conn, batch_ids)
         records = {
             row.id: record_from_row(row._mapping)
             for row in await conn.execute(select(B).where(B.c.id.in_(batch_ids)))
@@ -263,10 +250,10 @@ async def put_back(
                 await conn.execute(
                     update(I)
                     .where(tuple_(I.c.batch_id, I.c.idx).in_([key for key in gone if key[0] == batch_id]))
-                    .values(state=CANCELLED, finished_at=_now(conn), error=stop_error(records[batch_id]))
+                    .values(state=CANCELLED, finished_at=db_now(conn), error=stop_error(records[batch_id]))
                 )
             events = events_for([(records[b], i) for b, i in gone])
-            _check_events(events, gone)
+            check_events(events, gone)
             await insert_events(conn, [event.to_row() for event in events])
-            await _complete_if_done(conn, {b for b, _ in gone}, hooks)
+            await complete_if_done(conn, {b for b, _ in gone}, hooks)
     return len(back)

@@ -1,0 +1,215 @@
+"""Claims and starts of batch items (SPEC §10.2, §10.6): the two statements of the hot batch loop.
+
+:func:`claim` reserves up to ``limit`` available items of ONE batch for a replica, in the queue's fair
+order (``relay.store.batch_queue`` docstring), and refreshes its heartbeat in the same transaction;
+reserved items stay ``available``. :func:`start` makes reserved items ``running`` with one conditional
+statement per group (``relay.batches.starter`` groups the calls). Both are built once per dialect and
+run on a connection the calling task holds (``relay.store.held``) where it keeps one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    Integer,
+    bindparam,
+    exists,
+    func,
+    literal_column,
+    or_,
+    select,
+    tuple_,
+    update,
+)
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from relay.domain.batch_record import BatchRecord
+from relay.domain.batches import AVAILABLE, RUNNING
+from relay.store.batch_queue._rows import B, I, W, in_state, record_from_row
+from relay.store.batch_queue._txn import connection, write_txn
+from relay.store.held import Db
+from relay.store.tables import ID, UTCDateTime
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedItem:
+    """An item this replica now runs. Items of one claim share one :class:`BatchRecord` instance."""
+
+    batch: BatchRecord
+    idx: int
+
+    @property
+    def batch_id(self) -> str:
+        return self.batch.id
+
+
+def _unreserved_in(batch_id: Any) -> ColumnElement[bool]:
+    """The batch has an available item no replica has reserved (``ix_batch_items_unreserved``)."""
+    return exists().where(I.c.batch_id == batch_id, in_state(AVAILABLE), I.c.claimed_by.is_(None))
+
+
+@dataclass(frozen=True, slots=True)
+class _ClaimSQL:
+    """The claim's statements, built once per dialect: a claim runs many times a second under load,
+    and building and cache-keying fresh statement objects each time cost more than executing them."""
+
+    pick: Any
+    take: Any
+    stamp: Any
+    heartbeat: Any
+
+
+_CLAIM_SQL: dict[str, _ClaimSQL] = {}
+
+
+def _claim_sql(dialect: str) -> _ClaimSQL:
+    built = _CLAIM_SQL.get(dialect)
+    if built is not None:
+        return built
+    # Postgres: the database's clock (one for every replica); SQLite: the process clock, bound per call.
+    now = (
+        func.now(type_=UTCDateTime()) if dialect == "postgresql" else bindparam("c_now", type_=UTCDateTime())
+    )
+    batch_id = bindparam("c_batch", type_=ID)
+    pick = (
+        select(B)
+        .where(
+            B.c.completed_at.is_(None),
+            B.c.status == literal_column("'queued'"),
+            or_(B.c.expires_at.is_(None), B.c.expires_at > now),  # an expired batch starts nothing (§14)
+            _unreserved_in(B.c.id),
+        )
+        .order_by(B.c.last_claimed_at.asc().nulls_first(), B.c.created_at, B.c.id)
+        .limit(1)
+        .with_for_update(skip_locked=True, key_share=True)
+    )
+    # A CTE, not a plain IN (subquery): Postgres evaluates a locking CTE exactly once, whereas a
+    # subquery it rescans per outer row skips the rows this very UPDATE already changed and so hands
+    # out the next ones, ignoring the LIMIT. The rows it returns are locked by us and were re-checked as
+    # available when locked, so the UPDATE joins them by primary key and does not repeat the state test
+    # (which would tempt the planner to walk the whole available index).
+    chosen = (
+        select(I.c.idx)
+        .where(I.c.batch_id == batch_id, in_state(AVAILABLE), I.c.claimed_by.is_(None))
+        .order_by(I.c.idx)
+        .limit(bindparam("c_limit", type_=Integer))
+        .with_for_update(skip_locked=True, key_share=True)
+        .cte("chosen")
+    )
+    take = (
+        update(I)
+        .where(I.c.batch_id == batch_id, I.c.idx == chosen.c.idx)  # UPDATE … FROM chosen
+        .values(claimed_by=bindparam("c_instance", type_=ID), claimed_at=now)  # reserved, still available
+        .returning(I.c.idx)
+    )
+    stamp = update(B).where(B.c.id == batch_id).values(last_claimed_at=now)
+    values = {"instance_id": bindparam("c_instance", type_=ID), "started_at": now, "heartbeat_at": now}
+    upsert = pg_insert(W) if dialect == "postgresql" else sqlite_insert(W)
+    heartbeat = upsert.values(**values).on_conflict_do_update(
+        index_elements=[W.c.instance_id], set_={"heartbeat_at": now}
+    )
+    built = _CLAIM_SQL[dialect] = _ClaimSQL(pick, take, stamp, heartbeat)
+    return built
+
+
+async def claim(db: Db, instance_id: str, limit: int) -> list[ClaimedItem]:
+    """Reserve up to ``limit`` available items of one batch (fair order, module docstring) for
+    ``instance_id`` (committed when this returns). Reserved items stay ``available`` — a cancel on any
+    replica cancels them like any waiting item (SPEC §10.2) — and :func:`start` makes them ``running``
+    when a worker takes them. ``[]`` when nothing is available unreserved (or, on Postgres, every such
+    batch is being claimed by another replica right now).
+
+    The claimant's heartbeat is refreshed in the same transaction, so an item is never claimed by a
+    replica without a worker row (which :func:`rescue` would take for a dead replica).
+    """
+    if limit < 1:
+        return []
+    async with write_txn(db) as conn:
+        sql = _claim_sql(conn.dialect.name)
+        params: dict[str, Any] = {"c_instance": instance_id, "c_limit": limit}
+        if conn.dialect.name != "postgresql":
+            params["c_now"] = datetime.now(UTC)
+        picked = (await conn.execute(sql.pick, {k: v for k, v in params.items() if k == "c_now"})).first()
+        if picked is None:
+            return []
+        batch = record_from_row(picked._mapping)
+        params["c_batch"] = batch.id
+        idxs = sorted((await conn.execute(sql.take, params)).scalars())
+        if not idxs:
+            return []
+        await conn.execute(sql.stamp, params)
+        await conn.execute(sql.heartbeat, params)
+    return [ClaimedItem(batch, idx) for idx in idxs]
+
+
+async def upsert_worker(conn: AsyncConnection, instance_id: str) -> None:
+    """Insert or refresh this replica's worker row (the claim's own heartbeat statement)."""
+    params: dict[str, Any] = {"c_instance": instance_id}
+    if conn.dialect.name != "postgresql":
+        params["c_now"] = datetime.now(UTC)
+    await conn.execute(_claim_sql(conn.dialect.name).heartbeat, params)
+
+
+_START_SQL: dict[str, Any] = {}
+# Postgres: the same statement as text for the driver itself, one per batch of the group. A start runs
+# about once per item started; SQLAlchemy's per-execution work was half its CPU cost.
+_PG_START = (
+    "UPDATE batch_items SET state = 'running', claimed_at = now()"
+    " WHERE batch_id = $1 AND idx = ANY($2::integer[]) AND state = 'available' AND claimed_by = $3"
+    " AND NOT EXISTS (SELECT 1 FROM batches WHERE id = $1 AND expires_at <= now())"
+    " RETURNING idx"
+)
+
+
+async def start(db: Db, instance_id: str, keys: Sequence[tuple[str, int]]) -> set[tuple[str, int]]:
+    """Make these items, reserved by ``instance_id``, ``running`` (``claimed_at`` = now, which the
+    rescue bound measures from); returns those started. ONE conditional statement for the group (per
+    batch on Postgres), committed on its own: an item no longer available and reserved by
+    ``instance_id`` (cancelled on any replica, or released and taken elsewhere) is left out and must
+    not run. A start and a cancel of one item serialise on its row: it started before the cancel
+    committed (and finishes, SPEC §10.5) or never does. An item of a batch past its ``expires_at``
+    (database clock on Postgres) never starts, even when reserved before the deadline (SPEC §14, §15):
+    the expiry sweep cancels it. ``db``: the engine, or on Postgres a
+    connection held by the caller outside any transaction (``relay.store.held``)."""
+    wanted = sorted(set(keys))
+    if not wanted:
+        return set()
+    if db.dialect.name == "postgresql":
+        by_batch: dict[str, list[int]] = {}
+        for batch_id, idx in wanted:
+            by_batch.setdefault(batch_id, []).append(idx)
+        started: set[tuple[str, int]] = set()
+        async with connection(db) as conn:  # no SQLAlchemy statement: the driver is in autocommit
+            raw = (await conn.get_raw_connection()).driver_connection
+            assert raw is not None
+            for batch_id, idxs in by_batch.items():
+                rows = await raw.fetch(_PG_START, batch_id, idxs, instance_id)
+                started.update((batch_id, row[0]) for row in rows)
+        return started
+    assert isinstance(db, AsyncEngine), "SQLite: the engine (relay.store.held hands it out there)"
+    async with db.execution_options(isolation_level="AUTOCOMMIT").connect() as conn:
+        sql = _START_SQL.get("sqlite")
+        if sql is None:
+            sql = _START_SQL["sqlite"] = (
+                update(I)
+                .where(
+                    tuple_(I.c.batch_id, I.c.idx).in_(bindparam("s_keys", expanding=True)),
+                    in_state(AVAILABLE),
+                    I.c.claimed_by == bindparam("s_instance", type_=ID),
+                    ~exists().where(
+                        B.c.id == I.c.batch_id, B.c.expires_at <= bindparam("s_now", UTCDateTime())
+                    ),
+                )
+                .values(state=RUNNING, claimed_at=bindparam("s_now", UTCDateTime()))
+                .returning(I.c.batch_id, I.c.idx)
+            )
+        params = {"s_keys": wanted, "s_instance": instance_id, "s_now": datetime.now(UTC)}
+        rows = await conn.execute(sql, params)
+        return {(row.batch_id, row.idx) for row in rows}

@@ -1,0 +1,128 @@
+"""Final states of running batch items (SPEC §10.6, §10.8): :func:`finalize_many` settles a group of
+items in ONE transaction, each with its usage event, and finishes the batches left with nothing open
+(running the finish hooks in that transaction). ``relay.batches.finalizer`` groups the calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import bindparam, select, tuple_, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from relay.domain.batch_record import FinalState
+from relay.domain.batches import FINAL_STATES, RUNNING, ResponseRef
+from relay.store.batch_queue._rows import I, in_state
+from relay.store.batch_queue._txn import (
+    NO_HOOKS,
+    BatchEvent,
+    RunsFinishHooks,
+    check_events,
+    complete_if_done,
+    db_now,
+    lock_batches,
+    write_txn,
+)
+from relay.store.held import Db
+from relay.store.usage import insert_events
+
+
+@dataclass(frozen=True, slots=True)
+class FinalItem:
+    """A running item's final state as its replica decided it, with its one usage event."""
+
+    batch_id: str
+    idx: int
+    state: FinalState
+    status: int | None  # the upstream's HTTP status when one answered
+    error: str | None  # required for discarded and cancelled items, refused for completed ones
+    event: BatchEvent
+    response: ResponseRef | None = None  # a completed item's body in the payload directory
+
+
+#: Writes the response bodies of the items finalized, inside their transaction (the database store).
+SaveResponses = Callable[[AsyncConnection, list[FinalItem]], Awaitable[None]]
+
+
+async def finalize_many(
+    db: Db,
+    instance_id: str,
+    finals: Sequence[FinalItem],
+    save_responses: SaveResponses | None = None,
+    hooks: RunsFinishHooks = NO_HOOKS,
+) -> set[tuple[str, int]]:
+    """Give these running items their final states and write their usage events, all in ONE
+    transaction (each item's event commits with its state, SPEC §10.8); returns the (batch_id, idx)
+    finalized.
+
+    Only items still ``running`` and claimed by ``instance_id`` change; the others (rescued as
+    ``worker lost`` or put back meanwhile) are left out and get no event. Sets ``completed_at`` on the
+    batches left with nothing open. A worker pool funnels every finished item through here, so under
+    load one transaction settles many items: the per-transaction costs (BEGIN, the write lock on
+    SQLite, COMMIT's flush) are paid once per group instead of once per item. ``save_responses`` gets
+    the items finalized, in the same transaction, to write what a payload store keeps there.
+    """
+    if not finals:
+        return set()
+    for final in finals:
+        check_final(final)
+    check_events([f.event for f in finals], [(f.batch_id, f.idx) for f in finals])
+    keys = sorted({(f.batch_id, f.idx) for f in finals})
+    if len(keys) != len(finals):
+        raise ValueError("an item appears twice in one finalize")
+    async with write_txn(db) as conn:
+        # Items first (locked in key order), then the batches' advisory locks: the order put back and
+        # rescue use. Rows locked by a concurrent rescue are waited for, then seen as no longer running.
+        rows = await conn.execute(
+            select(I.c.batch_id, I.c.idx)
+            .where(tuple_(I.c.batch_id, I.c.idx).in_(keys), in_state(RUNNING), I.c.claimed_by == instance_id)
+            .order_by(I.c.batch_id, I.c.idx)
+            .with_for_update()
+        )
+        mine = {(row.batch_id, row.idx) for row in rows}
+        done = [f for f in finals if (f.batch_id, f.idx) in mine]
+        if not done:
+            return set()
+        await conn.execute(
+            update(I)
+            .where(I.c.batch_id == bindparam("b_batch_id"), I.c.idx == bindparam("b_idx"))
+            .values(
+                state=bindparam("b_state"),
+                finished_at=db_now(conn),
+                status=bindparam("b_status"),
+                error=bindparam("b_error"),
+                response_file=bindparam("b_file"),
+                response_offset=bindparam("b_offset"),
+                response_length=bindparam("b_length"),
+            ),
+            [
+                {
+                    "b_batch_id": f.batch_id,
+                    "b_idx": f.idx,
+                    "b_state": f.state,
+                    "b_status": f.status,
+                    "b_error": f.error,
+                    "b_file": f.response.file if f.response else None,
+                    "b_offset": f.response.offset if f.response else None,
+                    "b_length": f.response.length if f.response else None,
+                }
+                for f in done
+            ],
+        )
+        await insert_events(conn, [f.event.to_row() for f in done])
+        if save_responses is not None:
+            await save_responses(conn, done)
+        batch_ids = sorted({f.batch_id for f in done})
+        await lock_batches(conn, batch_ids)
+        await complete_if_done(conn, batch_ids, hooks)
+    return mine
+
+
+def check_final(final: FinalItem) -> None:
+    if final.state not in FINAL_STATES:
+        raise ValueError(f"{final.state!r} is not a final item state")
+    if (final.state == "completed") != (final.error is None):
+        raise ValueError("a completed item has no error; a discarded or cancelled item must have one")
+    if final.response is not None and final.state != "completed":
+        raise ValueError("only a completed item has a response")

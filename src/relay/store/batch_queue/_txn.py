@@ -1,0 +1,184 @@
+"""The batch queue's transaction rules (``relay.store.batch_queue`` docstring): write transactions, the
+clock, per-batch advisory locks, and the completion check that finishes batches and runs the finish
+hooks (``relay.batches.hooks``) in the finishing transaction.
+
+What it deliberately does not know. Which state change a transaction makes (the claims, finish,
+liveness and expiry modules decide); what a finish hook writes; how an item's usage event is built.
+
+Invariants. Every transaction that can finish a batch calls :func:`complete_if_done` after
+:func:`lock_batches` for the same batches, so exactly one transaction sets ``completed_at`` and runs
+the hooks for it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final, Protocol
+
+from sqlalchemy import ColumnElement, Interval, exists, func, literal, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from relay.domain.batch_record import FinishedBatch
+from relay.domain.batches import AVAILABLE, EXPIRED_PREFIX, ITEM_STATES, RUNNING
+from relay.store.batch_queue._rows import B, I, in_state
+from relay.store.batches import item_counts
+from relay.store.held import Db
+from relay.store.tables import UTCDateTime
+
+
+class BatchEvent(Protocol):
+    """A batch item's usage event (``relay.usage.event.UsageEvent``, which sits above the store): what
+    the store checks of it and the row it inserts, in the transaction of the item's state."""
+
+    @property
+    def source(self) -> str: ...
+    @property
+    def batch_id(self) -> str | None: ...
+    @property
+    def batch_idx(self) -> int | None: ...
+    def to_row(self) -> dict[str, Any]: ...
+
+
+class RunsFinishHooks(Protocol):
+    """What runs the finish hooks of a finishing transaction (``relay.batches.hooks.FinishHooks``):
+    the store calls it and never knows which hooks there are."""
+
+    async def run(self, conn: AsyncConnection, finished: Sequence[FinishedBatch]) -> None: ...
+
+
+class _NoHooks:
+    async def run(self, conn: AsyncConnection, finished: Sequence[FinishedBatch]) -> None:
+        return None
+
+
+NO_HOOKS: Final[RunsFinishHooks] = _NoHooks()  # a store built without hooks runs none
+
+# Namespace (first key) of the per-batch advisory locks: the bytes "rbat", which fit a Postgres int4.
+_LOCK_NAMESPACE: Final = int.from_bytes(b"rbat", "big")
+
+
+@asynccontextmanager
+async def write_txn(db: Db) -> AsyncIterator[AsyncConnection]:
+    """A write transaction: ``BEGIN IMMEDIATE`` on SQLite (the write lock at BEGIN, so two processes
+    never both read "available" and then both write); the default READ COMMITTED on Postgres. ``db``
+    is the engine (a checkout), or on Postgres a connection a batch task holds
+    (``relay.store.held``): the transaction then runs on it."""
+    if isinstance(db, AsyncConnection):
+        async with db.begin():
+            yield db
+        return
+    async with db.execution_options(sqlite_begin="IMMEDIATE").begin() as conn:
+        yield conn
+
+
+def db_now(conn: AsyncConnection) -> ColumnElement[datetime]:
+    if conn.dialect.name == "postgresql":
+        return func.now(type_=UTCDateTime())  # the database's clock, the same for every replica
+    return literal(datetime.now(UTC), UTCDateTime())
+
+
+def db_ago(conn: AsyncConnection, seconds: float) -> ColumnElement[datetime]:
+    if conn.dialect.name == "postgresql":
+        return func.now(type_=UTCDateTime()) - literal(timedelta(seconds=seconds), Interval())
+    return literal(datetime.now(UTC) - timedelta(seconds=seconds), UTCDateTime())
+
+
+def check_events(events: Sequence[BatchEvent], keys: Sequence[tuple[str, int]]) -> None:
+    """The events a callback built must be batch events for exactly these items, in this order."""
+    got = [(event.batch_id, event.batch_idx) for event in events]
+    if got != list(keys) or any(event.source != "batch" for event in events):
+        raise ValueError(
+            f"expected one batch usage event per item, in order, for {len(keys)} items; got {len(events)}"
+        )
+
+
+def _lock_key(batch_id: str) -> int:
+    """A signed 32-bit key for ``batch_id`` (a collision only serialises two batches' finishers)."""
+    return int.from_bytes(hashlib.blake2b(batch_id.encode(), digest_size=4).digest(), "big", signed=True)
+
+
+async def lock_batches(conn: AsyncConnection, batch_ids: Iterable[str]) -> None:
+    """Serialise this transaction's completion check with every other finisher of these batches.
+
+    Postgres only (SQLite's BEGIN IMMEDIATE already serialises every writer). Keys are taken in
+    ascending order, so two transactions locking several batches cannot deadlock on each other.
+    """
+    if conn.dialect.name != "postgresql":
+        return
+    for key in sorted({_lock_key(batch_id) for batch_id in batch_ids}):
+        await conn.execute(select(func.pg_advisory_xact_lock(_LOCK_NAMESPACE, key)))
+
+
+def item_in(batch_id: Any, state: str) -> ColumnElement[bool]:
+    return exists().where(I.c.batch_id == batch_id, in_state(state))
+
+
+async def complete_if_done(
+    conn: AsyncConnection, batch_ids: Iterable[str], hooks: RunsFinishHooks
+) -> list[FinishedBatch]:
+    """Set ``completed_at`` on those batches that have nothing available or running any more, and run
+    the finish hooks (``relay.batches.hooks``) for them in this transaction; returns them.
+
+    Call after :func:`lock_batches` for the same batches. Two EXISTS rather than one ``state IN (…)``:
+    each is answered by its own partial index.
+    """
+    ids = sorted(set(batch_ids))
+    if not ids:
+        return []
+    done = await conn.execute(
+        update(B)
+        .where(
+            B.c.id.in_(ids),
+            B.c.completed_at.is_(None),
+            ~item_in(B.c.id, AVAILABLE),
+            ~item_in(B.c.id, RUNNING),
+        )
+        .values(completed_at=db_now(conn))
+        .returning(
+            B.c.id,
+            B.c.api,
+            B.c.project_id,
+            B.c.status,
+            B.c.expires_at,
+            B.c.completed_at,
+            B.c.cancel_requested_at,
+            B.c.api_status,
+            _expired_item_in(B.c.id).label("has_expired"),
+        )
+    )
+    rows = sorted(done.all(), key=lambda row: row.id)
+    if not rows:
+        return []
+    counts = await item_counts(conn, [row.id for row in rows])  # one GROUP BY, in this transaction
+    finished = [
+        FinishedBatch(
+            id=row.id,
+            api=row.api,
+            project_id=row.project_id,
+            counts={state: counts[row.id][state] for state in ITEM_STATES if state in counts[row.id]},
+            cancelled=row.status == "cancelled" or row.cancel_requested_at is not None,
+            expired=bool(row.has_expired) and row.status != "cancelled",
+            api_status=row.api_status,
+        )
+        for row in rows
+    ]
+    await hooks.run(conn, finished)
+    return finished
+
+
+def _expired_item_in(batch_id: Any) -> ColumnElement[bool]:
+    """The batch has an item its expiry cancelled (error ``expired: …``): what makes a batch expired,
+    not when its last item ended (one that succeeds just after the deadline leaves it completed)."""
+    return exists().where(I.c.batch_id == batch_id, I.c.error.startswith(EXPIRED_PREFIX, autoescape=True))
+
+
+@asynccontextmanager
+async def connection(db: Db) -> AsyncIterator[AsyncConnection]:
+    if isinstance(db, AsyncConnection):
+        yield db
+        return
+    async with db.connect() as conn:
+        yield conn
