@@ -134,6 +134,7 @@ async def test_a_response_whose_transaction_rolled_back_is_not_read(
 ) -> None:
     """A body is read through what its item's final transaction recorded: none, when it rolled back."""
     batch_id = mint_id("b")
+    await store.write_requests(batch_id, iter(BODIES))  # a batch's responses follow its requests
     kept = store.keep_response(batch_id, 0, b'{"lost": true}')
     await store.flush()
     with pytest.raises(RuntimeError):
@@ -270,5 +271,8 @@ async def test_removing_a_deleted_batch_takes_its_directory_and_nothing_else(
         more = {idx: k.ref for idx, k in (await keep_and_save(store, engine, kept, {1: b"c"})).items()}
         assert await store.read_responses(kept, {**kept_refs, **more}) == {0: b"b", 1: b"c"}
         await store.remove_batch(gone)  # again: nothing left, nothing raised
+        with pytest.raises(FileNotFoundError):  # a late item of the removed batch cannot recreate it
+            store.keep_response(gone, 2, b"late")
+        assert not (store.dir.root / gone).exists()
     finally:
         store.close()

@@ -140,6 +140,8 @@ def test_webhooks_and_their_deliveries(page: Any, dash_gw: Gateway, receiver: Re
 
     sign_in(page)
     page.goto("/ui/catalog")
+    assert page.title() == "Catalog and health · Relay"  # the webhooks table is not in the <title>
+    assert page.locator(f"tr[data-webhook='{name}']").count() == 1
     row = page.locator(f"tr[data-webhook='{name}']")
     text = row.inner_text()
     assert receiver.url(path) in text and dash_gw.project in text and "batch.completed" in text

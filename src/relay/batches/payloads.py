@@ -288,8 +288,9 @@ class _Appender:
 
     @classmethod
     def open(cls, directory: Path, name: str, modes: Modes) -> tuple[_Appender, bool]:
-        """The file opened for appending, and whether this created it."""
-        make_dir(directory, modes)
+        """The file opened for appending, and whether this created it. The batch's directory must exist
+        already (its requests were written there at submit): a batch removed meanwhile (a §15 delete
+        while a late item still ran) is not recreated — the append fails with ``FileNotFoundError``."""
         flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
         try:
             fd, created = os.open(directory / name, flags | os.O_CREAT | os.O_EXCL, modes.file), True

@@ -206,11 +206,17 @@ class ItemRunner:
                 latency_ms=elapsed(),
             )
             return ItemResult("discarded", outcome.status, message, event)
-        kept = self._payloads.of(batch.payload_store).keep_response(batch.id, idx, outcome.body or b"")
         event = item_event(
             batch, idx, status=outcome.status, plan=plan, outcome=outcome, latency_ms=elapsed()
         )
-        return ItemResult("completed", outcome.status, None, event, kept, batch.payload_store)
+        completed = ItemResult("completed", outcome.status, None, event, None, batch.payload_store)
+        try:
+            completed.response = self._payloads.of(batch.payload_store).keep_response(
+                batch.id, idx, outcome.body or b""
+            )
+        except OSError as exc:  # e.g. its batch's directory was removed meanwhile (a §15 delete)
+            return response_lost(completed, exc)
+        return completed
 
     async def flush_responses(self) -> None:
         """Put the response bodies kept so far on disk (before their items' rows commit)."""

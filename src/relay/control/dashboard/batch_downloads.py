@@ -56,7 +56,18 @@ async def _openai_file(dash: Dashboard, batch_id: str, source: dict[str, Any], w
     if file_id is None or dash.files is None:
         raise Refused(404, f"this batch has no {which} file (yet: it is written when the batch is finalized)")
     _, chunks = await dash.files.content(source["owner"], file_id)
-    return _download(chunks, f"{batch_id}_{which}.jsonl")
+    try:  # the files store finds a missing file at its first read: answer 503 before any 200 is sent
+        first = await anext(chunks, b"")
+    except FileNotFoundError:
+        message = "the file's bytes are not on this replica (RELAY_BATCH_PAYLOAD_DIR is not shared)"
+        raise Refused(503, message) from None
+
+    async def body() -> AsyncIterator[bytes]:
+        yield first
+        async for chunk in chunks:
+            yield chunk
+
+    return _download(body(), f"{batch_id}_{which}.jsonl")
 
 
 def _download(body: AsyncIterator[bytes], filename: str) -> StreamingResponse:

@@ -16,6 +16,7 @@ from fastapi.responses import Response
 
 from relay.control.dashboard.web import Dashboard, Refused, with_errors
 from relay.control.kinds import WEBHOOK
+from relay.errors import NotFound
 
 RECENT: Final = "50"
 
@@ -35,7 +36,10 @@ async def latest_deliveries(dash: Dashboard, webhooks: list[dict[str, Any]]) -> 
         return {}
     out = {}
     for hook in webhooks:
-        items = (await dash.webhooks.recent(hook["id"], {"limit": "1"}))["items"]
+        try:
+            items = (await dash.webhooks.recent(hook["id"], {"limit": "1"}))["items"]
+        except NotFound:  # deleted since the list was read: the page shows the rest
+            continue
         if items:
             out[hook["id"]] = items[0]
     return out
