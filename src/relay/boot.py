@@ -21,6 +21,7 @@ from starlette.types import ASGIApp
 
 from relay.batches.api import PREFIX as BATCHES_PREFIX
 from relay.batches.api import BatchesApp
+from relay.batches.database_payloads import DatabaseStore
 from relay.batches.expiry import ExpirySweeper
 from relay.batches.files import FileService
 from relay.batches.files_api import PREFIXES as FILES_PREFIXES
@@ -34,7 +35,7 @@ from relay.batches.openai_batches import OpenAIBatches
 from relay.batches.openai_batches_api import PREFIX as OPENAI_BATCHES_PREFIX
 from relay.batches.openai_batches_api import OpenAIBatchesApp
 from relay.batches.openai_finalizer import EndEvents, OpenAIFinalizer, finalizing_hook
-from relay.batches.payload_store import DatabaseStore, FileStore, PayloadStores
+from relay.batches.payload_store import FileStore, PayloadStores
 from relay.batches.runner import ItemRunner
 from relay.batches.service import BatchService
 from relay.batches.workers import WorkerPool

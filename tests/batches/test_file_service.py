@@ -13,8 +13,9 @@ import pytest
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from relay.batches.database_payloads import DatabaseStore
 from relay.batches.files import FileService
-from relay.batches.payload_store import DatabaseStore, FileStore, PayloadStores
+from relay.batches.payload_store import FileStore, PayloadStores
 from relay.errors import NotFound, PayloadTooLarge
 from relay.store import tables as t
 

@@ -14,9 +14,10 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.auth import Principal
+from relay.batches.database_payloads import DatabaseStore
 from relay.batches.expiry import ExpirySweeper
 from relay.batches.idempotency import WINDOW, Answer, IdempotencyClaim, purge_expired
-from relay.batches.payload_store import DatabaseStore, FileStore, PayloadStores
+from relay.batches.payload_store import FileStore, PayloadStores
 from relay.batches.service import BatchService, CreatedBatch, NewBatch
 from relay.snapshot import Policy
 from relay.store import idempotency as store

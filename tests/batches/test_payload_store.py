@@ -13,9 +13,9 @@ import pytest
 from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from relay.batches.database_payloads import DatabaseStore
 from relay.batches.payload_store import (
     PREFETCH_BYTES,
-    DatabaseStore,
     FileStore,
     KeptResponse,
     PayloadStore,

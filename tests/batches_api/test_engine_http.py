@@ -16,8 +16,9 @@ import pytest
 from sqlalchemy import func, select, update
 
 from relay.auth import Principal
+from relay.batches.database_payloads import DatabaseStore
 from relay.batches.idempotency import Answer
-from relay.batches.payload_store import DatabaseStore, FileStore, PayloadStores
+from relay.batches.payload_store import FileStore, PayloadStores
 from relay.batches.service import BatchService, CreatedBatch, NewBatch
 from relay.snapshot import Policy
 from relay.store import tables as t
