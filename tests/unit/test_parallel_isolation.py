@@ -39,7 +39,11 @@ def test_a_test_on_a_module_fixture_is_grouped_by_module_and_parameter(
 ) -> None:
     from tests.fixtures.parallel import group_of
 
-    assert group_of(request.node) == f"tests/unit/test_parallel_isolation.py[shared={shared}]"
+    group = group_of(request.node)
+    assert group == f"tests/unit/test_parallel_isolation.py::shared={shared}"
+    # what xdist's loadgroup takes for the group: after the last "@", and only with no "]" after it
+    nodeid = f"{request.node.nodeid}@{group}"
+    assert nodeid.rfind("@") > nodeid.rfind("]") and nodeid.split("@")[-1] == group
 
 
 def test_a_test_on_function_fixtures_only_has_no_group(
