@@ -23,8 +23,12 @@ lint: $(STAMP)  ## ruff, mypy on src/, import-linter contracts (ARCHITECTURE.md 
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: lint  ## lint, then every test (real Postgres and Redis on 127.0.0.1; see README)
-	$(BIN)/pytest -q
+# Test workers (pytest-xdist). Tests wait on processes and sockets much of the time, so 3 beat 2 on
+# a 2-core machine; `make test TEST_WORKERS=0` runs in one process. See tests/README.md.
+TEST_WORKERS ?= 3
+
+test: lint  ## lint, then every test in parallel workers (real Postgres and Redis on 127.0.0.1; see README)
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 bench: $(STAMP)  ## benchmarks: print figures next to a baseline measured in the same run
 	$(BIN)/python bench/fake_upstream_speed.py

@@ -4,4 +4,5 @@ pytest_plugins = [
     "tests.fixtures.databases",
     "tests.fixtures.relay_server",
     "tests.fixtures.fake_upstream",
+    "tests.fixtures.parallel",
 ]

@@ -26,6 +26,19 @@ def progress(page: Any) -> tuple[int, int]:
     return int(bar.get_attribute("value")), int(bar.get_attribute("max"))
 
 
+def progress_and_state(page: Any) -> tuple[int, int, str]:
+    """(done, total, state) of the batch page, read in one script run: a live update replaces the
+    detail between two separate reads, so progress and state read apart can be of two versions."""
+    done, total, state = page.evaluate(
+        """() => {
+            const bar = document.querySelector("#batch-detail progress");
+            const state = document.querySelector("[data-testid=batch-state]");
+            return [Number(bar.getAttribute("value")), Number(bar.getAttribute("max")), state.innerText];
+        }"""
+    )
+    return int(done), int(total), str(state)
+
+
 def test_keyboard_alone_signs_in(page: Any) -> None:
     page.goto("/ui/signin")
     for _ in range(10):
@@ -104,8 +117,9 @@ def test_user_sees_only_their_projects(page: Any, dash_gw: Gateway, request: pyt
 
 
 def test_watch_a_batch_run_to_done(page: Any, dash_gw: Gateway) -> None:
-    # 2 workers, 16 items of 400 ms each: about 3 s of progress to watch, polled every 1.5 s.
-    batch_id = submit(dash_gw, "openai", [chat_item(i, fake={"latency_ms": 400}) for i in range(16)])
+    # 2 workers, 16 items of 1 s each: about 8 s of progress to watch, polled every 1.5 s (on a loaded
+    # machine signing in and opening the page can take seconds of it).
+    batch_id = submit(dash_gw, "openai", [chat_item(i, fake={"latency_ms": 1000}) for i in range(16)])
     sign_in(page)
     assert batch_id in page.locator("#running").inner_text()  # the overview's batches in progress
     page.goto("/ui/batches")
@@ -118,12 +132,12 @@ def test_watch_a_batch_run_to_done(page: Any, dash_gw: Gateway) -> None:
     navigations = []
     page.on("framenavigated", lambda frame: navigations.append(frame.url))
     while True:
-        done, total = progress(page)
+        done, total, state = progress_and_state(page)
         if not seen or seen[-1] != done:
             seen.append(done)
             if 0 < done < total and len(seen) == 2:
                 shot(page, "batch-running")
-        if page.locator("[data-testid=batch-state]").inner_text() == "completed":
+        if state == "completed":
             break
         assert time.monotonic() < deadline, f"batch never finished on the page; progress seen {seen}"
         time.sleep(0.1)
