@@ -39,7 +39,8 @@ from relay.batches.runner import ItemResult, response_lost
 from relay.domain.batches import ResponseRef
 from relay.store.batch_queue import BatchStore, Db, FinalItem
 from relay.store.batch_queue import SaveResponses as SaveFinals
-from relay.store.engine import Connection, is_transient
+from relay.store.engine import Connection
+from relay.store.outage import RetryBackoff
 
 log = logging.getLogger("relay.batches")
 
@@ -90,7 +91,7 @@ class Finalizer:
         await self._held.close()
 
     async def _loop(self) -> None:
-        delay = 0.2
+        backoff = RetryBackoff()
         while True:
             await self._arrived.wait()
             self._arrived.clear()
@@ -101,21 +102,13 @@ class Finalizer:
                     async with self._held.use() as db:
                         done = await self._finalize(db, group)
                 except Exception as exc:
-                    if is_transient(exc):
-                        log.warning(
-                            "finalizing %d batch items failed (%s); retrying in %.1f s",
-                            len(group),
-                            type(exc).__name__,
-                            delay,
-                        )
-                        await asyncio.sleep(delay)
-                        delay = min(delay * 2, 5.0)
+                    if await backoff.wait_if_transient(exc, f"finalizing {len(group)} batch items"):
                         continue
                     log.exception(
                         "finalizing %d batch items failed; retrying them batch by batch", len(group)
                     )
                     done, failed = await self._by_batch(group)
-                delay = 0.2
+                backoff.reset()
                 for key, result in group:
                     del self.pending[key]
                     if key not in failed:

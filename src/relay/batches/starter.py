@@ -29,7 +29,7 @@ import asyncio
 import logging
 
 from relay.store.batch_queue import BatchStore
-from relay.store.engine import is_transient
+from relay.store.outage import RetryBackoff
 
 log = logging.getLogger("relay.batches")
 
@@ -69,7 +69,7 @@ class Starter:
         self._waiting.clear()
 
     async def _loop(self) -> None:
-        delay = 0.2
+        backoff = RetryBackoff()
         while True:
             await self._arrived.wait()
             self._arrived.clear()
@@ -79,19 +79,11 @@ class Starter:
                     async with self._held.use() as db:
                         started = await self._store.start(self._instance_id, group, db=db)
                 except Exception as exc:
-                    if is_transient(exc):
-                        log.warning(
-                            "starting %d batch items failed (%s); retrying in %.1f s",
-                            len(group),
-                            type(exc).__name__,
-                            delay,
-                        )
-                        await asyncio.sleep(delay)
-                        delay = min(delay * 2, 5.0)
+                    if await backoff.wait_if_transient(exc, f"starting {len(group)} batch items"):
                         continue
                     log.exception("starting %d batch items failed; they are not run", len(group))
                     started = set()
-                delay = 0.2
+                backoff.reset()
                 for key in group:
                     future = self._waiting.pop(key)
                     if not future.done():
