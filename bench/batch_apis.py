@@ -41,7 +41,6 @@ import orjson
 from batch_throughput import (
     POLL_S,
     TARGET_ITEMS_PER_S,
-    TARGET_RSS_MIB,
     TARGET_SUBMIT_S,
     Databases,
     Row,
@@ -50,6 +49,7 @@ from batch_throughput import (
     item_body,
     parse_ts,
     relay_process,
+    rss_row,
     say,
     set_latency,
     verdict,
@@ -214,17 +214,7 @@ def phase_upload(
             total.others_fmt(),
         )
     )
-    rows.append(
-        Row(
-            "§14 upload",
-            "relay peak RSS (VmHWM)",
-            hwm.fmt(",.0f", " MiB"),
-            f"relay after boot {idle.fmt(',.0f', ' MiB')}",
-            f"< {TARGET_RSS_MIB:,.0f} MiB",
-            verdict(hwm.median < TARGET_RSS_MIB),
-            "–",
-        )
-    )
+    rows.append(rss_row("§14 upload", hwm, f"relay after boot {idle.fmt(',.0f', ' MiB')}"))
 
 
 def run_api_batch(

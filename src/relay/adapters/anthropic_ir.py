@@ -19,9 +19,9 @@ from __future__ import annotations
 from typing import Any, Final
 
 from . import ir
-from .chat_ir import append, present
+from .chat_ir import append
 from .json_codec import dumps, loads
-from .params import check_rest, invalid, obj, unsupported
+from .params import check_rest, invalid, obj, present, unsupported
 
 MAPPED: Final = frozenset(
     {

@@ -21,7 +21,7 @@ import time
 from typing import Any, Final
 
 from . import ir
-from .params import check_rest, invalid, obj, unsupported
+from .params import check_rest, invalid, obj, present, unsupported
 
 MAPPED: Final = frozenset(
     {
@@ -59,12 +59,6 @@ STOP_TO_FINISH: Final = {
     ir.CONTENT_FILTER: "content_filter",
     ir.REFUSAL: "content_filter",
 }
-
-
-def present(**fields: Any) -> dict[str, Any]:
-    """The fields that are set (not None), in the order given: a body's optional fields, which every
-    shape leaves out rather than sending null."""
-    return {name: value for name, value in fields.items() if value is not None}
 
 
 def append(turns: list[ir.Message], role: str, parts: list[ir.Part]) -> None:

@@ -57,3 +57,9 @@ def invalid(message: str) -> AdapterError:
 def obj(value: Any) -> dict[str, Any]:
     """``value`` when it is a JSON object, else an empty one (readers of upstream bodies never raise)."""
     return value if isinstance(value, dict) else {}
+
+
+def present(**fields: Any) -> dict[str, Any]:
+    """The fields that are set (not None), in the order given: a body's optional fields, which every
+    shape leaves out rather than sending null."""
+    return {name: value for name, value in fields.items() if value is not None}
