@@ -114,11 +114,11 @@ class Relay:
 
 
 def relay_command() -> list[str]:
-    """``relay serve`` (which runs on uvloop, see ``relay.cli``)."""
+    """``relay serve`` (which runs on uvloop, see ``relay.cli.main``)."""
     script = Path(sys.executable).parent / "relay"
     if script.exists():
         return [str(script), "serve"]
-    return [sys.executable, "-c", "from relay.cli import main; main()", "serve"]
+    return [sys.executable, "-c", "from relay.cli.main import main; main()", "serve"]
 
 
 def start_relay(

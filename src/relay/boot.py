@@ -19,23 +19,21 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.types import ASGIApp
 
-from relay.batches.api import PREFIX as BATCHES_PREFIX
-from relay.batches.api import BatchesApp
-from relay.batches.database_payloads import DatabaseStore
+from relay.batch_apis.anthropic import PREFIXES as MESSAGE_BATCHES_PREFIXES
+from relay.batch_apis.anthropic import MessageBatchesApp
+from relay.batch_apis.anthropic_service import MessageBatches
+from relay.batch_apis.files import PREFIXES as FILES_PREFIXES
+from relay.batch_apis.files import FilesApp
+from relay.batch_apis.files_service import FileService
+from relay.batch_apis.native import PREFIX as BATCHES_PREFIX
+from relay.batch_apis.native import BatchesApp
+from relay.batch_apis.openai import PREFIX as OPENAI_BATCHES_PREFIX
+from relay.batch_apis.openai import OpenAIBatchesApp
+from relay.batch_apis.openai_finalizer import EndEvents, OpenAIFinalizer, finalizing_hook
+from relay.batch_apis.openai_service import OpenAIBatches
 from relay.batches.expiry import ExpirySweeper
-from relay.batches.files import FileService
-from relay.batches.files_api import PREFIXES as FILES_PREFIXES
-from relay.batches.files_api import FilesApp
 from relay.batches.hooks import FinishHooks
 from relay.batches.idempotency import purge_expired
-from relay.batches.message_batches import MessageBatches
-from relay.batches.message_batches_api import PREFIXES as MESSAGE_BATCHES_PREFIXES
-from relay.batches.message_batches_api import MessageBatchesApp
-from relay.batches.openai_batches import OpenAIBatches
-from relay.batches.openai_batches_api import PREFIX as OPENAI_BATCHES_PREFIX
-from relay.batches.openai_batches_api import OpenAIBatchesApp
-from relay.batches.openai_finalizer import EndEvents, OpenAIFinalizer, finalizing_hook
-from relay.batches.payload_store import FileStore, PayloadStores
 from relay.batches.runner import ItemRunner
 from relay.batches.service import BatchService
 from relay.batches.workers import WorkerPool
@@ -55,14 +53,15 @@ from relay.control.throttle import LoginThrottle
 from relay.control.tokens import TokenService, load_signer
 from relay.control.usage_routes import UsageQueries, mount_usage_routes
 from relay.control.webhook_routes import WebhookDeliveries, mount_webhook_routes
+from relay.crypto.sealing import ProvisionedSecrets, SecretBox, provision
 from relay.inference.app import InferenceApp
 from relay.inference.live import LiveHandler
 from relay.inference.recording import LiveRecorder
-from relay.keypool import KeyPool
-from relay.metrics import BatchMetrics, Metrics, WebhookMetrics
-from relay.pipeline import Pipeline
-from relay.ratelimit import LEASE_MARGIN_S, RateLimiter
-from relay.sealing import ProvisionedSecrets, SecretBox, provision
+from relay.payloads.base import FileStore, PayloadStores
+from relay.payloads.database import DatabaseStore
+from relay.request.keypool import KeyPool
+from relay.request.pipeline import Pipeline
+from relay.request.ratelimit import LEASE_MARGIN_S, RateLimiter
 from relay.snapshot import Snapshot
 from relay.snapshot.reloader import CatalogReloader
 from relay.state import RedisState, SharedState, open_state
@@ -70,6 +69,7 @@ from relay.store.batch_queue import BatchStore
 from relay.store.engine import create_engine
 from relay.store.migrate import upgrade_to_head
 from relay.store.notify import ChangeFeed, PostgresChangeFeed
+from relay.telemetry.metrics import BatchMetrics, Metrics, WebhookMetrics
 from relay.upstream import Upstream
 from relay.usage.writer import UsageWriter
 from relay.webhooks import outbox

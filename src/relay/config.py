@@ -5,7 +5,7 @@ and frozen. A bad value becomes a :class:`ConfigError` whose message names the v
 ``relay serve`` can print it and exit without a traceback.
 
 It deliberately does not create files or generate secrets: embedded-mode defaults that need the disk
-(``relay-data/master.key``, ``relay-data/admin.token``) are provisioned by ``relay.sealing`` at boot.
+(``relay-data/master.key``, ``relay-data/admin.token``) are provisioned by ``relay.crypto.sealing`` at boot.
 """
 
 from __future__ import annotations

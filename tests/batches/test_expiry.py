@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from relay.batch_apis.openai_service import outcome_of
 from relay.batches import expiry
-from relay.batches.openai_batches import outcome_of
 from relay.domain.batches import mint_batch_id
 from relay.store import batches as batch_store
 from relay.store import tables as t

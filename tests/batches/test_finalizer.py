@@ -14,9 +14,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.batches.finalizer import Finalizer
 from relay.batches.hooks import FinishHooks
-from relay.batches.payload_store import KeptResponse
 from relay.batches.runner import ItemResult
 from relay.domain.batches import ResponseRef
+from relay.payloads.base import KeptResponse
 from relay.store.batch_queue import BatchStore
 from tests.batches import queue_ops
 from tests.batches.queue_helpers import events, item_event, items, submit

@@ -13,12 +13,12 @@ import pytest
 from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from relay.auth import Principal
-from relay.batches.database_payloads import DatabaseStore
 from relay.batches.expiry import ExpirySweeper
 from relay.batches.idempotency import WINDOW, Answer, IdempotencyClaim, purge_expired
-from relay.batches.payload_store import FileStore, PayloadStores
 from relay.batches.service import BatchService, CreatedBatch, NewBatch
+from relay.payloads.base import FileStore, PayloadStores
+from relay.payloads.database import DatabaseStore
+from relay.request.auth import Principal
 from relay.snapshot import Policy
 from relay.store import idempotency as store
 from relay.store import tables as t

@@ -13,13 +13,13 @@ import pytest
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from relay.batches.database_payloads import DatabaseStore
-from relay.batches.files import FileService
+from relay.batch_apis.files_service import FileService
+from relay.batch_apis.openai_finalizer import NO_END_EVENTS, EndEvents, OpenAIFinalizer, finalizing_hook
 from relay.batches.hooks import FinishHooks
-from relay.batches.openai_finalizer import NO_END_EVENTS, EndEvents, OpenAIFinalizer, finalizing_hook
-from relay.batches.payload_store import FileStore, PayloadStores
 from relay.batches.service import BatchService
 from relay.domain.batches import mint_batch_id
+from relay.payloads.base import FileStore, PayloadStores
+from relay.payloads.database import DatabaseStore
 from relay.store import batches as batch_store
 from relay.store import tables as t
 from relay.store.batch_queue import BatchStore

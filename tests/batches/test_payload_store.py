@@ -1,4 +1,4 @@
-"""The payload store contract (relay.batches.payload_store, SPEC §10.7): ONE suite run against both
+"""The payload store contract (relay.payloads.base, SPEC §10.7): ONE suite run against both
 implementations — ``files`` (a real directory) and ``database`` (real SQLite and Postgres) — with the
 database store's chunks made small, so multi-chunk bodies are exercised without 200 MB of data."""
 
@@ -13,15 +13,15 @@ import pytest
 from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from relay.batches.database_payloads import DatabaseStore
-from relay.batches.payload_store import (
+from relay.domain.ids import mint_id
+from relay.payloads.base import (
     PREFETCH_BYTES,
     FileStore,
     KeptResponse,
     PayloadStore,
     PayloadStores,
 )
-from relay.domain.ids import mint_id
+from relay.payloads.database import DatabaseStore
 from relay.store import tables as t
 
 CHUNK = 1000  # the database store's chunk size in this suite

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select, update
 
-from relay.auth import Principal
-from relay.batches.database_payloads import DatabaseStore
 from relay.batches.idempotency import Answer
-from relay.batches.payload_store import FileStore, PayloadStores
 from relay.batches.service import BatchService, CreatedBatch, NewBatch
+from relay.payloads.base import FileStore, PayloadStores
+from relay.payloads.database import DatabaseStore
+from relay.request.auth import Principal
 from relay.snapshot import Policy
 from relay.store import tables as t
 from relay.store.batch_queue import BatchStore

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from relay.batch_files import openai_format
+from relay.cli.batch_files import openai_format
 from tests.cli.demo_process import Demo
 
 CHAT = "/v1/chat/completions"

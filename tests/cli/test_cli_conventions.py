@@ -14,7 +14,7 @@ import httpx
 import typer
 from typer.testing import CliRunner
 
-from relay.cli import app
+from relay.cli.main import app
 from relay.config import Settings
 from tests.cli.demo_process import Demo, clean_env
 from tests.fixtures.relay_server import RELAY_BIN

@@ -6,7 +6,7 @@ granting ``*`` over both keys and a relay key of the account. Tests add or chang
 ``catalog.snapshot()``. ``wired`` is the same catalog with its host on the session's real fake upstream
 (loopback HTTP, no mock), for tests that send requests.
 
-``core`` runs requests through the real :class:`relay.pipeline.Pipeline` (real aiohttp ``Upstream``,
+``core`` runs requests through the real :class:`relay.request.pipeline.Pipeline` (real aiohttp ``Upstream``,
 ``RateLimiter`` and ``KeyPool`` over one ``MemoryState``), so breakers and limits are the test's own.
 """
 
@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
-from relay.auth import authenticate
-from relay.keypool import KeyPool
-from relay.pipeline import Call, Outcome, Pipeline
-from relay.ratelimit import RateLimiter
-from relay.routing import resolve
+from relay.request.auth import authenticate
+from relay.request.keypool import KeyPool
+from relay.request.pipeline import Call, Outcome, Pipeline
+from relay.request.ratelimit import RateLimiter
+from relay.request.routing import resolve
 from relay.snapshot import Snapshot
 from relay.state import MemoryState
 from relay.upstream import Upstream

@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from relay.auth import authenticate, authenticate_owner, recheck_key, recheck_token
+from relay.crypto.tokens import TokenSigner, TokenVerifier, generate_private_key
 from relay.domain.credentials import hash_key
 from relay.errors import RelayError
-from relay.inference_tokens import TokenSigner, TokenVerifier, generate_private_key
+from relay.request.auth import authenticate, authenticate_owner, recheck_key, recheck_token
 from tests.core.conftest import CoreCatalog
 
 PAST = datetime.now(UTC) - timedelta(hours=1)

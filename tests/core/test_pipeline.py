@@ -10,8 +10,8 @@ import json
 import pytest
 
 from relay.errors import RateLimited, RelayError
-from relay.fallbacks import fallbacks_for
-from relay.pipeline import UpstreamUnavailable
+from relay.request.fallbacks import fallbacks_for
+from relay.request.pipeline import UpstreamUnavailable
 from tests.core.conftest import CHAT_UPSTREAM, Core, CoreCatalog
 from tests.fixtures.fake_upstream import FakeUpstream
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from relay.errors import RelayError
-from relay.routing import granted_models, resolve
+from relay.request.routing import granted_models, resolve
 from tests.core.conftest import CHAT_ALIAS, CHAT_MODEL, CHAT_UPSTREAM, CoreCatalog
 
 

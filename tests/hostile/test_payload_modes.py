@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from relay.batches.payloads import PayloadDir
 from relay.domain.ids import mint_id
+from relay.payloads.directory import PayloadDir
 from tests.fixtures.fake_upstream import FakeUpstream
 from tests.fixtures.live import CHAT_MODEL, Gateway, Reaper, live_reaper  # noqa: F401
 from tests.fixtures.relay_server import RelayProcess

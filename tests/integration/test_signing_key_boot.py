@@ -10,7 +10,7 @@ import os
 from sqlalchemy import func, select
 
 from relay.control.tokens import load_signer
-from relay.sealing import SecretBox
+from relay.crypto.sealing import SecretBox
 from relay.store import tables as t
 from relay.store.engine import create_engine
 from relay.store.migrate import upgrade_to_head

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from relay.keypool import Failure, KeyPool
+from relay.request.keypool import Failure, KeyPool
 from relay.snapshot import HostKey
 from relay.state import BreakerRecord, SharedState
 from tests.fixtures.shared_state import each_state

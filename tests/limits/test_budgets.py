@@ -14,7 +14,7 @@ from relay.adapters.base import Usage
 from relay.domain.ratelimits import RateLimitRule, window_seconds
 from relay.errors import BudgetExceeded, RateLimited
 from relay.pricing import cost_from_prices, cost_nanos, nano_prices
-from relay.ratelimit import RateLimiter
+from relay.request.ratelimit import RateLimiter
 from relay.snapshot import Binding
 from relay.state import SharedState
 from tests.limits.conftest import CountingState, policy

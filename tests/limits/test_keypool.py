@@ -15,7 +15,7 @@ from email.utils import formatdate
 import pytest
 
 from relay.errors import Unavailable
-from relay.keypool import Failure, KeyPool, classify
+from relay.request.keypool import Failure, KeyPool, classify
 from relay.snapshot import HostKey
 from relay.state import RedisState, SharedState
 from tests.limits.conftest import CountingState, host_keys, policy

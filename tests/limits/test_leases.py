@@ -12,7 +12,7 @@ import pytest
 
 from relay.adapters.base import Usage
 from relay.errors import RateLimited
-from relay.ratelimit import RateLimiter
+from relay.request.ratelimit import RateLimiter
 from relay.snapshot import Policy
 from relay.state import SharedState
 from tests.limits.conftest import CountingState, policy, rule

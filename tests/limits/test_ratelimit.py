@@ -17,7 +17,7 @@ import pytest
 
 from relay.adapters.base import Usage
 from relay.errors import RateLimited
-from relay.ratelimit import EMPTY_RESERVATION, RateLimiter, Reservation
+from relay.request.ratelimit import EMPTY_RESERVATION, RateLimiter, Reservation
 from relay.snapshot import Policy
 from relay.state import RedisState, SharedState
 from tests.limits.conftest import CountingState, policy, rule

@@ -26,7 +26,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from relay.batches.openai_batches import API, CLAIM_PREFIX, FINALIZING
+from relay.batch_apis.openai_service import API, CLAIM_PREFIX, FINALIZING
 from relay.store import migrate
 from relay.store.columns import NAMING
 from relay.store.engine import create_engine

@@ -10,9 +10,9 @@ from typing import Any
 import orjson
 import pytest
 
-from relay.batches import payloads
-from relay.batches.payloads import PayloadDir, sync_descriptors
 from relay.domain.batches import BatchRejected, ResponseRef, validate_submission
+from relay.payloads import directory as payloads
+from relay.payloads.directory import PayloadDir, sync_descriptors
 
 BATCH_ID = "b_" + "0" * 26
 

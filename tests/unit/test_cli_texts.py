@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from relay.batch_cli import derived_state, exit_code, summary
+from relay.cli.batch import derived_state, exit_code, summary
+from relay.cli.demo import banner, catalog_line
+from relay.cli.serve import listening_on
 from relay.config import load_settings
-from relay.demo import banner, catalog_line
-from relay.serve import listening_on
 
 
 @pytest.mark.parametrize(

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from relay.batches.file_payloads import FileBytesDir
-from relay.batches.message_batches import validate_create
-from relay.batches.payloads import PayloadDir
+from relay.batch_apis.anthropic_service import validate_create
 from relay.domain.batches import BatchRejected, is_batch_id
 from relay.domain.ids import is_valid_name
 from relay.domain.ratelimits import window_seconds
+from relay.payloads.directory import PayloadDir
+from relay.payloads.file_bytes import FileBytesDir
 
 BATCH_ID = "msgbatch_" + "0" * 26
 FILE_ID = "file-" + "0" * 26

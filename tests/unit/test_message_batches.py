@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import orjson
 import pytest
 
-from relay.batches.message_batches import message_batch, processing_status, result_line, results_url
+from relay.batch_apis.anthropic_service import message_batch, processing_status, result_line, results_url
 from relay.domain.batch_record import BatchRecord, ResultRow
 from relay.domain.batches import expired_error
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from relay.auth import authenticate, build_principal
+from relay.crypto.sealing import SecretBox
+from relay.crypto.tokens import TokenClaims, TokenSigner, generate_private_key
 from relay.domain.credentials import hash_key
-from relay.inference_tokens import TokenClaims, TokenSigner, generate_private_key
-from relay.sealing import SecretBox
+from relay.request.auth import authenticate, build_principal
 from relay.snapshot import Policy, build_snapshot
 from tests.fixtures.catalog_rows import catalog_tables, policy_row, relay_key_row
 

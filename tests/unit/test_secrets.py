@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from relay.config import load_settings
-from relay.sealing import SecretBox, provision
+from relay.crypto.sealing import SecretBox, provision
 
 
 def test_seal_round_trips_and_is_bound_to_the_row() -> None:

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from relay.crypto.sealing import SecretBox
 from relay.domain.grants import Grant
-from relay.sealing import SecretBox
 from relay.snapshot import (
     Binding,
     Host,

@@ -9,7 +9,7 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from relay.inference_tokens import TokenInvalid, TokenSigner, TokenVerifier, generate_private_key
+from relay.crypto.tokens import TokenInvalid, TokenSigner, TokenVerifier, generate_private_key
 
 
 @pytest.fixture

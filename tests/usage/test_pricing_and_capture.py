@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from relay.adapters.base import Usage
-from relay.payloadlog import DEFAULT_MAX_BYTES, BodyCapture, PayloadRecord, capture_enabled, max_bytes
 from relay.pricing import cost_nanos
+from relay.usage.capture import DEFAULT_MAX_BYTES, BodyCapture, PayloadRecord, capture_enabled, max_bytes
 from relay.usage.event import MAX_ERROR_MESSAGE
 from tests.usage.helpers import make_event
 

@@ -14,9 +14,9 @@ from sqlalchemy import func, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from relay.payloadlog import PayloadRecord
 from relay.store import tables as t
 from relay.store.engine import create_engine
+from relay.usage.capture import PayloadRecord
 from relay.usage.event import UsageEvent
 from relay.usage.writer import UsageWriter
 from tests.fixtures.databases import ADMIN_URL

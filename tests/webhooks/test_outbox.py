@@ -15,8 +15,8 @@ import pytest
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from relay.crypto.sealing import SecretBox
 from relay.domain.ids import mint_id
-from relay.sealing import SecretBox
 from relay.store import tables as t
 from relay.store import webhooks as store
 from relay.store.catalog import utcnow

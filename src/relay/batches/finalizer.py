@@ -34,9 +34,9 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from relay.batches.payload_store import KeptResponse
 from relay.batches.runner import ItemResult, response_lost
 from relay.domain.batches import ResponseRef
+from relay.payloads.base import KeptResponse
 from relay.store.batch_queue import BatchStore, Db, FinalItem
 from relay.store.batch_queue import SaveResponses as SaveFinals
 from relay.store.engine import Connection

@@ -30,16 +30,16 @@ from datetime import UTC, datetime
 import orjson
 
 from relay.adapters import EMBEDDINGS, Dispatch, admit
-from relay.auth import Principal, build_principal, recheck_key, recheck_token
-from relay.batches.payload_store import KeptResponse, PayloadStores, Prefetched
+from relay.crypto.tokens import TokenClaims
 from relay.domain.batch_record import CANCELLED_ERROR, BatchRecord, FinalState
 from relay.domain.batches import OPENAI_EMBEDDINGS
 from relay.domain.ids import mint_id
 from relay.errors import InvalidRequest, RateLimited, RelayError
-from relay.fallbacks import Route, fallbacks_for, reroute
-from relay.inference_tokens import TokenClaims
-from relay.pipeline import Call, Outcome, Pipeline, UpstreamUnavailable
-from relay.routing import Plan, resolve
+from relay.payloads.base import KeptResponse, PayloadStores, Prefetched
+from relay.request.auth import Principal, build_principal, recheck_key, recheck_token
+from relay.request.fallbacks import Route, fallbacks_for, reroute
+from relay.request.pipeline import Call, Outcome, Pipeline, UpstreamUnavailable
+from relay.request.routing import Plan, resolve
 from relay.snapshot import Snapshot
 from relay.store.batch_queue import ClaimedItem
 from relay.store.engine import Connection

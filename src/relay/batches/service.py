@@ -7,7 +7,7 @@ carries; :meth:`status` renders the §10.2 view with its exact casing; :meth:`re
 results page by page (a 50 000-item batch never sits in memory); :meth:`cancel` cancels the available
 items (with their usage events) and asks this replica's worker pool to stop the batch's running items.
 
-What it deliberately does not know. HTTP (``relay.batches.api`` renders), how items run
+What it deliberately does not know. HTTP (``relay.batch_apis.native`` renders), how items run
 (``relay.batches.runner``) and rate limits: submitting, polling and reading results never count
 against a policy (SPEC §10.1).
 
@@ -27,9 +27,7 @@ from typing import Any
 import orjson
 
 from relay.adapters.json_codec import DEFAULT_MAX_DEPTH, JsonRefused, loads_input
-from relay.auth import Principal
 from relay.batches.idempotency import Answer, IdempotencyClaim, replay
-from relay.batches.payload_store import PayloadStore, PayloadStores
 from relay.batches.runner import cancelled_event
 from relay.domain.batch_record import BatchRecord, ItemState, ResultRow
 from relay.domain.batches import (
@@ -45,6 +43,8 @@ from relay.domain.batches import (
     validate_submission,
 )
 from relay.errors import InvalidRequest, NotFound
+from relay.payloads.base import PayloadStore, PayloadStores
+from relay.request.auth import Principal
 from relay.store.batch_queue import BatchStore
 from relay.store.engine import DuplicateRow
 

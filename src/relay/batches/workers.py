@@ -56,9 +56,9 @@ from relay.batches.pacing import ClaimPacer
 from relay.batches.runner import ItemResult, ItemRunner, cancelled_event, item_event
 from relay.batches.starter import Starter
 from relay.domain.batch_record import CANCELLED_ERROR, BatchRecord, stop_error
-from relay.metrics import BatchMetrics
 from relay.store.batch_queue import BatchStore, ClaimedItem
 from relay.store.engine import is_transient
+from relay.telemetry.metrics import BatchMetrics
 from relay.usage.event import UsageEvent
 
 log = logging.getLogger("relay.batches")

@@ -28,8 +28,8 @@ from relay.control import openapi
 from relay.control.apply import ApplyService
 from relay.control.catalog import CatalogService
 from relay.control.kinds import KINDS, Kind
+from relay.crypto.sealing import constant_time_equal
 from relay.errors import RateLimited, RelayError, Unauthenticated
-from relay.sealing import constant_time_equal
 from relay.snapshot.reloader import CatalogReloader
 from relay.store.outage import unavailable_or_internal
 

@@ -22,9 +22,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from relay.control.catalog import CatalogService, with_generated_secret
 from relay.control.kinds import BY_NAME, KINDS, Kind
+from relay.crypto.passwords import verify_password
+from relay.crypto.sealing import SecretBox
 from relay.errors import InvalidRequest, Unprocessable
-from relay.passwords import verify_password
-from relay.sealing import SecretBox
 from relay.store import catalog as store
 
 MASK = "********"

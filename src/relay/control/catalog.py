@@ -22,12 +22,12 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from relay.control.kinds import ChildList, Kind, RefField
+from relay.crypto.passwords import hash_password
+from relay.crypto.sealing import SecretBox
 from relay.domain.ids import mint_id
 from relay.domain.kind_specs import FROM_CATALOG, WEBHOOK_SECRET_PREFIX
 from relay.errors import Conflict, InvalidRequest, NotFound, Unprocessable
-from relay.passwords import hash_password
 from relay.pricing.catalog import PriceCatalog, load_catalog
-from relay.sealing import SecretBox
 from relay.store import catalog as store
 from relay.store.catalog import Row, utcnow
 from relay.store.tables import models as models_table

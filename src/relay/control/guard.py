@@ -30,9 +30,9 @@ import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from relay.adapters.json_codec import JsonRefused, loads_input
+from relay.crypto.sealing import constant_time_equal
 from relay.errors import RelayError, Unauthenticated
-from relay.inference.wire import ClientDisconnected, read_body
-from relay.sealing import constant_time_equal
+from relay.http.wire import ClientDisconnected, read_body
 
 log = logging.getLogger("relay.control")
 

@@ -15,7 +15,7 @@ from typing import Any
 from fastapi import Depends, FastAPI
 
 from relay.errors import NotFound
-from relay.ratelimit import RateLimiter
+from relay.request.ratelimit import RateLimiter
 from relay.snapshot import Policy, Snapshot
 
 

@@ -31,11 +31,11 @@ from relay.control.query import (
     single_params,
 )
 from relay.errors import InvalidRequest, NotFound
-from relay.payloadlog import MAX_MAX_BYTES, MIN_MAX_BYTES, SETTING_KEY, current_setting
 from relay.store import catalog as catalog_store
 from relay.store import tables as t
 from relay.store import usage as store
 from relay.store.catalog import Row, utcnow
+from relay.usage.capture import MAX_MAX_BYTES, MIN_MAX_BYTES, SETTING_KEY, current_setting
 
 REFS: Final[Mapping[str, Table]] = {"project": t.projects, "team": t.teams, "policy": t.policies}
 PLAIN: Final[Mapping[str, str]] = {

@@ -57,7 +57,7 @@ FINAL_STATES = frozenset((COMPLETED, DISCARDED, CANCELLED))
 @dataclass(frozen=True, slots=True)
 class ResponseRef:
     """Where a completed item's response body is: ``length`` bytes at ``offset`` of ``file`` in its
-    batch's payload directory (``relay.batches.payloads``), as its database row records it."""
+    batch's payload directory (``relay.payloads.directory``), as its database row records it."""
 
     file: str
     offset: int

@@ -22,11 +22,9 @@ from typing import Any
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from relay.adapters import ANTHROPIC, CANONICAL, EMBEDDINGS, OPENAI, OPENAI_RESPONSES, error_body
-from relay.auth import authenticate
 from relay.domain.credentials import read_credential
 from relay.errors import RelayError
-from relay.inference.live import LiveHandler
-from relay.inference.wire import (
+from relay.http.wire import (
     MethodNotAllowed,
     error_headers,
     json_response,
@@ -35,9 +33,11 @@ from relay.inference.wire import (
     request_headers,
     send_bytes,
 )
-from relay.metrics import Metrics
-from relay.routing import granted_models
+from relay.inference.live import LiveHandler
+from relay.request.auth import authenticate
+from relay.request.routing import granted_models
 from relay.snapshot import Snapshot
+from relay.telemetry.metrics import Metrics
 
 log = logging.getLogger("relay.request")
 

@@ -42,14 +42,14 @@ from relay.adapters import (
     wants_stream,
 )
 from relay.adapters.json_codec import DEFAULT_MAX_DEPTH
-from relay.auth import Principal, authenticate
 from relay.domain.credentials import read_credential
 from relay.errors import InvalidRequest, RateLimited, RelayError
-from relay.fallbacks import Admit, Route, fallbacks_for, reroute
+from relay.http.wire import head, send_bytes
 from relay.inference.recording import LiveRecorder
-from relay.inference.wire import head, send_bytes
-from relay.pipeline import Call, Outcome, Pipeline
-from relay.routing import Plan, resolve
+from relay.request.auth import Principal, authenticate
+from relay.request.fallbacks import Admit, Route, fallbacks_for, reroute
+from relay.request.pipeline import Call, Outcome, Pipeline
+from relay.request.routing import Plan, resolve
 from relay.snapshot import Snapshot
 
 log = logging.getLogger("relay.request")

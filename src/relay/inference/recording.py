@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 from relay.domain.ids import mint_id
 from relay.errors import RelayError
-from relay.metrics import Metrics
-from relay.payloadlog import BodyCapture, PayloadRecord, capture_enabled, max_bytes
-from relay.pipeline import Outcome, UpstreamUnavailable
+from relay.request.pipeline import Outcome, UpstreamUnavailable
 from relay.snapshot import Snapshot
+from relay.telemetry.metrics import Metrics
+from relay.usage.capture import BodyCapture, PayloadRecord, capture_enabled, max_bytes
 from relay.usage.event import UsageEvent, attribution_fields, outcome_fields
 from relay.usage.writer import UsageWriter
 

@@ -25,8 +25,8 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
-from relay.inference_tokens import TokenVerifier
-from relay.sealing import SecretBox
+from relay.crypto.sealing import SecretBox
+from relay.crypto.tokens import TokenVerifier
 from relay.snapshot.entities import (
     Binding,
     Host,

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from relay.sealing import SecretBox
+from relay.crypto.sealing import SecretBox
 from relay.snapshot.build import Snapshot, build_snapshot
 from relay.store import catalog as store
 from relay.store.notify import ChangeFeed

@@ -24,7 +24,7 @@ from relay.store.columns import ID, NAME, JSONType, _ts, _where, metadata
 
 #: Which batches the §14 finalizer polls for: its query spells the same predicate with literal values
 #: (``relay.store.facade_batches``), so both dialects' planners match it to the partial index. The
-#: state names are the OpenAI façade's (``relay.batches.openai_batches``: FINALIZING, CLAIM_PREFIX).
+#: state names are the OpenAI façade's (``relay.batch_apis.openai_service``: FINALIZING, CLAIM_PREFIX).
 FINALIZE_API = "openai"
 FINALIZE_WAITING_STATUS = "finalizing"
 FINALIZE_CLAIM_PREFIX = "fin@"
@@ -110,7 +110,7 @@ batch_items = Table(
     Column("status", Integer, nullable=True),  # the upstream's HTTP status when one answered
     Column("error", Text, nullable=True),
     # A completed item's response body: ``response_length`` bytes at ``response_offset`` of the file
-    # ``response_file`` in the batch's payload directory (relay.batches.payloads). NULL for items
+    # ``response_file`` in the batch's payload directory (relay.payloads.directory). NULL for items
     # completed by versions that wrote one file per item.
     Column("response_file", String(40), nullable=True),
     Column("response_offset", BigInteger, nullable=True),

@@ -7,7 +7,7 @@ token fields and applies the one pricing rule of both planes (exact integer nano
 
 What it deliberately does not know. Writing (``relay.usage.writer`` queues live events; the batch queue
 writes an item's event in the transaction that finalizes it), SQL, HTTP, and the attribution rules
-themselves (``relay.auth``). Importing it imports no writer, metrics or database code, so the batch
+themselves (``relay.request.auth``). Importing it imports no writer, metrics or database code, so the batch
 queue can carry events without a writer.
 
 Invariants. An event never holds a body or a credential (only the key's sha256, as SPEC §8 names it);
@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from relay.pricing import cost_nanos
 
 if TYPE_CHECKING:  # types only: the pipeline never imports this module
-    from relay.pipeline import Outcome
-    from relay.routing import Plan
+    from relay.request.pipeline import Outcome
+    from relay.request.routing import Plan
 
 MAX_ERROR_MESSAGE: Final = 2000
 _CLIPS: Final = (

@@ -6,7 +6,7 @@ payload captures beside their events), with its metrics and a rate-limited repor
 Batch items' events are written by the batch queue, in the transaction that finalizes the item (§10.8).
 
 What it deliberately does not know. SQL (``relay.store.usage``), HTTP, how an event is built, and
-payload policy (``relay.payloadlog`` decides what is captured; this module only carries the record).
+payload policy (``relay.usage.capture`` decides what is captured; this module only carries the record).
 
 Invariants. ``record`` never blocks, never awaits and never raises: when the queue is full the event
 is dropped, ``relay_usage_events_dropped_total{reason="queue_full"}`` counts it and a warning says so
@@ -29,8 +29,8 @@ from typing import Final
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from relay.payloadlog import PayloadRecord
 from relay.store import usage as store
+from relay.usage.capture import PayloadRecord
 from relay.usage.event import UsageEvent
 
 log = logging.getLogger("relay.usage")

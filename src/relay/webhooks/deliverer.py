@@ -35,11 +35,11 @@ from datetime import UTC, datetime
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from relay.crypto.sealing import SecretBox
 from relay.domain.ids import mint_id
-from relay.metrics import WebhookMetrics
-from relay.sealing import SecretBox
 from relay.store import webhooks as store
 from relay.store.engine import is_transient
+from relay.telemetry.metrics import WebhookMetrics
 from relay.upstream import Upstream, UpstreamConnectionError, UpstreamTimeout
 from relay.webhooks.schedule import RetrySchedule
 from relay.webhooks.signing import signed_headers

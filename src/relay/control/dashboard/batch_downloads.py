@@ -17,7 +17,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
-from relay.batches.message_batches import result_line
+from relay.batch_apis.anthropic_service import result_line
 from relay.control.dashboard.web import HEADERS, Dashboard, Refused, with_errors
 
 OPENAI_FILES = ("output", "error")

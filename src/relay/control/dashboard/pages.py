@@ -19,8 +19,8 @@ from relay.control.dashboard import charts
 from relay.control.dashboard.session import ADMIN_TTL_S, COOKIE, Viewer
 from relay.control.dashboard.web import Dashboard, Refused, with_errors
 from relay.control.kinds import PROJECT
+from relay.crypto.sealing import constant_time_equal
 from relay.errors import RelayError
-from relay.sealing import constant_time_equal
 
 PRE_COOKIE = "relay_ui_pre"  # the sign-in form's CSRF basis, before any session exists
 BATCH_FILTERS = ("project", "team", "owner", "state", "api", "from", "to", "cursor")

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Final
 
-from relay.sealing import constant_time_equal
+from relay.crypto.sealing import constant_time_equal
 
 COOKIE: Final = "relay_ui"
 ADMIN_TTL_S: Final = 12 * 3600

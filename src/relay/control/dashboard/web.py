@@ -20,7 +20,7 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from relay.batches.files import FileService
+from relay.batch_apis.files_service import FileService
 from relay.batches.service import BatchService
 from relay.control.batch_admin import BatchAdmin
 from relay.control.catalog import CatalogService

@@ -5,7 +5,7 @@ Revises: 0004
 Create Date: 2026-11-30
 
 Completed items' bodies are appended to one file per process and batch instead of one file per item
-(``relay.batches.payloads``); the item row says where its body is. Items completed before this
+(``relay.payloads.directory``); the item row says where its body is. Items completed before this
 revision keep NULLs and are read from their per-item file. The CHECK keeps a reference whole and on
 completed items only. SQLite cannot add a CHECK to an existing table, so there Alembic's batch mode
 copies the table (the partial indexes are recreated with it).

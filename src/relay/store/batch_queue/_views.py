@@ -8,7 +8,7 @@ page.
 
 What it deliberately does not know. Who may read a batch (the service compares ``owner`` with the
 caller), the JSON casing of the status view (the API renders it), and the response bodies
-(``relay.store.payloads``).
+(``relay.store.payload_chunks``).
 
 Invariants. Every read costs a constant number of queries, whatever the item count (SPEC §10.2): one
 for the record, one GROUP BY for the counts, one for the items. The three read one snapshot (Postgres:

@@ -1,10 +1,11 @@
 """The Files API's multipart upload form (SPEC §14 Files), parsed as it arrives: ``python-multipart``'s
 streaming parser queues events per received chunk, which :class:`StreamedForm` applies in order — the
-``file`` part's bytes to the service's :class:`relay.batches.files.Upload`, the small fields to memory,
+``file`` part's bytes to the service's :class:`relay.batch_apis.files_service.Upload`, the small fields
+to memory,
 each field checked as soon as it ends (before any later file bytes are stored).
 
 What it deliberately does not know. HTTP (how the body arrives, what an error answer looks like:
-``relay.batches.files_api``), where bytes are stored.
+``relay.batch_apis.files``), where bytes are stored.
 
 Invariants. At most one ``file`` part and one of each field; a non-file field is at most
 :data:`FIELD_LIMIT` bytes; a refusal is a :class:`BadParam` naming the field; :meth:`StreamedForm.abort`
@@ -19,7 +20,7 @@ from typing import Any
 from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
-from relay.batches.files import FileService, Upload
+from relay.batch_apis.files_service import FileService, Upload
 from relay.domain.openai_batches import BadParam
 from relay.store.files import FileRow
 

@@ -20,15 +20,15 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 
 from relay.adapters import StreamTap, Usage, build_upstream_request, usage_from_response
-from relay.auth import Principal
 from relay.errors import RelayError, Unavailable
-from relay.fallbacks import Fallbacks, is_trigger
-from relay.keypool import Failure, KeyPool, classify
-from relay.metrics import Metrics
 from relay.pricing import cost_from_prices, cost_nanos
-from relay.ratelimit import RateLimiter, Reservation
-from relay.routing import Plan
+from relay.request.auth import Principal
+from relay.request.fallbacks import Fallbacks, is_trigger
+from relay.request.keypool import Failure, KeyPool, classify
+from relay.request.ratelimit import RateLimiter, Reservation
+from relay.request.routing import Plan
 from relay.snapshot import HostKey
+from relay.telemetry.metrics import Metrics
 from relay.upstream import Upstream, UpstreamConnectionError, UpstreamResponse, UpstreamTimeout
 
 MAX_FAILOVER = 3

@@ -7,8 +7,8 @@ array; :func:`message_batch_format` tells Anthropic Message Batches lines from p
 :func:`with_lines` names a server's ``requests[i]`` by the file's line. A file is one format, never a
 mix: a mix fails naming the first line that differs.
 
-What it deliberately does not know. HTTP and the commands (``relay.batch_cli``). Every refusal is
-:func:`relay.cli_support.fail` (exit 1, the message on stderr).
+What it deliberately does not know. HTTP and the commands (``relay.cli.batch``). Every refusal is
+:func:`relay.cli.support.fail` (exit 1, the message on stderr).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from relay.cli_support import fail
+from relay.cli.support import fail
 from relay.domain.openai_batches import ENDPOINT_SHAPES, LineChecker
 
 

@@ -5,9 +5,9 @@ Routes: ``POST`` (create; ``Idempotency-Key`` honoured), ``GET`` (list: ``limit`
 ``after_id``), ``GET /{id}``, ``POST /{id}/cancel``, ``DELETE /{id}``, ``GET /{id}/results`` (JSONL,
 streamed page by page). Thin handlers over the one batch engine: authenticate like inference (a create
 needs a usable policy; the rest a valid credential, ``authenticate_owner``, checked before the path's
-404/405), read the parameters, call :class:`relay.batches.message_batches.MessageBatches`, render.
+404/405), read the parameters, call :class:`relay.batch_apis.anthropic_service.MessageBatches`, render.
 Items are ``anthropic``-shape engine items with their ``custom_id``; the runner never knows this API
-made them. The route table, 404/405 and error answers are ``relay.batches.routes``'.
+made them. The route table, 404/405 and error answers are ``relay.batch_apis.router``'.
 
 What it deliberately does not know. How items run, ids and clocks (the engine's), the database and
 the payload store (the service's).
@@ -30,12 +30,12 @@ import orjson
 from starlette.types import Scope
 
 from relay.adapters import ANTHROPIC, error_body
+from relay.batch_apis.anthropic_service import MessageBatches
+from relay.batch_apis.router import Call, Route, RoutedApp, create_once
 from relay.batches.idempotency import IdempotencyKeyReused
-from relay.batches.message_batches import MessageBatches
-from relay.batches.routes import Call, Route, RoutedApp, create_once
 from relay.domain.batches import BatchRejected
 from relay.errors import InvalidRequest, RelayError
-from relay.inference.wire import head, query_params
+from relay.http.wire import head, query_params
 from relay.snapshot import Snapshot
 
 log = logging.getLogger("relay.batches")

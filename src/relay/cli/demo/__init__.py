@@ -26,13 +26,13 @@ from typing import Any
 import yaml
 
 from relay.boot import Runtime
+from relay.cli.serve import StartupError, listen, local_host, serve
 from relay.config import Settings
 from relay.domain.credentials import hash_key
-from relay.serve import StartupError, listen, local_host, serve
 
 
 def demo_documents(upstream_base_url: str) -> list[dict[str, object]]:
-    text = resources.files("relay.demo").joinpath("catalog.yaml").read_text()
+    text = resources.files("relay.cli.demo").joinpath("catalog.yaml").read_text()
     return [d for d in yaml.safe_load_all(text.replace("${UPSTREAM}", upstream_base_url)) if d]
 
 

@@ -1,9 +1,9 @@
 """Where batch bodies live (SPEC §10.7): the :class:`PayloadStore` seam and its two implementations.
 
 What it does. ``RELAY_BATCH_PAYLOAD_STORE`` picks the store new batches are submitted under:
-:class:`FileStore` (``files``, the default: the directory of ``relay.batches.payloads``, which every
+:class:`FileStore` (``files``, the default: the directory of ``relay.payloads.directory``, which every
 replica must share) or :class:`DatabaseStore` (``database``: ``payload_chunks`` via
-``relay.store.payloads``, so replicas need no shared volume and ``load input:`` cannot happen). Each
+``relay.store.payload_chunks``, so replicas need no shared volume and ``load input:`` cannot happen). Each
 batch records its store (``batches.payload_store``) and :class:`PayloadStores` hands out the one a
 batch was submitted under, so switching the setting keeps existing batches readable and runnable.
 
@@ -39,13 +39,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from relay.batches.file_payloads import READ_CHUNK, FileBytesDir
-from relay.batches.payloads import PayloadDir, sync_descriptors
 from relay.domain.batches import ResponseRef
+from relay.payloads.directory import PayloadDir, sync_descriptors
+from relay.payloads.file_bytes import READ_CHUNK, FileBytesDir
 from relay.store.engine import Connection
 
 if TYPE_CHECKING:
-    from relay.batches.database_payloads import DatabaseStore
+    from relay.payloads.database import DatabaseStore
 
 log = logging.getLogger("relay.batches")
 
@@ -149,7 +149,7 @@ class _DiskSink:
 
 
 class FileStore:
-    """``files``: the payload directory (``relay.batches.payloads``), its blocking calls in threads.
+    """``files``: the payload directory (``relay.payloads.directory``), its blocking calls in threads.
     Creates nothing under the directory until a batch is written or an item of one completes."""
 
     name: StoreName = "files"

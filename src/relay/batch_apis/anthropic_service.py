@@ -13,7 +13,7 @@ delete removes the batch's rows and database-held bodies in one transaction, the
 running) never loses a body; a crash between the two leaves the batch's directory behind, unread
 (ids are never reused), and never touches another batch's.
 
-What it deliberately does not know. HTTP (``relay.batches.message_batches_api`` renders) and SQL (the
+What it deliberately does not know. HTTP (``relay.batch_apis.anthropic`` renders) and SQL (the
 store's). ``params`` are not inspected beyond "an object that does not ask for a stream": a bad one
 ends ``errored`` when it runs (SPEC §15).
 
@@ -33,9 +33,7 @@ from typing import Any, Final
 
 import orjson
 
-from relay.auth import Principal
 from relay.batches.idempotency import Answer, IdempotencyClaim
-from relay.batches.payload_store import PayloadStores
 from relay.batches.service import (
     BatchNotFound,
     BatchService,
@@ -47,6 +45,8 @@ from relay.batches.service import (
 from relay.domain.batch_record import BatchRecord, ResultRow
 from relay.domain.batches import CANCELLED, COMPLETED, DISCARDED, BatchRejected
 from relay.errors import InvalidRequest
+from relay.payloads.base import PayloadStores
+from relay.request.auth import Principal
 from relay.store import message_batches as store
 from relay.store.batch_queue import record_from_row
 from relay.store.batches import owner_page

@@ -4,11 +4,12 @@ alias ``/v1/files`` on the inference listener.
 Routes: ``POST`` (multipart upload), ``GET`` (list), ``GET /{id}``, ``GET /{id}/content`` (streamed),
 ``DELETE /{id}``. Thin handlers: authenticate like every ``/v1`` route (an upload needs a usable
 policy, like a batch submission; reading and deleting one's files needs a valid credential —
-``authenticate_owner``), check the parameters, call :class:`relay.batches.files.FileService`, render.
+``authenticate_owner``), check the parameters, call
+:class:`relay.batch_apis.files_service.FileService`, render.
 Errors are OpenAI-shaped; a bad parameter is a 400 whose ``param`` names it; an unknown or foreign id
 is a 404 ``file not found``, identical in both cases (SPEC §10.8).
 
-The upload is parsed as it arrives (``relay.batches.upload_form``, ``python-multipart``'s streaming
+The upload is parsed as it arrives (``relay.batch_apis.upload_form``, ``python-multipart``'s streaming
 parser): the ``file`` part's bytes go to the store a received chunk at a time, never whole in memory.
 Any refusal (bad field, over ``RELAY_BATCH_MAX_BYTES``, malformed body, client gone) aborts the upload
 — no row, no bytes.
@@ -20,7 +21,7 @@ included), and stops reading at the closing boundary (an epilogue is not read pa
 is answered with ``Connection: close``. Another refusal (a bad field) reads the rest within that
 bound, so the client sees the answer, not a reset; an answer sent with body bytes still unread always
 carries ``Connection: close``. The route table, 404/405 and error answers are
-``relay.batches.routes``' (this app's call carries its streamed body, so every answer, refusals
+``relay.batch_apis.router``' (this app's call carries its streamed body, so every answer, refusals
 included, knows whether bytes are left unread).
 
 What it deliberately does not know. Where bytes are stored, ids, clocks, expiry (the service's).
@@ -39,13 +40,13 @@ from python_multipart.multipart import parse_options_header
 from starlette.types import Receive, Scope, Send
 
 from relay.adapters import OPENAI
-from relay.batches.files import PURPOSES, FileService, file_object
-from relay.batches.openai_errors import openai_error
-from relay.batches.routes import Call, Route, RoutedApp
-from relay.batches.upload_form import StreamedForm
+from relay.batch_apis.files_service import PURPOSES, FileService, file_object
+from relay.batch_apis.openai_errors import openai_error
+from relay.batch_apis.router import Call, Route, RoutedApp
+from relay.batch_apis.upload_form import StreamedForm
 from relay.domain.openai_batches import BadParam
 from relay.errors import PayloadTooLarge, RelayError
-from relay.inference.wire import ClientDisconnected, head, new_request_id, query_params
+from relay.http.wire import ClientDisconnected, head, new_request_id, query_params
 from relay.snapshot import Snapshot
 
 if TYPE_CHECKING:

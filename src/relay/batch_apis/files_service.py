@@ -4,14 +4,14 @@ error file from lines).
 
 What it does. Mints file ids (``file-`` + 26 time-ordered base-32 digits) and timestamps, keeps the
 ``files`` rows (``relay.store.files``) and puts the bytes in the payload store selected by
-``RELAY_BATCH_PAYLOAD_STORE`` (``relay.batches.payload_store``; the row records which, so switching
+``RELAY_BATCH_PAYLOAD_STORE`` (``relay.payloads.base``; the row records which, so switching
 the setting keeps old files readable). An upload is an :class:`Upload`: its row is inserted
 ``uploading`` first, the bytes are streamed into the store, and :meth:`Upload.finish` makes it visible
 — or :meth:`Upload.abort` removes row and bytes, so a refused upload leaves nothing. The sweep
 (:meth:`FileService.sweep`, every ``RELAY_FILES_SWEEP_S`` on every replica) removes expired files
 and uploads whose writer died; an expired file met by a request is removed there and then.
 
-What it deliberately does not know. HTTP and multipart (``relay.batches.files_api``), credentials:
+What it deliberately does not know. HTTP and multipart (``relay.batch_apis.files``), credentials:
 every call takes the owner string of §10.8 and treats another owner's file as unknown.
 
 Invariants. Only whole (``processed``), unexpired files of the caller are ever seen; the bytes of a
@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal
 
-from relay.batches.payload_store import FileSink, PayloadStores
 from relay.domain.ids import mint_id
 from relay.errors import NotFound, PayloadTooLarge
+from relay.payloads.base import FileSink, PayloadStores
 from relay.store import files as rows
 from relay.store.engine import Engine
 from relay.store.files import FileRow

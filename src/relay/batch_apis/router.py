@@ -34,12 +34,11 @@ from typing import Generic, Protocol, TypeVar
 from starlette.types import Receive, Scope, Send
 
 from relay.adapters import error_body
-from relay.auth import Principal, authenticate, authenticate_owner
 from relay.batches import idempotency
 from relay.batches.idempotency import Answer, IdempotencyClaim
 from relay.domain.credentials import read_credential
 from relay.errors import NotFound, RelayError
-from relay.inference.wire import (
+from relay.http.wire import (
     MethodNotAllowed,
     error_headers,
     new_request_id,
@@ -47,6 +46,7 @@ from relay.inference.wire import (
     request_headers,
     send_bytes,
 )
+from relay.request.auth import Principal, authenticate, authenticate_owner
 from relay.snapshot import Snapshot
 from relay.store.outage import unavailable_or_internal
 

@@ -21,7 +21,7 @@ JSONL results (``--failed``: only the discarded items), ``cancel`` cancels.
 Why it polls with ``?items=false``: the default status view lists every item (≈ 35 bytes each, 1.7 MB at
 50 000 items); the bar needs only the counts.
 
-The files' formats and their checks are ``relay.batch_files``'.
+The files' formats and their checks are ``relay.cli.batch_files``'.
 
 Exit codes: 0 success (with ``--wait``: every item completed), 2 finished with discarded or cancelled
 items, 1 error (bad input, HTTP error, unreachable Relay), 130 when ``--wait`` is interrupted (the batch
@@ -41,8 +41,8 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from relay.batch_files import message_batch_format, openai_format, read_batch_file, with_lines
-from relay.cli_support import fail
+from relay.cli.batch_files import message_batch_format, openai_format, read_batch_file, with_lines
+from relay.cli.support import fail
 from relay.config import load_client_settings
 from relay.domain.openai_batches import ENDPOINT_SHAPES, error_line
 

@@ -11,13 +11,13 @@ render the Batch object from the engine's row, its item counts and its usage eve
 
 The façade's state (``api_status``): ``in_progress`` → ``finalizing`` (set by the finish hook, inside
 the finishing transaction) → a finalizer's claim ``fin@<unix deadline>`` → ``completed`` |
-``cancelled`` | ``expired`` (``relay.batches.openai_finalizer``); or ``failed`` at create.
+``cancelled`` | ``expired`` (``relay.batch_apis.openai_finalizer``); or ``failed`` at create.
 ``cancelling`` is derived: a cancel was requested before the batch finished and its files are not
 written yet. ``api_data`` holds ``endpoint``, ``input_file_id``, ``metadata``,
 ``output_expires_after_s``, ``errors``, and once written ``output_file_id``, ``error_file_id``,
 ``ended_at``.
 
-What it deliberately does not know. HTTP (``relay.batches.openai_batches_api``), how items run, how
+What it deliberately does not know. HTTP (``relay.batch_apis.openai``), how items run, how
 the files' bytes are stored.
 
 Invariants. Only the owner's §14 batches are visible: anything else is ``batch not found``. Every
@@ -32,14 +32,14 @@ from typing import Any, Final
 
 import orjson
 
-from relay.auth import Principal
-from relay.batches.files import FileService
+from relay.batch_apis.files_service import FileService
 from relay.batches.idempotency import Answer, IdempotencyClaim
 from relay.batches.service import BatchNotFound, BatchService, CreatedBatch, NewBatch
 from relay.domain.batches import CANCELLED as ITEM_CANCELLED
 from relay.domain.batches import COMPLETED as ITEM_COMPLETED
 from relay.domain.batches import DISCARDED as ITEM_DISCARDED
 from relay.domain.openai_batches import COMPLETION_WINDOW, BadParam, CreateParams, LineChecker, check_create
+from relay.request.auth import Principal
 from relay.store import batches as batch_store
 from relay.store import facade_batches
 from relay.store.catalog import Row

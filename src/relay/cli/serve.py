@@ -23,7 +23,7 @@ from starlette.types import ASGIApp
 from relay.adapters import ANTHROPIC, OPENAI, error_body
 from relay.boot import Runtime, build_runtime
 from relay.config import Settings, unknown_variables
-from relay.http_protocol import Bounds, Render, protocol_class, sweep
+from relay.http.protocol import Bounds, Render, protocol_class, sweep
 
 log = logging.getLogger("relay.serve")
 

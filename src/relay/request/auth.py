@@ -20,9 +20,9 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from relay.crypto.tokens import TokenClaims, TokenExpired, TokenInvalid
 from relay.domain.credentials import hash_key, looks_like_jwt
 from relay.errors import Forbidden, Unauthenticated
-from relay.inference_tokens import TokenClaims, TokenExpired, TokenInvalid
 from relay.snapshot import Policy, RelayKey, Snapshot
 
 

@@ -17,7 +17,7 @@ import os
 import re
 from pathlib import Path
 
-from relay.batches.payloads import PRIVATE, Modes, fsync_dir, make_dir
+from relay.payloads.directory import PRIVATE, Modes, fsync_dir, make_dir
 
 FILE_ID = re.compile(r"^file-[0-9a-z]{26}$")
 READ_CHUNK = 1 << 20

@@ -30,9 +30,9 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Final, Protocol
 
-from relay.batches.files import FileService
+from relay.batch_apis.files_service import FileService
+from relay.batch_apis.openai_service import API, CLAIM_PREFIX, FAILED, FINALIZING, IN_PROGRESS, outcome_of
 from relay.batches.hooks import FinishedBatch, FinishHook
-from relay.batches.openai_batches import API, CLAIM_PREFIX, FAILED, FINALIZING, IN_PROGRESS, outcome_of
 from relay.batches.service import BatchService
 from relay.domain.batch_record import BatchRecord
 from relay.domain.batches import COMPLETED

@@ -4,9 +4,9 @@
 Routes: ``POST`` (create; ``Idempotency-Key`` honoured, SPEC §10.10), ``GET`` (list, ``?limit&after``),
 ``GET /{id}``, ``POST /{id}/cancel``. Thin handlers: authenticate like every ``/v1`` route (creating
 needs a usable policy; reading and cancelling one's batches a valid credential), call
-:class:`relay.batches.openai_batches.OpenAIBatches`, render. Errors are OpenAI-shaped: a bad parameter
+:class:`relay.batch_apis.openai_service.OpenAIBatches`, render. Errors are OpenAI-shaped: a bad parameter
 is a 400 whose ``param`` names it; an unknown or foreign id is the same 404 ``batch not found``.
-The route table, 404/405 and error answers are ``relay.batches.routes``'.
+The route table, 404/405 and error answers are ``relay.batch_apis.router``'.
 
 What it deliberately does not know. The engine, files, ids and clocks (the service's).
 """
@@ -19,10 +19,10 @@ from collections.abc import Callable
 import orjson
 
 from relay.adapters import OPENAI
-from relay.batches.api import list_params
-from relay.batches.openai_batches import ROUTE, OpenAIBatches
-from relay.batches.openai_errors import openai_error
-from relay.batches.routes import Call, Route, RoutedApp, create_once
+from relay.batch_apis.native import list_params
+from relay.batch_apis.openai_errors import openai_error
+from relay.batch_apis.openai_service import ROUTE, OpenAIBatches
+from relay.batch_apis.router import Call, Route, RoutedApp, create_once
 from relay.domain.openai_batches import BadParam
 from relay.errors import RelayError
 from relay.snapshot import Snapshot

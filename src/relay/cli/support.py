@@ -1,6 +1,6 @@
 """What every ``relay`` client command shares: one-line errors and tables that also suit pipes.
 
-Kept apart from ``relay.cli`` so the command groups in their own modules (``relay.batch_cli``) use the
+Kept apart from ``relay.cli.main`` so the command groups in their own modules (``relay.cli.batch``) use the
 same conventions without importing the whole command tree.
 """
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from relay.errors import RelayError
-from relay.routing import Plan, resolve
+from relay.request.routing import Plan, resolve
 from relay.snapshot import Policy, Snapshot
 
 #: Error codes after which the next model of the list is tried (SPEC §4 step 5). ``upstream_unavailable``

@@ -11,7 +11,7 @@ claim. A body longer than ``chunk_bytes`` is cut into several rows (``seq`` 0, 1
 value is ever huge and a reader can go row by row.
 
 What it deliberately does not know. Batches, item states and whether a batch uses this store at all
-(``relay.batches.payload_store`` decides); the Files API's chunks (``kind='file'``, ``idx`` 0) are
+(``relay.payloads.base`` decides); the Files API's chunks (``kind='file'``, ``idx`` 0) are
 ``relay.store.files``' business.
 
 Invariants. A body reads back exactly as written, or not at all (written in one transaction). Rows

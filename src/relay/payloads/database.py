@@ -1,8 +1,8 @@
 """The ``database`` payload store (SPEC §10.7): request bodies, response bodies and Files API bytes as
-chunks in the database (``relay.store.payloads``, ``relay.store.files``), so replicas need no shared
+chunks in the database (``relay.store.payload_chunks``, ``relay.store.files``), so replicas need no shared
 volume.
 
-Why its own module. It is the second implementation of ``relay.batches.payload_store.PayloadStore``
+Why its own module. It is the second implementation of ``relay.payloads.base.PayloadStore``
 (next to the ``files`` store there); what the two share — the protocol, ``KeptResponse``, the buffered
 sink, the read-ahead answer — stays there.
 
@@ -18,7 +18,8 @@ import logging
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 
-from relay.batches.payload_store import (
+from relay.domain.batches import ResponseRef
+from relay.payloads.base import (
     PREFETCH_BYTES,
     Buffered,
     FileSink,
@@ -27,9 +28,8 @@ from relay.batches.payload_store import (
     StoreName,
     answer_prefetch,
 )
-from relay.domain.batches import ResponseRef
 from relay.store import files as file_rows
-from relay.store import payloads as db
+from relay.store import payload_chunks as db
 from relay.store.engine import Connection, Engine
 
 log = logging.getLogger("relay.batches")
@@ -67,7 +67,7 @@ class _ChunkSink:
 
 
 class DatabaseStore:
-    """``database``: bodies as chunks in ``payload_chunks`` (``relay.store.payloads``)."""
+    """``database``: bodies as chunks in ``payload_chunks`` (``relay.store.payload_chunks``)."""
 
     name: StoreName = "database"
 

@@ -7,8 +7,8 @@ batches of every API, ``?limit&after``), ``GET /v1/batches/{id}`` (status), ``GE
 (``authenticate(read_credential(...), snapshot)``), call :class:`relay.batches.service.BatchService`,
 render. Errors are OpenAI-shaped like every ``/v1/*`` path; a refused submission is ``{"error":
 {"type": "invalid_request_error", "message"}}`` (SPEC §10.1). The route table, the 404/405 and the
-error answers are ``relay.batches.routes``' (one dispatcher for the four batch apps); body reading is
-``relay.inference.wire``'s, shared with the live plane.
+error answers are ``relay.batch_apis.router``' (one dispatcher for the four batch apps); body reading is
+``relay.http.wire``'s, shared with the live plane.
 
 What it deliberately does not know. Rate limits (none of these routes counts against them), the queue
 and the payload files (the service's business). The body limit is ``RELAY_BATCH_MAX_BYTES``,
@@ -24,13 +24,13 @@ import orjson
 from starlette.types import Scope, Send
 
 from relay.adapters import OPENAI
-from relay.auth import Principal
+from relay.batch_apis.router import Call, Route, RoutedApp, create_once
 from relay.batches.idempotency import Answer, IdempotencyClaim
-from relay.batches.routes import Call, Route, RoutedApp, create_once
 from relay.batches.service import BatchService
 from relay.domain.batches import BatchRejected
 from relay.errors import InvalidRequest, RelayError
-from relay.inference.wire import head, query_params
+from relay.http.wire import head, query_params
+from relay.request.auth import Principal
 from relay.snapshot import Snapshot
 
 log = logging.getLogger("relay.batches")

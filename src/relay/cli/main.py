@@ -20,8 +20,8 @@ import typer
 import uvloop
 import yaml
 
-from relay.batch_cli import batch_app
-from relay.cli_support import err, fail, out, print_table
+from relay.cli.batch import batch_app
+from relay.cli.support import err, fail, out, print_table
 from relay.config import ConfigError, Settings, load_client_settings, load_settings, settings_help
 from relay.yaml_documents import DocumentsRefused, load_documents
 
@@ -65,8 +65,8 @@ SETTINGS_EPILOG = (
 @app.command(epilog=SETTINGS_EPILOG)
 def serve() -> None:
     """Run the inference plane, the control plane and the batch workers in one process."""
-    from relay.logs import configure_logging
-    from relay.serve import serve as run
+    from relay.cli.serve import serve as run
+    from relay.telemetry.logs import configure_logging
 
     settings = _settings()
     configure_logging(settings.log_level, settings.log_format)
@@ -345,8 +345,8 @@ def demo(
     ),
 ) -> None:
     """Run Relay on embedded SQLite with a fake upstream and a demo catalog, until Ctrl-C."""
-    from relay.demo import run_demo
-    from relay.logs import configure_logging
+    from relay.cli.demo import run_demo
+    from relay.telemetry.logs import configure_logging
 
     settings = _settings()
     # Unlike `relay serve`, the demo keeps to this machine unless told otherwise.
