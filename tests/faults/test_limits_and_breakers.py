@@ -321,7 +321,7 @@ def test_postgres_stopped_batch_and_control_routes_answer_json_503(fleet: Fleet,
     for replica in fleet.gateways:
         assert replica.client.get("/healthz").status_code == 200
     for replica in fleet.gateways:
-        logs = replica.relay.telemetry.logs()
+        logs = replica.relay.logs()
         assert "Exception in ASGI application" not in logs, logs[-3000:]
 
 

@@ -358,7 +358,7 @@ def test_swagger_ui_is_served_by_relay(hostile: Gateway) -> None:
 def test_the_relay_is_healthy_after_all_of_it(hostile: Gateway) -> None:
     assert hostile.client.get("/livez").status_code == 200
     still_recording(hostile)
-    logs = hostile.relay.telemetry.logs()
+    logs = hostile.relay.logs()
     assert "Traceback" not in logs and "Exception in ASGI application" not in logs
     metrics = hostile.metrics()
     assert "relay_usage_write_errors_total 0.0" in metrics

@@ -95,7 +95,7 @@ def test_no_plaintext_key_password_or_token_is_stored_or_logged(
     for credential in (plaintext, rotated, token, "sk-relay-wrong-key-value-123456"):
         probe(relay, credential)
     dump = _dump(database_url)
-    logs = relay.telemetry.logs()
+    logs = relay.logs()
     secrets = [plaintext, rotated, token, world.password, session, "upstream-secret", ADMIN_TOKEN]
     for secret in secrets:
         assert secret not in dump, secret[:12]

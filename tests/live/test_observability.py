@@ -134,7 +134,7 @@ def test_one_log_line_per_request_without_secrets_or_bodies(gateway: Gateway, fa
     )
     assert "policy_id" not in lines_for(gateway, request_ids["unauthenticated"])[0]
 
-    log = gateway.relay.telemetry.logs()
+    log = gateway.relay.logs()
     secrets = [
         gateway.key,
         failing.key,
