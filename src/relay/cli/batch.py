@@ -55,6 +55,8 @@ err = Console(stderr=True)
 SHAPES = ("openai", "anthropic", "openai_responses")
 FINAL = ("completed", "discarded", "cancelled")
 POLL_S = 0.5
+#: How long `results --format openai` waits for a §14 batch's output files (FINALIZING_POLLS × POLL_S).
+FINALIZING_POLLS = 120
 MESSAGE_BATCHES_PATH = "/anthropic/v1/messages/batches"  # where --shape anthropic files of §15 requests go
 
 
@@ -282,6 +284,15 @@ def _openai_results(http: httpx.Client, batch_id: str, sink: Any) -> None:
     """OpenAI-format lines: a §14 batch's output then error file; a §10 batch's results converted."""
     if batch_id.startswith("batch_"):
         batch = _call(http, "GET", f"/openai/v1/batches/{batch_id}")
+        # Every item is final once `--wait` returns, but the output and error files are written just
+        # after (status `finalizing`): read them once they exist, not an empty list before.
+        for _ in range(FINALIZING_POLLS):
+            if batch["status"] != "finalizing":
+                break
+            time.sleep(POLL_S)
+            batch = _call(http, "GET", f"/openai/v1/batches/{batch_id}")
+        else:
+            fail(f"{batch_id} is still finalizing: try again shortly")
         for file_id in (batch["output_file_id"], batch["error_file_id"]):
             if file_id is not None:
                 with http.stream("GET", f"/openai/v1/files/{file_id}/content") as response:
