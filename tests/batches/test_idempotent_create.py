@@ -13,9 +13,9 @@ import pytest
 from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from relay.batch_apis.idempotency import WINDOW, IdempotencyClaim, purge_expired
 from relay.batches.expiry import ExpirySweeper
-from relay.batches.idempotency import WINDOW, Answer, IdempotencyClaim, purge_expired
-from relay.batches.service import BatchService, CreatedBatch, NewBatch
+from relay.batches.service import Answer, BatchService, CreatedBatch, NewBatch
 from relay.payloads.base import FileStore, PayloadStores
 from relay.payloads.database import DatabaseStore
 from relay.request.auth import Principal

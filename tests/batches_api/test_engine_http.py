@@ -15,8 +15,7 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select, update
 
-from relay.batches.idempotency import Answer
-from relay.batches.service import BatchService, CreatedBatch, NewBatch
+from relay.batches.service import Answer, BatchService, CreatedBatch, NewBatch
 from relay.payloads.base import FileStore, PayloadStores
 from relay.payloads.database import DatabaseStore
 from relay.request.auth import Principal
