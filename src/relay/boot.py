@@ -57,8 +57,9 @@ from relay.crypto.sealing import ProvisionedSecrets, SecretBox, provision
 from relay.inference.app import InferenceApp
 from relay.inference.live import LiveHandler
 from relay.inference.recording import LiveRecorder
-from relay.payloads.base import FileStore, PayloadStores
+from relay.payloads.base import PayloadStores
 from relay.payloads.database import DatabaseStore
+from relay.payloads.files import FileStore
 from relay.request.keypool import KeyPool
 from relay.request.pipeline import Pipeline
 from relay.request.ratelimit import LEASE_MARGIN_S, RateLimiter

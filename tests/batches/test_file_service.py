@@ -16,8 +16,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.batch_apis.files_service import FileService
 from relay.errors import NotFound, PayloadTooLarge
-from relay.payloads.base import FileStore, PayloadStores
+from relay.payloads.base import PayloadStores
 from relay.payloads.database import DatabaseStore
+from relay.payloads.files import FileStore
 from relay.store import tables as t
 
 CHUNK = 1000

@@ -14,14 +14,9 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.domain.ids import mint_id
-from relay.payloads.base import (
-    PREFETCH_BYTES,
-    FileStore,
-    KeptResponse,
-    PayloadStore,
-    PayloadStores,
-)
+from relay.payloads.base import PREFETCH_BYTES, KeptResponse, PayloadStore, PayloadStores
 from relay.payloads.database import DatabaseStore
+from relay.payloads.files import FileStore
 from relay.store import tables as t
 
 CHUNK = 1000  # the database store's chunk size in this suite
