@@ -9,7 +9,7 @@ What it does. ``RELAY_BATCH_PAYLOAD_STORE`` picks the store new batches are subm
 batch records its store (``batches.payload_store``) and :class:`PayloadStores` hands out the one a
 batch was submitted under, so switching the setting keeps existing batches readable and runnable.
 
-The contract (one test suite runs it against both: tests/batches/test_payload_store.py):
+The contract (one test suite runs it against both: tests/integration/payloads/test_contract.py):
 
 * :meth:`~PayloadStore.write_requests` stores every item's request body, durably, before the batch
   row commits; :meth:`~PayloadStore.read_request` gives one back or raises ``FileNotFoundError``.
