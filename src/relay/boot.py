@@ -25,6 +25,7 @@ from relay.batch_apis.anthropic_service import MessageBatches
 from relay.batch_apis.files import PREFIXES as FILES_PREFIXES
 from relay.batch_apis.files import FilesApp
 from relay.batch_apis.files_service import FileService
+from relay.batch_apis.idempotency import purge_expired
 from relay.batch_apis.native import PREFIX as BATCHES_PREFIX
 from relay.batch_apis.native import BatchesApp
 from relay.batch_apis.openai import PREFIX as OPENAI_BATCHES_PREFIX
@@ -33,7 +34,6 @@ from relay.batch_apis.openai_finalizer import EndEvents, OpenAIFinalizer, finali
 from relay.batch_apis.openai_service import OpenAIBatches
 from relay.batches.expiry import ExpirySweeper
 from relay.batches.hooks import FinishHooks
-from relay.batches.idempotency import purge_expired
 from relay.batches.runner import ItemRunner
 from relay.batches.service import BatchService
 from relay.batches.workers import WorkerPool
@@ -57,8 +57,9 @@ from relay.crypto.sealing import ProvisionedSecrets, SecretBox, provision
 from relay.inference.app import InferenceApp
 from relay.inference.live import LiveHandler
 from relay.inference.recording import LiveRecorder
-from relay.payloads.base import FileStore, PayloadStores
+from relay.payloads.base import PayloadStores
 from relay.payloads.database import DatabaseStore
+from relay.payloads.files import FileStore
 from relay.request.keypool import KeyPool
 from relay.request.pipeline import Pipeline
 from relay.request.ratelimit import LEASE_MARGIN_S, RateLimiter
@@ -66,7 +67,7 @@ from relay.snapshot import Snapshot
 from relay.snapshot.reloader import CatalogReloader
 from relay.state import RedisState, SharedState, open_state
 from relay.store.batch_queue import BatchStore
-from relay.store.engine import create_engine
+from relay.store.engine import create_engine, database_unavailable
 from relay.store.migrate import upgrade_to_head
 from relay.store.notify import ChangeFeed, PostgresChangeFeed
 from relay.telemetry.metrics import BatchMetrics, Metrics, WebhookMetrics
@@ -286,7 +287,13 @@ def build_runtime(settings: Settings) -> Runtime:
         engine, payloads, max_bytes=settings.batch_max_bytes, sweep_every_s=settings.files_sweep_s
     )
     files_apps = {
-        prefix: FilesApp(runtime.files, snapshot, settings.batch_max_bytes, prefix)
+        prefix: FilesApp(
+            runtime.files,
+            snapshot,
+            settings.batch_max_bytes,
+            prefix,
+            database_unavailable=database_unavailable,
+        )
         for prefix in FILES_PREFIXES
     }
     message_batches = MessageBatches(
@@ -303,6 +310,7 @@ def build_runtime(settings: Settings) -> Runtime:
             max_bytes=settings.batch_max_bytes,
             prefix=prefix,
             public_url=settings.public_url,
+            database_unavailable=database_unavailable,
         )
         for prefix in MESSAGE_BATCHES_PREFIXES
     }
@@ -324,10 +332,14 @@ def build_runtime(settings: Settings) -> Runtime:
         max_request_bytes=settings.max_request_bytes,
         metrics=metrics,
         mounts={
-            BATCHES_PREFIX: BatchesApp(batches, snapshot, settings.batch_max_bytes),
+            BATCHES_PREFIX: BatchesApp(
+                batches, snapshot, settings.batch_max_bytes, database_unavailable=database_unavailable
+            ),
             **files_apps,
             **message_batches_apps,
-            OPENAI_BATCHES_PREFIX: OpenAIBatchesApp(openai_batches, snapshot, settings.batch_max_bytes),
+            OPENAI_BATCHES_PREFIX: OpenAIBatchesApp(
+                openai_batches, snapshot, settings.batch_max_bytes, database_unavailable=database_unavailable
+            ),
             **files_apps,
         },
     )

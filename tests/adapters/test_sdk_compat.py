@@ -11,7 +11,8 @@ import pytest
 anthropic = pytest.importorskip("anthropic")
 openai = pytest.importorskip("openai")
 
-from relay.adapters import CanonicalStream, StreamTap, error_body  # noqa: E402
+from relay.adapters import CanonicalStream, StreamTap  # noqa: E402
+from relay.http.errors import error_body  # noqa: E402
 
 from .helpers import BODIES, byte_chunks, render_stream  # noqa: E402
 

@@ -13,11 +13,12 @@ import pytest
 from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from relay.batch_apis.idempotency import WINDOW, IdempotencyClaim, purge_expired
 from relay.batches.expiry import ExpirySweeper
-from relay.batches.idempotency import WINDOW, Answer, IdempotencyClaim, purge_expired
-from relay.batches.service import BatchService, CreatedBatch, NewBatch
-from relay.payloads.base import FileStore, PayloadStores
+from relay.batches.service import Answer, BatchService, CreatedBatch, NewBatch
+from relay.payloads.base import PayloadStores
 from relay.payloads.database import DatabaseStore
+from relay.payloads.files import FileStore
 from relay.request.auth import Principal
 from relay.snapshot import Policy
 from relay.store import idempotency as store

@@ -18,8 +18,9 @@ from relay.batch_apis.openai_finalizer import NO_END_EVENTS, EndEvents, OpenAIFi
 from relay.batches.hooks import FinishHooks
 from relay.batches.service import BatchService
 from relay.domain.batches import mint_batch_id
-from relay.payloads.base import FileStore, PayloadStores
+from relay.payloads.base import PayloadStores
 from relay.payloads.database import DatabaseStore
+from relay.payloads.files import FileStore
 from relay.store import batches as batch_store
 from relay.store import tables as t
 from relay.store.batch_queue import BatchStore

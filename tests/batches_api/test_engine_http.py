@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select, update
 
-from relay.batches.idempotency import Answer
-from relay.batches.service import BatchService, CreatedBatch, NewBatch
-from relay.payloads.base import FileStore, PayloadStores
+from relay.batches.service import Answer, BatchService, CreatedBatch, NewBatch
+from relay.payloads.base import PayloadStores
 from relay.payloads.database import DatabaseStore
+from relay.payloads.files import FileStore
 from relay.request.auth import Principal
 from relay.snapshot import Policy
 from relay.store import tables as t

@@ -1,13 +1,13 @@
 """Wire shapes as pure functions (SPEC §7, §7.2, §8): everything the inference plane and the batch runner
 need to know about the bodies, headers and streams they relay.
 
-What it knows: how to build the upstream request of a same-shape call (``build_upstream_request``),
-read token usage from responses and streams (``usage_from_response``, ``StreamTap``), answer errors in
-the caller's shape (``error_body``), validate a request body's envelope (``parse_request``,
-``wants_stream``), translate Relay's canonical shape (``canonical_to``, ``canonical_from_response``,
-``CanonicalStream``), translate between the provider shapes through one internal representation
-(``translate_request``, ``translate_response``, ``TranslatingStream``, ``translate_error``; SPEC §7.3),
-and which shape may go to which adapter (``admit``, the one admission rule of both planes).
+What it knows: how to build the upstream request of a same-shape call (``build_upstream_request``), read
+token usage from responses and streams (``usage_from_response``, ``StreamTap``), validate a request
+body's envelope (``parse_request``, ``wants_stream``), translate Relay's canonical shape
+(``canonical_to``, ``canonical_from_response``, ``CanonicalStream``), translate between the provider
+shapes through one internal representation (``translate_request``, ``translate_response``,
+``TranslatingStream``, ``translate_error``; SPEC §7.3), and which shape may go to which adapter
+(``admit``, the one admission rule of both planes).
 
 What it deliberately does not know: sockets, HTTP clients, hosts, keys, the catalog, the database —
 nothing in this package does I/O or imports a module that does (enforced by import-linter).
@@ -17,7 +17,7 @@ objects, one per stream, fed in order; malformed upstream data degrades to zero 
 chunk, never an exception on the response path.
 
 Module map: ``base`` (names, paths, ``Usage``, errors), ``inbound``, ``request``, ``usage``, ``stream``,
-``errors``, ``canonical``, ``canonical_stream``, ``admission``, ``translate`` (the hub) over ``ir`` and
+``canonical``, ``canonical_stream``, ``admission``, ``translate`` (the hub) over ``ir`` and
 the per-shape halves ``chat_ir``/``chat_sse``, ``anthropic_ir``/``anthropic_sse``,
 ``responses_ir``/``responses_sse``, with ``params`` (hints and refusals); per-shape metering knowledge in
 ``openai``, ``responses``, ``anthropic``; plumbing in ``sse`` and ``json_codec``.
@@ -39,7 +39,6 @@ from .base import (
 )
 from .canonical import DEFAULT_ANTHROPIC_MAX_TOKENS, canonical_from_response, canonical_to, parse_canonical
 from .canonical_stream import CanonicalStream
-from .errors import error_body, error_type
 from .inbound import parse_request, wants_stream
 from .request import build_upstream_request
 from .stream import StreamTap
@@ -69,8 +68,6 @@ __all__ = [
     "can_dispatch",
     "canonical_from_response",
     "canonical_to",
-    "error_body",
-    "error_type",
     "parse_canonical",
     "parse_request",
     "translate_error",

@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final, Protocol
 
+from relay.http.errors import error_body
+
 from . import ir
 from .anthropic_ir import (
     request_from_anthropic,
@@ -32,7 +34,6 @@ from .anthropic_sse import AnthropicDecoder, AnthropicEncoder
 from .base import ANTHROPIC, OPENAI, OPENAI_RESPONSES
 from .chat_ir import request_from_chat, request_to_chat, response_from_chat, response_to_chat
 from .chat_sse import ChatDecoder, ChatEncoder
-from .errors import error_body
 from .json_codec import dumps, loads
 from .responses_ir import (
     request_from_responses,

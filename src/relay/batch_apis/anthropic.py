@@ -29,12 +29,13 @@ from typing import Any, Final
 import orjson
 from starlette.types import Scope
 
-from relay.adapters import ANTHROPIC, error_body
+from relay.adapters import ANTHROPIC
 from relay.batch_apis.anthropic_service import MessageBatches
-from relay.batch_apis.router import Call, Route, RoutedApp, create_once
-from relay.batches.idempotency import IdempotencyKeyReused
+from relay.batch_apis.idempotency import IdempotencyKeyReused
+from relay.batch_apis.router import ApiCall, ApiRoute, RoutedApp, create_once
 from relay.domain.batches import BatchRejected
 from relay.errors import InvalidRequest, RelayError
+from relay.http.errors import error_body
 from relay.http.wire import head, query_params
 from relay.snapshot import Snapshot
 
@@ -45,7 +46,7 @@ LIST_LIMIT: Final = (1, 1000)
 LIST_LIMIT_DEFAULT: Final = 20
 
 
-class MessageBatchesApp(RoutedApp[Call]):
+class MessageBatchesApp(RoutedApp[ApiCall]):
     shape = ANTHROPIC
     what = "message batch request"
 
@@ -57,6 +58,7 @@ class MessageBatchesApp(RoutedApp[Call]):
         max_bytes: int,
         prefix: str,
         public_url: str | None = None,
+        database_unavailable: Callable[[BaseException], bool],
     ) -> None:
         self._service = service
         self._max_bytes = max_bytes
@@ -65,16 +67,17 @@ class MessageBatchesApp(RoutedApp[Call]):
             prefix,
             snapshot,
             [
-                Route("GET", "", self._list),
-                Route("POST", "", self._create),
-                Route("GET", "{id}", self._get),
-                Route("DELETE", "{id}", self._delete),
-                Route("POST", "{id}/cancel", self._cancel),
-                Route("GET", "{id}/results", self._results),
+                ApiRoute("GET", "", self._list),
+                ApiRoute("POST", "", self._create),
+                ApiRoute("GET", "{id}", self._get),
+                ApiRoute("DELETE", "{id}", self._delete),
+                ApiRoute("POST", "{id}/cancel", self._cancel),
+                ApiRoute("GET", "{id}/results", self._results),
             ],
+            database_unavailable,
         )
 
-    def screen(self, call: Call, parts: Sequence[str]) -> None:
+    def screen(self, call: ApiCall, parts: Sequence[str]) -> None:
         # A batch's paths need a valid credential before anything else: a 401 comes before a 404/405.
         if parts:
             call.owner()
@@ -88,13 +91,13 @@ class MessageBatchesApp(RoutedApp[Call]):
     def refusal(self, exc: Exception) -> RelayError | None:
         return InvalidRequest(str(exc)) if isinstance(exc, BatchRejected) else None
 
-    def _base(self, call: Call) -> str:
+    def _base(self, call: ApiCall) -> str:
         return self._public_url or _request_base(call.scope, call.headers)
 
-    async def _create(self, call: Call) -> None:
+    async def _create(self, call: ApiCall) -> None:
         await create_once(call, CREATE_ROUTE, self._max_bytes, self._service.replay, self._service.create)
 
-    async def _list(self, call: Call) -> None:
+    async def _list(self, call: ApiCall) -> None:
         owner = call.owner()
         query = query_params(call.scope)
         limit = LIST_LIMIT_DEFAULT
@@ -110,16 +113,16 @@ class MessageBatchesApp(RoutedApp[Call]):
         page = await self._service.list(owner, limit, after=after, before=before, base_url=self._base(call))
         await call.json(200, orjson.dumps(page))
 
-    async def _get(self, call: Call) -> None:
+    async def _get(self, call: ApiCall) -> None:
         await _answer(call, await self._service.get(call.owner(), call.id, self._base(call)))
 
-    async def _delete(self, call: Call) -> None:
+    async def _delete(self, call: ApiCall) -> None:
         await _answer(call, await self._service.delete(call.owner(), call.id))
 
-    async def _cancel(self, call: Call) -> None:
+    async def _cancel(self, call: ApiCall) -> None:
         await _answer(call, await self._service.cancel(call.owner(), call.id, self._base(call)))
 
-    async def _results(self, call: Call) -> None:
+    async def _results(self, call: ApiCall) -> None:
         record = await self._service.ended(call.owner(), call.id)
         send = call.send
         await send(head(200, "application/x-jsonl", call.request_id))
@@ -145,5 +148,5 @@ def _request_base(scope: Scope, headers: dict[str, str]) -> str:
     return f"{scheme}://{host}"
 
 
-async def _answer(call: Call, payload: dict[str, Any]) -> None:
+async def _answer(call: ApiCall, payload: dict[str, Any]) -> None:
     await call.json(200, orjson.dumps(payload))

@@ -33,8 +33,9 @@ from typing import Any, Final
 
 import orjson
 
-from relay.batches.idempotency import Answer, IdempotencyClaim
+from relay.batch_apis.idempotency import IdempotencyClaim
 from relay.batches.service import (
+    Answer,
     BatchNotFound,
     BatchService,
     CreatedBatch,

@@ -41,11 +41,11 @@ from starlette.types import Receive, Scope, Send
 
 from relay.adapters import OPENAI
 from relay.batch_apis.files_service import PURPOSES, FileService, file_object
-from relay.batch_apis.openai_errors import openai_error
-from relay.batch_apis.router import Call, Route, RoutedApp
+from relay.batch_apis.router import ApiCall, ApiRoute, RoutedApp
 from relay.batch_apis.upload_form import StreamedForm
 from relay.domain.openai_batches import BadParam
 from relay.errors import PayloadTooLarge, RelayError
+from relay.http.errors import openai_api_error
 from relay.http.wire import ClientDisconnected, head, new_request_id, query_params
 from relay.snapshot import Snapshot
 
@@ -63,7 +63,7 @@ CLOSE: Final = (b"connection", b"close")
 UNREAD_ON: Final = (401, 405, 413)  # refusals that read no more of the body
 
 
-class _FileCall(Call):
+class _FileCall(ApiCall):
     """A Files request: its body is read as it arrives (:class:`_Body`), so every answer knows
     whether bytes are left unread."""
 
@@ -75,7 +75,13 @@ class FilesApp(RoutedApp[_FileCall]):
     what = "files request"
 
     def __init__(
-        self, service: FileService, snapshot: Callable[[], Snapshot], max_bytes: int, prefix: str
+        self,
+        service: FileService,
+        snapshot: Callable[[], Snapshot],
+        max_bytes: int,
+        prefix: str,
+        *,
+        database_unavailable: Callable[[BaseException], bool],
     ) -> None:
         self._service = service
         self._max_bytes = max_bytes
@@ -83,12 +89,13 @@ class FilesApp(RoutedApp[_FileCall]):
             prefix,
             snapshot,
             [
-                Route("GET", "", self._list),
-                Route("POST", "", self._upload),
-                Route("GET", "{id}", self._get),
-                Route("DELETE", "{id}", self._delete),
-                Route("GET", "{id}/content", self._content),
+                ApiRoute("GET", "", self._list),
+                ApiRoute("POST", "", self._upload),
+                ApiRoute("GET", "{id}", self._get),
+                ApiRoute("DELETE", "{id}", self._delete),
+                ApiRoute("GET", "{id}/content", self._content),
             ],
+            database_unavailable,
         )
 
     def new_call(self, scope: Scope, receive: Receive, send: Send, headers: dict[str, str]) -> _FileCall:
@@ -98,7 +105,7 @@ class FilesApp(RoutedApp[_FileCall]):
         return call
 
     def error_body(self, exc: RelayError) -> bytes:
-        return orjson.dumps(openai_error(exc))
+        return openai_api_error(exc)
 
     async def send_error(
         self, call: _FileCall, status: int, body: bytes, extra: Sequence[tuple[bytes, bytes]]

@@ -24,9 +24,9 @@ import orjson
 from starlette.types import Scope, Send
 
 from relay.adapters import OPENAI
-from relay.batch_apis.router import Call, Route, RoutedApp, create_once
-from relay.batches.idempotency import Answer, IdempotencyClaim
-from relay.batches.service import BatchService
+from relay.batch_apis.idempotency import IdempotencyClaim
+from relay.batch_apis.router import ApiCall, ApiRoute, RoutedApp, create_once
+from relay.batches.service import Answer, BatchService
 from relay.domain.batches import BatchRejected
 from relay.errors import InvalidRequest, RelayError
 from relay.http.wire import head, query_params
@@ -40,30 +40,38 @@ LIST_LIMIT_DEFAULT = 20
 LIST_LIMIT_MAX = 100
 
 
-class BatchesApp(RoutedApp[Call]):
+class BatchesApp(RoutedApp[ApiCall]):
     shape = OPENAI
     what = "batch request"
 
-    def __init__(self, service: BatchService, snapshot: Callable[[], Snapshot], max_bytes: int) -> None:
+    def __init__(
+        self,
+        service: BatchService,
+        snapshot: Callable[[], Snapshot],
+        max_bytes: int,
+        *,
+        database_unavailable: Callable[[BaseException], bool],
+    ) -> None:
         self._service = service
         self._max_bytes = max_bytes
         super().__init__(
             PREFIX,
             snapshot,
             [
-                Route("GET", "", self._list),
-                Route("POST", "", self._submit),
-                Route("GET", "{id}", self._status),
-                Route("GET", "{id}/results", self._results),
-                Route("POST", "{id}/cancel", self._cancel),
+                ApiRoute("GET", "", self._list),
+                ApiRoute("POST", "", self._submit),
+                ApiRoute("GET", "{id}", self._status),
+                ApiRoute("GET", "{id}/results", self._results),
+                ApiRoute("POST", "{id}/cancel", self._cancel),
             ],
+            database_unavailable,
         )
 
-    async def _list(self, call: Call) -> None:
+    async def _list(self, call: ApiCall) -> None:
         limit, after = list_params(call.scope)
         await call.json(200, orjson.dumps(await self._service.list_owned(call.owner(), limit, after)))
 
-    async def _submit(self, call: Call) -> None:
+    async def _submit(self, call: ApiCall) -> None:
         await create_once(call, SUBMIT_ROUTE, self._max_bytes, self._service.replay, self._submit_or_refuse)
 
     async def _submit_or_refuse(
@@ -75,14 +83,14 @@ class BatchesApp(RoutedApp[Call]):
             payload = {"error": {"type": "invalid_request_error", "message": str(exc)}}
             return Answer(400, orjson.dumps(payload))
 
-    async def _status(self, call: Call) -> None:
+    async def _status(self, call: ApiCall) -> None:
         view = await self._service.status(call.owner(), call.id, items=_items_param(call.scope))
         await call.json(200, orjson.dumps(view))
 
-    async def _cancel(self, call: Call) -> None:
+    async def _cancel(self, call: ApiCall) -> None:
         await call.json(200, orjson.dumps(await self._service.cancel(call.owner(), call.id)))
 
-    async def _results(self, call: Call) -> None:
+    async def _results(self, call: ApiCall) -> None:
         owner, batch_id, send = call.owner(), call.id, call.send
         fmt = (query_params(call.scope).get("format") or ["json"])[-1]
         if fmt not in ("json", "jsonl"):

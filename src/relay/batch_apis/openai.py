@@ -20,47 +20,55 @@ import orjson
 
 from relay.adapters import OPENAI
 from relay.batch_apis.native import list_params
-from relay.batch_apis.openai_errors import openai_error
 from relay.batch_apis.openai_service import ROUTE, OpenAIBatches
-from relay.batch_apis.router import Call, Route, RoutedApp, create_once
+from relay.batch_apis.router import ApiCall, ApiRoute, RoutedApp, create_once
 from relay.domain.openai_batches import BadParam
 from relay.errors import RelayError
+from relay.http.errors import openai_api_error
 from relay.snapshot import Snapshot
 
 log = logging.getLogger("relay.batches")
 PREFIX = "/openai/v1/batches"
 
 
-class OpenAIBatchesApp(RoutedApp[Call]):
+class OpenAIBatchesApp(RoutedApp[ApiCall]):
     shape = OPENAI
     what = "openai batch request"
 
-    def __init__(self, service: OpenAIBatches, snapshot: Callable[[], Snapshot], max_bytes: int) -> None:
+    def __init__(
+        self,
+        service: OpenAIBatches,
+        snapshot: Callable[[], Snapshot],
+        max_bytes: int,
+        *,
+        database_unavailable: Callable[[BaseException], bool],
+    ) -> None:
         self._service = service
         self._max_bytes = max_bytes
         super().__init__(
             PREFIX,
             snapshot,
             [
-                Route("GET", "", self._list),
-                Route("POST", "", self._create),
-                Route("GET", "{id}", self._retrieve),
-                Route("POST", "{id}/cancel", self._cancel),
+                ApiRoute("GET", "", self._list),
+                ApiRoute("POST", "", self._create),
+                ApiRoute("GET", "{id}", self._retrieve),
+                ApiRoute("POST", "{id}/cancel", self._cancel),
             ],
+            database_unavailable,
         )
 
     def error_body(self, exc: RelayError) -> bytes:
-        return orjson.dumps(openai_error(exc))
+        return openai_api_error(exc)
 
-    async def _list(self, call: Call) -> None:
+    async def _list(self, call: ApiCall) -> None:
         limit, after = list_params(call.scope, BadParam, "after must be the id of one of your batches")
         await call.json(200, orjson.dumps(await self._service.list(call.owner(), limit, after)))
 
-    async def _create(self, call: Call) -> None:
+    async def _create(self, call: ApiCall) -> None:
         await create_once(call, ROUTE, self._max_bytes, self._service.replay, self._service.create)
 
-    async def _retrieve(self, call: Call) -> None:
+    async def _retrieve(self, call: ApiCall) -> None:
         await call.json(200, orjson.dumps(await self._service.retrieve(call.owner(), call.id)))
 
-    async def _cancel(self, call: Call) -> None:
+    async def _cancel(self, call: ApiCall) -> None:
         await call.json(200, orjson.dumps(await self._service.cancel(call.owner(), call.id)))

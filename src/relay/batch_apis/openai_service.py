@@ -33,8 +33,8 @@ from typing import Any, Final
 import orjson
 
 from relay.batch_apis.files_service import FileService
-from relay.batches.idempotency import Answer, IdempotencyClaim
-from relay.batches.service import BatchNotFound, BatchService, CreatedBatch, NewBatch
+from relay.batch_apis.idempotency import IdempotencyClaim
+from relay.batches.service import Answer, BatchNotFound, BatchService, CreatedBatch, NewBatch
 from relay.domain.batches import CANCELLED as ITEM_CANCELLED
 from relay.domain.batches import COMPLETED as ITEM_COMPLETED
 from relay.domain.batches import DISCARDED as ITEM_DISCARDED

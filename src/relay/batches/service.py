@@ -22,12 +22,11 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
 from relay.adapters.json_codec import DEFAULT_MAX_DEPTH, JsonRefused, loads_input
-from relay.batches.idempotency import Answer, IdempotencyClaim, replay
 from relay.batches.runner import cancelled_event
 from relay.domain.batch_record import BatchRecord, ItemState, ResultRow
 from relay.domain.batches import (
@@ -46,11 +45,29 @@ from relay.errors import InvalidRequest, NotFound
 from relay.payloads.base import PayloadStore, PayloadStores
 from relay.request.auth import Principal
 from relay.store.batch_queue import BatchStore
-from relay.store.engine import DuplicateRow
+from relay.store.engine import Connection, DuplicateRow, Engine
 
 log = logging.getLogger("relay.batches")
 
 RESULTS_PAGE = 500
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A create's answer as sent: status code and body bytes (what an idempotent repeat gets again)."""
+
+    status_code: int
+    body: bytes
+
+
+class IdempotencyHook(Protocol):
+    """An idempotent create's claim (``relay.batch_apis.idempotency.IdempotencyClaim``; SPEC §10.10),
+    opaque to the engine: its row is written in the create's own transaction, and when a concurrent
+    duplicate committed first, the first answer is what this create answers."""
+
+    def writer(self, answer: Answer, created_at: datetime) -> Callable[[Connection], Awaitable[None]]: ...
+
+    async def first_answer(self, engine: Engine) -> Answer | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +137,7 @@ class BatchService:
         self._on_cancelled = on_cancelled
 
     async def submit(
-        self, principal: Principal, raw: bytes, *, idempotency: IdempotencyClaim | None = None
+        self, principal: Principal, raw: bytes, *, idempotency: IdempotencyHook | None = None
     ) -> Answer:
         """SPEC §10.1: 202 ``{"id", "status": "queued", "total_items"}`` once everything is durable
         (with ``idempotency``, or the first answer of a concurrent duplicate)."""
@@ -141,13 +158,13 @@ class BatchService:
         new: NewBatch,
         render: Callable[[CreatedBatch], Answer],
         *,
-        idempotency: IdempotencyClaim | None = None,
+        idempotency: IdempotencyHook | None = None,
     ) -> Answer:
         """Any API's create (the engine's one submit): the items' request bodies go to the current
         payload store first, then the batch and all its items in one transaction (with the
         idempotency row, when given, holding ``render``'s answer); returns that answer. A concurrent
         duplicate of the same owner and key writes nothing and returns the first answer (or 409). Call
-        ``idempotency.replay`` before, to answer a plain repeat without doing any work."""
+        :meth:`replay` before, to answer a plain repeat without doing any work."""
         if new.shape not in ENGINE_SHAPES:
             raise ValueError(f"{new.shape!r} is not an item shape the engine runs")
         if new.api not in APIS:
@@ -193,7 +210,9 @@ class BatchService:
             await self._discard(store, batch_id)
             if idempotency is None:
                 raise
-            prior = await replay(self._store.engine, idempotency)  # a concurrent duplicate committed first
+            prior = await idempotency.first_answer(
+                self._store.engine
+            )  # a concurrent duplicate committed first
             if prior is None:
                 raise
             return prior
@@ -225,10 +244,10 @@ class BatchService:
         invalid = "the body must be a JSON object with shape and requests"
         return validate_submission(load_batch_body(raw, self._max_depth + 2, invalid), self._max_items)
 
-    async def replay(self, claim: IdempotencyClaim) -> Answer | None:
+    async def replay(self, claim: IdempotencyHook) -> Answer | None:
         """The first answer to this idempotent create, to send again (None: create); 409 when the key
         was used with another request (SPEC §10.10)."""
-        return await replay(self._store.engine, claim)
+        return await claim.first_answer(self._store.engine)
 
     async def list_owned(
         self, owner: str, limit: int, after: str | None = None, *, api: str | None = None

@@ -15,15 +15,15 @@ import signal
 import socket
 from collections.abc import Awaitable, Callable, Iterator
 
-import orjson
 import uvicorn
 from sqlalchemy.exc import DBAPIError
 from starlette.types import ASGIApp
 
-from relay.adapters import ANTHROPIC, OPENAI, error_body
 from relay.boot import Runtime, build_runtime
 from relay.config import Settings, unknown_variables
+from relay.http.errors import control_error_body, error_body
 from relay.http.protocol import Bounds, Render, protocol_class, sweep
+from relay.inference.app import error_shape_for
 
 log = logging.getLogger("relay.serve")
 
@@ -60,13 +60,12 @@ def _listener(app: ASGIApp, settings: Settings, port: int, render: Render) -> _S
 
 def inference_error(path: str, status: int, code: str, message: str) -> bytes:
     """A protocol-level rejection on the inference plane, in the caller's shape (SPEC §7)."""
-    shape = ANTHROPIC if path.startswith("/anthropic/") else OPENAI
-    return error_body(shape, status=status, code=code, message=message)
+    return error_body(error_shape_for(path), status=status, code=code, message=message)
 
 
 def control_error(path: str, status: int, code: str, message: str) -> bytes:
     """A protocol-level rejection on the control plane (SPEC §11's error shape)."""
-    return orjson.dumps({"error": {"code": code, "message": message}})
+    return control_error_body(code, message)
 
 
 async def serve(settings: Settings, *, on_ready: Callable[[Runtime], Awaitable[None]] | None = None) -> None:

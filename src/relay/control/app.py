@@ -30,8 +30,9 @@ from relay.control.catalog import CatalogService
 from relay.control.kinds import KINDS, Kind
 from relay.crypto.sealing import constant_time_equal
 from relay.errors import RateLimited, RelayError, Unauthenticated
+from relay.http.errors import control_error, error_headers, escaped, retry_after
 from relay.snapshot.reloader import CatalogReloader
-from relay.store.outage import unavailable_or_internal
+from relay.store.engine import database_unavailable
 
 
 class ApplyRequest(BaseModel):
@@ -68,10 +69,6 @@ class JsonBodies:
             headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
             scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
         await self.app(scope, receive, send)
-
-
-def error_body(code: str, message: str) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message}}
 
 
 def build_control_app(
@@ -111,13 +108,13 @@ def build_control_app(
     async def _relay_error(_request: Request, exc: RelayError) -> JSONResponse:
         headers = None
         if isinstance(exc, RateLimited):
-            headers = {"retry-after": str(max(1, int(exc.retry_after + 0.999)))}
-        return JSONResponse(error_body(exc.code, exc.message), status_code=exc.status, headers=headers)
+            headers = {"retry-after": retry_after(exc).decode()}
+        return JSONResponse(control_error(exc.code, exc.message), status_code=exc.status, headers=headers)
 
     @app.exception_handler(Exception)
     async def _unexpected(_request: Request, _exc: Exception) -> JSONResponse:
         # Starlette's last handler: JSON, never its text/plain page; the guard logs the traceback.
-        return JSONResponse(error_body("internal_error", "internal error"), status_code=500)
+        return JSONResponse(control_error("internal_error", "internal error"), status_code=500)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -126,20 +123,22 @@ def build_control_app(
             loc = ".".join(str(p) for p in err.get("loc", ()) if p not in ("body",))
             msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
             if err.get("type") == "json_invalid":
-                return JSONResponse(error_body("invalid_json", "body is not valid JSON"), status_code=400)
+                return JSONResponse(control_error("invalid_json", "body is not valid JSON"), status_code=400)
             parts.append(f"{loc}: {msg}" if loc else msg)
-        return JSONResponse(error_body("invalid_request", "; ".join(parts)), status_code=400)
+        return JSONResponse(control_error("invalid_request", "; ".join(parts)), status_code=400)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code)
+        return JSONResponse(control_error(code, str(exc.detail)), status_code=exc.status_code)
 
     async def _database_error(_request: Request, exc: Exception) -> JSONResponse:
         # A database that is away: JSON 503 + Retry-After (degraded, not broken), never a traceback.
-        status, code, message, extra = unavailable_or_internal(exc, "control request")
-        headers = {k.decode(): v.decode() for k, v in extra}
-        return JSONResponse(error_body(code, message), status_code=status, headers=headers)
+        failure = escaped(exc, "control request", database_unavailable)
+        headers = {k.decode(): v.decode() for k, v in error_headers(failure)}
+        return JSONResponse(
+            control_error(failure.code, failure.message), status_code=failure.status, headers=headers
+        )
 
     for failure in (SQLAlchemyError, OSError):
         app.add_exception_handler(failure, _database_error)

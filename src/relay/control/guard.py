@@ -26,12 +26,12 @@ import logging
 import os
 from typing import Any
 
-import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from relay.adapters.json_codec import JsonRefused, loads_input
 from relay.crypto.sealing import constant_time_equal
 from relay.errors import RelayError, Unauthenticated
+from relay.http.errors import control_error_body
 from relay.http.wire import ClientDisconnected, read_body
 
 log = logging.getLogger("relay.control")
@@ -43,10 +43,6 @@ LOGIN_MAX_BYTES = 4096
 OPEN_PATHS = frozenset(("/api/openapi.json",))
 OPEN_PREFIXES = ("/api/docs", "/api/auth/")
 BODY_METHODS = frozenset(("POST", "PUT", "PATCH", "DELETE"))
-
-
-def error_json(code: str, message: str) -> bytes:
-    return orjson.dumps({"error": {"code": code, "message": message}})
 
 
 class ControlGuard:
@@ -76,14 +72,16 @@ class ControlGuard:
         except ClientDisconnected:
             return
         except RelayError as exc:
-            await _answer(send_with_id, exc.status, error_json(exc.code, exc.message), close=True)
+            await _answer(send_with_id, exc.status, control_error_body(exc.code, exc.message), close=True)
             return
         try:
             await self.app(scope, replay or receive, send_with_id)
         except Exception:
             log.exception("unhandled error on %s %s", scope["method"], scope["path"][:256])
             if not started:
-                await _answer(send_with_id, 500, error_json("internal_error", "internal error"), close=True)
+                await _answer(
+                    send_with_id, 500, control_error_body("internal_error", "internal error"), close=True
+                )
 
     async def _admit(self, scope: Scope, receive: Receive) -> Receive | None:
         """Checks 1–3; a ``receive`` that replays the body read, or None when none was read."""

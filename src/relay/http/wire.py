@@ -3,7 +3,7 @@ the batch façades (§14, §15). Read a bounded body, read headers and the query
 send a response (JSON, bytes, a streamed head), refuse a method with ``Allow``.
 
 Kept apart from the handlers so they read as the request's story, not as protocol details. It knows no
-route, no error shape (``relay.adapters.error_body`` renders those) and no service.
+route, no error shape (``relay.http.errors`` renders those) and no service.
 
 Invariants: a repeated header's values are joined with ", " (RFC 9110) everywhere; request ids are
 128 random bits in hex, the same on every app; a 405 always carries ``Allow``.
@@ -48,17 +48,6 @@ def new_request_id() -> str:
 def require_method(method: str, *allowed: str) -> None:
     if method not in allowed:
         raise MethodNotAllowed(*allowed)
-
-
-def error_headers(exc: RelayError) -> list[tuple[bytes, bytes]]:
-    """The headers an error answer adds: ``Allow`` on a 405, ``Connection: close`` on a 413."""
-    if isinstance(exc, MethodNotAllowed):
-        return [(b"allow", ", ".join(exc.allowed).encode("latin-1"))]
-    if exc.status == 405:
-        return [(b"allow", b"POST")]
-    if exc.status == 413:
-        return [(b"connection", b"close")]  # the rest of the body is not worth receiving
-    return []
 
 
 def query_params(scope: Scope) -> dict[str, list[str]]:

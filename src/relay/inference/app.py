@@ -21,12 +21,12 @@ from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from relay.adapters import ANTHROPIC, CANONICAL, EMBEDDINGS, OPENAI, OPENAI_RESPONSES, error_body
+from relay.adapters import ANTHROPIC, CANONICAL, EMBEDDINGS, OPENAI, OPENAI_RESPONSES
 from relay.domain.credentials import read_credential
 from relay.errors import RelayError
+from relay.http.errors import error_body, error_headers, relay_error_body
 from relay.http.wire import (
     MethodNotAllowed,
-    error_headers,
     json_response,
     new_request_id,
     read_body,
@@ -54,6 +54,11 @@ INFERENCE_ROUTES: Mapping[str, tuple[str, str]] = {
     "/v1/generate": (CANONICAL, OPENAI),
 }
 MODEL_LIST_ROUTES = frozenset(("/v1/models", "/openai/v1/models"))
+
+
+def error_shape_for(path: str) -> str:
+    """The error shape of a path no route table names: Anthropic's below ``/anthropic/``, else OpenAI's."""
+    return ANTHROPIC if path.startswith("/anthropic/") else OPENAI
 
 
 class InferenceApp:
@@ -84,8 +89,7 @@ class InferenceApp:
             # JSON 500 in the caller's shape if nothing was sent yet, else the stream just ends.
             log.exception("unhandled error on %s", scope.get("path", "?")[:256])
             request_id = new_request_id()
-            path = scope.get("path", "")
-            shape = ANTHROPIC if path.startswith("/anthropic/") else OPENAI
+            shape = error_shape_for(scope.get("path", ""))
             body = error_body(shape, status=500, code="internal_error", message="internal error")
             try:
                 await send_bytes(send, 500, body, "application/json", request_id, [(b"connection", b"close")])
@@ -144,7 +148,7 @@ class InferenceApp:
             if path == prefix or path.startswith(prefix + "/"):
                 await app(scope, receive, send)
                 return
-        shape = ANTHROPIC if path.startswith("/anthropic/") else OPENAI
+        shape = error_shape_for(path)
         # Unknown paths share one label: the route label must not grow with whatever clients send.
         await self._error(
             send,
@@ -183,7 +187,7 @@ class InferenceApp:
     async def _error(
         self, send: Send, shape: str, exc: RelayError, request_id: str, route: str, started: float
     ) -> None:
-        body = error_body(shape, status=exc.status, code=exc.code, message=exc.message)
+        body = relay_error_body(shape, exc)
         extra = error_headers(exc)
         await send_bytes(send, exc.status, body, "application/json", request_id, extra)
         self._count(route, shape, exc.status, request_id, started, {"error": exc.code})

@@ -34,7 +34,6 @@ from relay.adapters import (
     admit,
     canonical_from_response,
     canonical_to,
-    error_body,
     parse_request,
     translate_error,
     translate_request,
@@ -44,6 +43,7 @@ from relay.adapters import (
 from relay.adapters.json_codec import DEFAULT_MAX_DEPTH
 from relay.domain.credentials import read_credential
 from relay.errors import InvalidRequest, RateLimited, RelayError
+from relay.http.errors import error_body, relay_error_body, retry_after
 from relay.http.wire import head, send_bytes
 from relay.inference.recording import LiveRecorder
 from relay.request.auth import Principal, authenticate
@@ -293,7 +293,7 @@ class LiveHandler:
     ) -> None:
         extra: list[tuple[bytes, bytes]] = []
         if isinstance(exc, RateLimited):
-            extra.append((b"retry-after", str(max(1, int(exc.retry_after + 0.999))).encode()))
-        body = error_body(shape, status=exc.status, code=exc.code, message=exc.message)
+            extra.append((b"retry-after", retry_after(exc)))
+        body = relay_error_body(shape, exc)
         await send_bytes(send, exc.status, body, "application/json", ctx.request_id, extra)
         self._recorder.refused(ctx, exc, snap)

@@ -1,13 +1,15 @@
-"""Where batch bodies live (SPEC §10.7): the :class:`PayloadStore` seam and its two implementations.
+"""Where batch bodies live (SPEC §10.7): the :class:`PayloadStore` seam, what both stores share, and
+:class:`PayloadStores`, which holds both.
 
 What it does. ``RELAY_BATCH_PAYLOAD_STORE`` picks the store new batches are submitted under:
-:class:`FileStore` (``files``, the default: the directory of ``relay.payloads.directory``, which every
-replica must share) or :class:`DatabaseStore` (``database``: ``payload_chunks`` via
+``relay.payloads.files.FileStore`` (``files``, the default: the directory of
+``relay.payloads.directory``, which every replica must share) or
+``relay.payloads.database.DatabaseStore`` (``database``: ``payload_chunks`` via
 ``relay.store.payload_chunks``, so replicas need no shared volume and ``load input:`` cannot happen). Each
 batch records its store (``batches.payload_store``) and :class:`PayloadStores` hands out the one a
 batch was submitted under, so switching the setting keeps existing batches readable and runnable.
 
-The contract (one test suite runs it against both: tests/batches/test_payload_store.py):
+The contract (one test suite runs it against both: tests/integration/payloads/test_contract.py):
 
 * :meth:`~PayloadStore.write_requests` stores every item's request body, durably, before the batch
   row commits; :meth:`~PayloadStore.read_request` gives one back or raises ``FileNotFoundError``.
@@ -26,26 +28,20 @@ The contract (one test suite runs it against both: tests/batches/test_payload_st
   in chunks (``FileNotFoundError`` when this replica does not have them); :meth:`~PayloadStore.remove_file`
   removes them (a no-op when they are gone).
 
-What it deliberately does not know. Item states and who may read a batch.
+What it deliberately does not know. Item states and who may read a batch; either store's workings
+(both import this module, never the reverse).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import Literal, Protocol
 
 from relay.domain.batches import ResponseRef
-from relay.payloads.directory import PayloadDir, sync_descriptors
-from relay.payloads.file_bytes import READ_CHUNK, FileBytesDir
 from relay.store.engine import Connection
-
-if TYPE_CHECKING:
-    from relay.payloads.database import DatabaseStore
 
 log = logging.getLogger("relay.batches")
 
@@ -128,113 +124,10 @@ class Buffered:
         return data
 
 
-class _DiskSink:
-    def __init__(self, directory: FileBytesDir, file_id: str, fd: int) -> None:
-        self._directory, self._file_id, self._fd = directory, file_id, fd
-        self._buffer = Buffered(READ_CHUNK)
-
-    async def write(self, data: bytes) -> None:
-        full = self._buffer.add(data)
-        if full is not None:
-            await asyncio.to_thread(self._directory.append, self._fd, full)
-
-    async def commit(self) -> None:
-        rest = self._buffer.take()
-        if rest:
-            await asyncio.to_thread(self._directory.append, self._fd, rest)
-        await asyncio.to_thread(self._directory.commit, self._file_id, self._fd)
-
-    async def discard(self) -> None:
-        await asyncio.to_thread(self._directory.discard, self._file_id, self._fd)
-
-
-class FileStore:
-    """``files``: the payload directory (``relay.payloads.directory``), its blocking calls in threads.
-    Creates nothing under the directory until a batch is written or an item of one completes."""
-
-    name: StoreName = "files"
-
-    def __init__(self, root: str | Path, *, group_readable: bool = False) -> None:
-        self.dir = PayloadDir(root, group_readable=group_readable)
-        self.file_bytes = FileBytesDir(root, self.dir.modes)
-        self._prefetching: set[asyncio.Task[None]] = set()
-
-    async def write_requests(self, batch_id: str, bodies: Iterable[bytes]) -> int:
-        return await asyncio.to_thread(self.dir.write_requests, batch_id, bodies)
-
-    async def discard_requests(self, batch_id: str) -> None:
-        await asyncio.to_thread(self.dir.discard_requests, batch_id)
-
-    async def remove_batch(self, batch_id: str) -> None:
-        self.dir.forget(batch_id)  # in the event loop's thread, like every append
-        await asyncio.to_thread(self.dir.remove_batch, batch_id)
-
-    async def read_request(self, batch_id: str, idx: int) -> bytes:
-        return await asyncio.to_thread(self.dir.read_request, batch_id, idx)
-
-    def prefetch_requests(self, batch_id: str, idxs: Sequence[int]) -> Prefetched:
-        """Read these claimed items' request bodies of at most ``PREFETCH_BYTES`` in ONE worker-thread
-        hop (each file opened once), instead of a hop per item as it starts; a future answers ``None``
-        for the others, which :meth:`read_request` reads when their item runs."""
-        loop = asyncio.get_running_loop()
-        futures: dict[int, asyncio.Future[bytes | None]] = {idx: loop.create_future() for idx in idxs}
-        if futures:
-            task = asyncio.create_task(self._prefetch(batch_id, futures), name="batch-request-prefetch")
-            self._prefetching.add(task)
-            task.add_done_callback(self._prefetching.discard)
-        return futures
-
-    async def _prefetch(self, batch_id: str, futures: dict[int, asyncio.Future[bytes | None]]) -> None:
-        found: dict[int, bytes] = {}
-        try:
-            found = await asyncio.to_thread(
-                self.dir.read_small_requests, batch_id, list(futures), PREFETCH_BYTES
-            )
-        except Exception as exc:  # those items read their bodies one by one when they run
-            log.warning("reading batch request bodies ahead failed: %s", type(exc).__name__)
-        finally:
-            answer_prefetch(futures, found)
-
-    def keep_response(self, batch_id: str, idx: int, body: bytes) -> KeptResponse:
-        return KeptResponse(ref=self.dir.append_response(batch_id, body))
-
-    async def flush(self) -> None:
-        fds = self.dir.responses_to_sync()
-        if fds:
-            await asyncio.to_thread(sync_descriptors, fds)
-
-    async def save_responses(self, conn: Connection, items: Sequence[tuple[str, int, KeptResponse]]) -> None:
-        return None  # the item row's reference is the record; the bytes were flushed before
-
-    async def read_responses(
-        self, batch_id: str, refs: Mapping[int, ResponseRef | None]
-    ) -> dict[int, bytes | None]:
-        return await asyncio.to_thread(self.dir.read_responses, batch_id, refs)
-
-    async def open_file(self, file_id: str) -> FileSink:
-        return _DiskSink(self.file_bytes, file_id, await asyncio.to_thread(self.file_bytes.create, file_id))
-
-    async def read_file(self, file_id: str) -> AsyncIterator[bytes]:
-        fd = await asyncio.to_thread(self.file_bytes.open_for_reading, file_id)
-        try:
-            while chunk := await asyncio.to_thread(os.read, fd, READ_CHUNK):
-                yield chunk
-        finally:
-            os.close(fd)
-
-    async def remove_file(self, file_id: str) -> None:
-        await asyncio.to_thread(self.file_bytes.remove, file_id)
-
-    def close(self) -> None:
-        for task in self._prefetching:
-            task.cancel()  # its futures are answered (None: read when run)
-        self.dir.close()
-
-
 class PayloadStores:
     """Both stores of this process, and which one new batches use (``RELAY_BATCH_PAYLOAD_STORE``)."""
 
-    def __init__(self, files: FileStore, database: DatabaseStore, current: StoreName) -> None:
+    def __init__(self, files: PayloadStore, database: PayloadStore, current: StoreName) -> None:
         self._by_name: dict[str, PayloadStore] = {"files": files, "database": database}
         self.current: PayloadStore = self._by_name[current]
 

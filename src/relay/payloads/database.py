@@ -2,9 +2,9 @@
 chunks in the database (``relay.store.payload_chunks``, ``relay.store.files``), so replicas need no shared
 volume.
 
-Why its own module. It is the second implementation of ``relay.payloads.base.PayloadStore``
-(next to the ``files`` store there); what the two share — the protocol, ``KeptResponse``, the buffered
-sink, the read-ahead answer — stays there.
+Why its own module. It is one of the two implementations of ``relay.payloads.base.PayloadStore``
+(the ``files`` store is ``relay.payloads.files``); what the two share — the protocol, ``KeptResponse``,
+the buffered sink, the read-ahead answer — is ``relay.payloads.base``'s.
 
 What it deliberately does not know. SQL (the store modules run it) and which store a batch uses
 (``PayloadStores`` picks by the batch's recorded store).

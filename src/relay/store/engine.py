@@ -20,6 +20,7 @@ from typing import Any, Literal, TypeAlias
 from sqlalchemy import event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
@@ -169,6 +170,13 @@ def is_transient(exc: BaseException) -> bool:
         # ConnectionDoesNotExistError and the like, or a connection the driver already saw closed.
         return "Connection" in type(exc).__name__ or "connection is closed" in str(exc)
     return isinstance(exc, (OSError, TimeoutError))
+
+
+def database_unavailable(exc: BaseException) -> bool:
+    """Is this failure the database being unreachable or too busy (a transient error, or a pool that
+    timed out), rather than a bug? The HTTP apps answer it with a 503 and ``Retry-After``
+    (``relay.http.errors.escaped``); a pool timeout is not retried by the batch loops, only by clients."""
+    return isinstance(exc, PoolTimeout) or is_transient(exc)
 
 
 # Postgres SQLSTATE classes: 08 connection exception, 57P01–57P03 admin/crash shutdown and "the

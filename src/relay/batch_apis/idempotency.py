@@ -4,17 +4,18 @@ What it does. :func:`claim_from` validates the header (1–255 printable ASCII c
 naming ``Idempotency-Key``) and makes an :class:`IdempotencyClaim` of the owner, the key and a
 fingerprint of the route and the request body. A create first calls :func:`replay`: a first answer of
 the same owner and key within 24 h is answered again verbatim (same status and body), or, for a
-different fingerprint, refused with 409 ``idempotency_key_reused``. Otherwise the create passes
-:meth:`IdempotencyClaim.writer` (with its answer) to ``BatchStore.insert_batch``, which writes the row in
-the SAME transaction as the batch: a repeat creates nothing, and a concurrent duplicate fails that
-transaction (nothing written) and resolves to the first answer with :func:`replay` again (the
-service does that).
+different fingerprint, refused with 409 ``idempotency_key_reused``. Otherwise the façade hands the
+claim to the engine's create as its :class:`~relay.batches.service.IdempotencyHook`: the engine runs
+:meth:`IdempotencyClaim.writer` (with its answer) inside ``BatchStore.insert_batch``, so the row is
+written in the SAME transaction as the batch: a repeat creates nothing, and a concurrent duplicate
+fails that transaction (nothing written) and resolves to the first answer with
+:meth:`IdempotencyClaim.first_answer` (the engine calls it, never knowing which API asked).
 
 :func:`purge_expired` deletes rows past the window, a bounded batch per call (the expiry sweeper's
 loop calls it every pass, ``relay.boot``).
 
 What it deliberately does not know. What the answer of a create is (each API renders its own), how
-a batch is written.
+a batch is written (the engine's; it does not import this module, the contract in pyproject says so).
 
 Invariants. One owner's keys never meet another's (owners as in §10.8). The answer stored is the bytes
 sent, so a replay is byte-identical.
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
+from relay.batches.service import Answer
 from relay.errors import Conflict, InvalidRequest
 from relay.store import idempotency as store
 from relay.store.engine import Connection, Engine
@@ -37,14 +39,6 @@ HEADER: Final = "idempotency-key"
 WINDOW: Final = timedelta(hours=24)
 MAX_KEY: Final = 255
 PURGE_ROWS: Final = 1_000  # idempotency rows deleted per sweep pass
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    """A create's answer as sent: status code and body bytes."""
-
-    status_code: int
-    body: bytes
 
 
 class IdempotencyKeyReused(Conflict):
@@ -72,6 +66,10 @@ class IdempotencyClaim:
             )
 
         return write
+
+    async def first_answer(self, engine: Engine) -> Answer | None:
+        """The answer of the create that used this key first (:func:`replay`)."""
+        return await replay(engine, self)
 
 
 def validate_key(value: str | None) -> str | None:

@@ -3,7 +3,18 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from relay.adapters import error_body, error_type
+from relay.adapters import ANTHROPIC
+from relay.domain.openai_batches import BadParam
+from relay.errors import NotFound, RateLimited, RelayError
+from relay.http.errors import (
+    ANTHROPIC_SHAPE,
+    DatabaseUnavailable,
+    error_body,
+    error_headers,
+    error_type,
+    escaped,
+    openai_api_error,
+)
 
 OPENAI_SHAPES = ["openai", "openai_responses", "embeddings", "canonical", "batches"]
 
@@ -65,3 +76,44 @@ def test_message_is_escaped_json() -> None:
         ]
         == message
     )
+
+
+def test_the_anthropic_error_shape_is_the_adapters_anthropic_wire_shape() -> None:
+    assert ANTHROPIC_SHAPE == ANTHROPIC
+
+
+def test_openai_api_errors_name_the_param_and_keep_relay_codes_on_400_and_404() -> None:
+    assert orjson.loads(openai_api_error(BadParam("limit", "too big"))) == {
+        "error": {
+            "type": "invalid_request_error",
+            "code": "invalid_request",
+            "message": "too big",
+            "param": "limit",
+        }
+    }
+    assert orjson.loads(openai_api_error(NotFound("file not found"))) == {
+        "error": {"type": "invalid_request_error", "code": "not_found", "message": "file not found"}
+    }
+    assert openai_api_error(RelayError("internal error")) == error_body(
+        "openai", status=500, code="internal_error", message="internal error"
+    )
+
+
+def test_an_escaped_database_outage_is_a_503_with_retry_after(caplog: pytest.LogCaptureFixture) -> None:
+    answer = escaped(ConnectionRefusedError(), "test request", lambda exc: isinstance(exc, OSError))
+    assert isinstance(answer, DatabaseUnavailable)
+    assert (answer.status, answer.code) == (503, "database_unavailable")
+    assert error_headers(answer) == [(b"retry-after", b"2")]
+    assert "database unavailable" in caplog.text
+
+
+def test_any_other_escaped_failure_is_a_500_without_headers(caplog: pytest.LogCaptureFixture) -> None:
+    answer = escaped(KeyError("x"), "test request", lambda exc: False)
+    assert (answer.status, answer.code, answer.message) == (500, "internal_error", "internal error")
+    assert error_headers(answer) == []
+    assert "test request failed" in caplog.text
+
+
+def test_a_429_asks_for_whole_seconds_rounded_up() -> None:
+    assert error_headers(RateLimited("slow", retry_after=1.2)) == [(b"retry-after", b"2")]
+    assert error_headers(RateLimited("slow", retry_after=0.0)) == [(b"retry-after", b"1")]

@@ -1,6 +1,8 @@
 """The payload store contract (relay.payloads.base, SPEC §10.7): ONE suite run against both
-implementations — ``files`` (a real directory) and ``database`` (real SQLite and Postgres) — with the
-database store's chunks made small, so multi-chunk bodies are exercised without 200 MB of data."""
+implementations — ``files`` (relay.payloads.files: a real directory) and ``database``
+(relay.payloads.database: real SQLite and Postgres) — with the database store's chunks made small, so
+multi-chunk bodies are exercised without 200 MB of data. The Files API's bytes through both stores are
+test_file_service.py's, beside this one."""
 
 from __future__ import annotations
 
@@ -14,14 +16,9 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.domain.ids import mint_id
-from relay.payloads.base import (
-    PREFETCH_BYTES,
-    FileStore,
-    KeptResponse,
-    PayloadStore,
-    PayloadStores,
-)
+from relay.payloads.base import PREFETCH_BYTES, KeptResponse, PayloadStore, PayloadStores
 from relay.payloads.database import DatabaseStore
+from relay.payloads.files import FileStore
 from relay.store import tables as t
 
 CHUNK = 1000  # the database store's chunk size in this suite

@@ -1,6 +1,5 @@
 """The Files API's service and the payload store's file calls (relay.batch_apis.files_service, SPEC §14):
-one suite
-on both stores (a real directory; real SQLite and Postgres with small chunks, so files span many
+one suite on both stores (a real directory; real SQLite and Postgres with small chunks, so files span many
 rows), covering what the OpenAI Batches façade uses — reading a file line by line and writing a
 ``batch_output`` file from lines — plus the limit, abort, expiry and sweep rules."""
 
@@ -16,8 +15,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.batch_apis.files_service import FileService
 from relay.errors import NotFound, PayloadTooLarge
-from relay.payloads.base import FileStore, PayloadStores
+from relay.payloads.base import PayloadStores
 from relay.payloads.database import DatabaseStore
+from relay.payloads.files import FileStore
 from relay.store import tables as t
 
 CHUNK = 1000
