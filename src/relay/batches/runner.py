@@ -37,9 +37,9 @@ from relay.domain.ids import mint_id
 from relay.errors import InvalidRequest, RateLimited, RelayError
 from relay.payloads.base import KeptResponse, PayloadStores, Prefetched
 from relay.request.auth import Principal, build_principal, recheck_key, recheck_token
-from relay.request.fallbacks import Route, fallbacks_for, reroute
+from relay.request.fallbacks import NotAdmitted, Route, route
 from relay.request.pipeline import Call, Outcome, Pipeline, UpstreamUnavailable
-from relay.request.routing import Plan, resolve
+from relay.request.routing import Plan
 from relay.snapshot import Snapshot
 from relay.store.batch_queue import ClaimedItem
 from relay.store.engine import Connection
@@ -149,19 +149,9 @@ class ItemRunner:
             requested = body.get("model")
             model = requested if isinstance(requested, str) else ""
             chosen = _route(principal, body, snap, batch.inbound_shape)
-            plan = chosen.plan if chosen.primary_error is None else None
+            plan = chosen.requested_plan
             budget = asyncio.timeout(self._timeout_s)
-            call = Call(
-                principal,
-                chosen.plan,
-                chosen.shape,
-                body,
-                {},
-                stream=False,
-                fallbacks=chosen.fallbacks,
-                primary_error=chosen.primary_error,
-                fallback_from=chosen.fallback_from,
-            )
+            call = Call.routed(principal, chosen, {}, stream=False)
             try:
                 async with budget:
                     outcome = await self._pipeline.run(call)
@@ -318,19 +308,12 @@ def _route(principal: Principal, body: dict, snap: Snapshot, inbound: str) -> Ro
     def admit_plan(plan: Plan) -> tuple[str, dict]:
         return _wire_shape(inbound, plan), body
 
-    policy = principal.policy
     try:
-        plan = resolve(policy, model, snap)
+        return route(principal.policy, model, snap, admit_plan)
+    except NotAdmitted as refused:
+        raise _Discard(refused.error.code, refused.error.message) from None
     except RelayError as exc:
-        try:
-            return reroute(policy, model, snap, admit_plan, exc)
-        except RelayError as final:
-            raise _Discard(final.code, f"routing: {final.message}") from None
-    try:
-        shape = _wire_shape(inbound, plan)
-    except RelayError as exc:
-        raise _Discard(exc.code, exc.message) from None
-    return Route(plan, shape, body, fallbacks_for(policy, model, snap, admit_plan))
+        raise _Discard(exc.code, f"routing: {exc.message}") from None
 
 
 def _wire_shape(inbound: str, plan: Plan) -> str:
