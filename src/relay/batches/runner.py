@@ -22,10 +22,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 import orjson
 
@@ -33,56 +31,18 @@ from relay.adapters import EMBEDDINGS, Dispatch, admit
 from relay.crypto.tokens import TokenClaims
 from relay.domain.batch_record import CANCELLED_ERROR, BatchRecord, FinalState
 from relay.domain.batches import OPENAI_EMBEDDINGS
-from relay.domain.ids import mint_id
 from relay.errors import InvalidRequest, RateLimited, RelayError
 from relay.payloads.base import KeptResponse, PayloadStores, Prefetched
 from relay.request.auth import Principal, build_principal, recheck_key, recheck_token
 from relay.request.fallbacks import NotAdmitted, Route, route
-from relay.request.pipeline import Call, Outcome, Pipeline, UpstreamUnavailable
+from relay.request.pipeline import Call, Pipeline, UpstreamUnavailable
 from relay.request.routing import Plan
 from relay.snapshot import Snapshot
 from relay.store.batch_queue import ClaimedItem
 from relay.store.engine import Connection
-from relay.usage.event import UsageEvent, attribution_fields, outcome_fields
+from relay.usage.event import UsageEvent, cancelled_event, item_event
 
 log = logging.getLogger("relay.batches")
-
-
-def item_event(
-    batch: BatchRecord,
-    idx: int,
-    *,
-    status: int = 0,
-    error_kind: str | None = None,
-    error_message: str | None = None,
-    plan: Plan | None = None,
-    model: str = "",
-    outcome: Outcome | None = None,
-    latency_ms: int = 0,
-) -> UsageEvent:
-    """The usage event of one batch item (SPEC §10.8): source ``batch``, the batch's attribution and
-    policy; priced by the one rule of ``usage.outcome_fields``."""
-    return UsageEvent(
-        id=mint_id("ue"),
-        ts=datetime.now(UTC),
-        request_id=uuid.uuid4().hex,
-        source="batch",
-        batch_id=batch.id,
-        batch_idx=idx,
-        status=status,
-        error_kind=error_kind,
-        error_message=error_message,
-        **outcome_fields(plan, outcome, model),
-        inbound_shape=batch.inbound_shape,
-        streamed=False,
-        latency_ms=latency_ms,
-        **attribution_fields(batch),
-    )
-
-
-def cancelled_event(batch: BatchRecord, idx: int) -> UsageEvent:
-    """The event of an item cancelled before or while it ran (nothing priced)."""
-    return item_event(batch, idx, error_kind="cancelled", error_message=CANCELLED_ERROR)
 
 
 @dataclass(slots=True)
@@ -180,8 +140,8 @@ class ItemRunner:
                 plan=plan,
                 model=model,
                 latency_ms=elapsed(),
+                attempts=failure.attempts,
             )
-            event.attempts = failure.attempts
             return ItemResult("discarded", failure.status or None, failure.message, event)
         if outcome.error_kind is not None or not 200 <= outcome.status < 300:
             message = f"upstream returned {outcome.status}"

@@ -28,7 +28,6 @@ import orjson
 
 from relay.adapters.json_codec import DEFAULT_MAX_DEPTH, JsonRefused, loads_input
 from relay.batches.idempotency import Answer, IdempotencyClaim, replay
-from relay.batches.runner import cancelled_event
 from relay.domain.batch_record import BatchRecord, ItemState, ResultRow
 from relay.domain.batches import (
     APIS,
@@ -47,6 +46,7 @@ from relay.payloads.base import PayloadStore, PayloadStores
 from relay.request.auth import Principal
 from relay.store.batch_queue import BatchStore
 from relay.store.engine import DuplicateRow
+from relay.usage.event import cancelled_event
 
 log = logging.getLogger("relay.batches")
 
