@@ -41,6 +41,7 @@ from relay.domain.batches import (
     mint_batch_id,
     validate_submission,
 )
+from relay.domain.times import rfc3339
 from relay.errors import InvalidRequest, NotFound
 from relay.payloads.base import PayloadStore, PayloadStores
 from relay.request.auth import Principal
@@ -89,14 +90,6 @@ def load_batch_body(raw: bytes, max_depth: int, not_json: str) -> Any:
         raise BatchRejected(str(exc)) from None
     except ValueError:
         raise BatchRejected(not_json) from None
-
-
-def rfc3339(value: datetime | None) -> str | None:
-    if value is None:
-        return None
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 class BatchService:

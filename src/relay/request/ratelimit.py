@@ -44,6 +44,7 @@ from typing import Any
 
 from relay.adapters.base import Usage
 from relay.domain.ratelimits import RateLimitRule, window_seconds
+from relay.domain.times import rfc3339
 from relay.errors import BudgetExceeded, RateLimited
 from relay.request.fail_open import FailOpen
 from relay.snapshot import Policy
@@ -335,7 +336,7 @@ class RateLimiter:
             if rule.per == "policy":
                 used.setdefault("", 0)
             limit = rule.limit_nanos
-            resets_at = datetime.fromtimestamp(window_end, UTC).isoformat().replace("+00:00", "Z")
+            resets_at = rfc3339(datetime.fromtimestamp(window_end, UTC))
             entries = [
                 {
                     "key": suffix or policy.id,
