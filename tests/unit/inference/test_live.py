@@ -169,14 +169,17 @@ async def test_an_upstream_error_is_returned_as_it_is(plane: LivePlane, fake: Fa
     streamed = await plane.post(CHAT_PATH, chat(s.model.name, stream=True, fake={"status": 400}), key=s.key)
     assert streamed.status_code == 400 and streamed.headers["content-type"].startswith("application/json")
     assert streamed.json()["error"]["type"] == "invalid_request_error"
-    assert keys_called(fake) == [values(s)[0]] * 4  # no failover, no trip
+    assert [r["status"] for r in fake.requests()] == [400, 404, 422, 400]
+    assert (await plane.post(CHAT_PATH, chat(s.model.name), key=s.key)).status_code == 200
+    assert keys_called(fake) == [values(s)[0]] * 5  # no failover, and no trip: the first key still serves
     events = await plane.events()
-    assert [(e["status"], e["error_kind"], e["cost_nanos"]) for e in events] == [
+    assert [(e["status"], e["error_kind"], e["cost_nanos"]) for e in events[:4]] == [
         (400, "upstream_status", None),
         (404, "upstream_status", None),
         (422, "upstream_status", None),
         (400, "upstream_status", None),
     ]
+    assert events[4]["status"] == 200 and events[4]["cost_nanos"] > 0
     assert events[0]["error_message"] == "upstream returned 400"
 
 
