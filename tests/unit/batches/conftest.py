@@ -75,31 +75,39 @@ class RunnerBench:
         batch_id = mint_id("batch")
         await self.payloads.of("files").write_requests(batch_id, bodies)
         if token is not None:
-            who = {"key_hash": None, "owner": f"user:{token.user_id}", "principal_kind": "user"}
-            who |= {"principal_id": token.user_id, "credential_kind": "token", "credential_id": token.jti}
             claims: dict[str, Any] | None = {
                 name: getattr(token, name)
                 for name in ("user_id", "project_id", "version", "jti", "issued_at", "expires_at")
             }
+            key_hash, owner, kind, principal_id = None, f"user:{token.user_id}", "user", token.user_id
+            credential_kind, credential_id = "token", token.jti
         else:
             relay_key = key or c.relay_key
-            who = {"key_hash": relay_key.key_hash, "owner": relay_key.key_hash}
-            who |= {"principal_kind": "serviceaccount", "principal_id": c.account.id}
-            who |= {"credential_kind": "key", "credential_id": relay_key.id}
-            claims = None
+            claims, key_hash, owner = None, relay_key.key_hash, relay_key.key_hash
+            kind, principal_id, credential_kind, credential_id = (
+                "serviceaccount",
+                c.account.id,
+                "key",
+                relay_key.id,
+            )
         return BatchRecord(
             id=batch_id,
+            owner=owner,
+            key_hash=key_hash,
             token_claims=claims,
             policy_id=policy.id,
             policy_name=policy.name,
             project_id=c.project.id,
             team_id=c.team.id,
+            principal_kind=kind,
+            principal_id=principal_id,
+            credential_kind=credential_kind,
+            credential_id=credential_id,
             inbound_shape=shape,
             status="queued",
             total_items=len(bodies),
             created_at=datetime.now(UTC),
             completed_at=None,
-            **who,
         )
 
     async def run(self, batch: BatchRecord, idx: int = 0) -> ItemResult:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import UTC, datetime
+from typing import Any
 
 from relay.batches.runner import ItemResult
 from relay.domain.batch_record import BatchRecord
@@ -288,7 +289,7 @@ async def test_the_credential_is_rechecked_when_the_item_runs(
 ) -> None:
     """§10.4 ``credential no longer valid: `` + the §3 reason, for a change made after the submission."""
     c = runner.catalog
-    changes = [
+    changes: list[tuple[dict[str, Any], str]] = [
         ({"enabled": False}, "api key disabled"),
         ({"revoked_at": datetime.now(UTC)}, "api key revoked"),
         ({"expires_at": datetime(2020, 1, 1, tzinfo=UTC)}, "api key expired"),
