@@ -2,11 +2,12 @@
 
 What it does. :meth:`ItemRunner.execute` runs one claimed item through the checks of §10.6 in their
 order — load input → credential still valid (against the CURRENT snapshot) → recorded policy exists and
-is enabled → routing → shape check — and then through ``Pipeline.run``, the very object live requests
-use (ARCHITECTURE rule 5: never a copy of routing, limits or key selection), unstreamed and bounded by
-``RELAY_BATCH_ITEM_TIMEOUT_S``. It answers an :class:`ItemResult`: the final state, the error text of
-§10.4 and the item's one usage event, which the worker pool's finalizer writes (state and event in one
-transaction).
+is enabled → routing → shape check — and then through the same glue as a live request: the one routing
+step (``request.fallbacks.route``), the one ``Call`` builder (``Call.routed``), ``Pipeline.run`` (never a
+copy of routing, limits or key selection) and the one usage-event builder (``usage.event``),
+unstreamed and bounded by ``RELAY_BATCH_ITEM_TIMEOUT_S``. It answers an :class:`ItemResult`: the final
+state, the error text of §10.4 and the item's one usage event, which the worker pool's finalizer
+writes (state and event in one transaction).
 
 What it deliberately does not know. Claiming, concurrency, cancellation and shutdown (the worker pool
 decides when an item runs or stops), HTTP, and payload logging: batch bodies are never captured

@@ -5,6 +5,9 @@ without awaiting it, so recording never adds latency. A request that never authe
 attribution and gets no usage event (it is still counted and logged); every other request gets
 exactly one, including refusals (status 0: the upstream was never reached).
 Logs carry ids and numbers only, never a credential or a body.
+
+What it deliberately does not know: how an event's fields are filled and priced (``usage.event.usage_event``,
+the builder batch items use too) and how events are written (``usage.writer``).
 """
 
 from __future__ import annotations
