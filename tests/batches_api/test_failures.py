@@ -1,5 +1,8 @@
 """Why a batch item fails (SPEC §10.4, §10.6, §10.8), over HTTP against real ``relay serve`` processes
 and the real fake upstream, on SQLite and on Postgres (with Redis for the hot state, as in production).
+Every cause is also tested in-process on ``ItemRunner`` (``tests/unit/batches/test_runner.py``); what
+stays here is what needs the processes: items of one batch running side by side, limits not counting
+submissions and polls, and catalog changes made through the control API between submit and run.
 
 Every test checks the three places a failure shows: the item's state (``discarded``), its ``error`` in
 ``GET /v1/batches/{id}/results`` (the full text, not only the §10.4 prefix), and its one usage event
@@ -37,11 +40,9 @@ from tests.batches_api.helpers import (
 from tests.fixtures.fake_upstream import FakeUpstream
 from tests.fixtures.live import (
     HOST_OPENAI,
-    PRICING,
     Gateway,
     Reaper,
     backend_setup,
-    uniq,
 )
 from tests.fixtures.relay_server import RelayProcess
 
@@ -290,20 +291,6 @@ def test_timeout_fails_the_slow_item_only(stage: Stage) -> None:
     assert events[2]["error_kind"] is None and events[2]["cost_nanos"] > 0
 
 
-def test_timeout_bounds_all_attempts_together(stage: Stage) -> None:
-    """§10.6: the timeout bounds the whole item, failover included: three attempts of 0.9 s each (two
-    keys answer 503, the third works) exceed 1.5 s although no single attempt does."""
-    gw = stage.gw
-    s = gw.scenario(["fail-503", "fail-503", "ok"])
-    batch_id = submit(gw, "openai", [chat_item(0, model=s.model, fake={"latency_ms": 900})], key=s.key)
-    wait_finished(gw, batch_id, key=s.key)
-    assert results(gw, batch_id, key=s.key) == [{"idx": 0, "state": "discarded", "error": TIMEOUT_ERROR}]
-    event = item_events(gw, batch_id, 1)[0]
-    assert_failed_event(event, TIMEOUT_ERROR, "timeout")
-    assert event["attempts"] == 2  # one 503, then the second key's attempt cut short at 1.5 s
-    assert gw.fake.stats()["by_key"].get(s.value(2), 0) == 0  # the working key was never reached
-
-
 # ---------------------------------------------------------------------------------------- rate limit
 
 
@@ -334,104 +321,7 @@ def test_rate_limit_spent_discards_at_once(stage: Stage) -> None:
 # ---------------------------------------------------------------------------------------- key pool
 
 
-def test_every_key_failed(stage: Stage) -> None:
-    """§10.4 ``all keys of host "<h>" failed``: every key answers a failover status (503, which trips the
-    breakers, so one item; 429 with a short Retry-After, which does not, so every item)."""
-    gw = stage.gw
-    s = gw.scenario(["fail-503", "fail-503"])
-    batch_id = submit(gw, "openai", [chat_item(0, model=s.model)], key=s.key)
-    wait_finished(gw, batch_id, key=s.key)
-    error = f'all keys of host "{s.host}" failed; last status 503'
-    assert results(gw, batch_id, key=s.key) == [{"idx": 0, "state": "discarded", "error": error}]
-    event = item_events(gw, batch_id, 1)[0]
-    assert_failed_event(event, error, "upstream_unavailable", status=503)
-    assert event["attempts"] == 2
-
-    s = gw.scenario(["fail-429", "fail-429"])
-    batch_id = submit(gw, "openai", [chat_item(i, model=s.model) for i in range(3)], key=s.key)
-    wait_finished(gw, batch_id, key=s.key)
-    error = f'all keys of host "{s.host}" failed; last status 429'
-    assert results(gw, batch_id, key=s.key) == [
-        {"idx": i, "state": "discarded", "error": error} for i in range(3)
-    ]
-    for event in item_events(gw, batch_id, 3).values():
-        assert_failed_event(event, error, "upstream_unavailable", status=429)
-    by_key = gw.fake.stats()["by_key"]
-    assert by_key[s.value(0)] == 3 and by_key[s.value(1)] == 3
-
-
-def test_no_healthy_keys(stage: Stage) -> None:
-    """§10.4 ``no healthy keys for host "<h>"``: once every key's breaker is open (a 401 opens it until
-    the key is edited), items fail without calling the upstream."""
-    gw = stage.gw
-    s = gw.scenario(["fail-401", "fail-401"])
-    opener = submit(gw, "openai", [chat_item(0, model=s.model)], key=s.key)
-    wait_finished(gw, opener, key=s.key)
-    error = f'all keys of host "{s.host}" failed; last status 401'
-    assert results(gw, opener, key=s.key)[0]["error"] == error
-
-    batch_id = submit(gw, "openai", [chat_item(i, model=s.model) for i in range(3)], key=s.key)
-    wait_finished(gw, batch_id, key=s.key)
-    error = f'no healthy keys for host "{s.host}"'
-    assert results(gw, batch_id, key=s.key) == [
-        {"idx": i, "state": "discarded", "error": error} for i in range(3)
-    ]
-    for event in item_events(gw, batch_id, 3).values():
-        assert_failed_event(event, error, "no_healthy_keys")
-        assert event["attempts"] == 0
-    by_key = gw.fake.stats()["by_key"]
-    assert by_key[s.value(0)] == 1 and by_key[s.value(1)] == 1  # the opener's two attempts only
-
-
 # ---------------------------------------------------------------------------------------- shapes
-
-
-def test_responses_item_to_the_openai_host_is_sent_as_it_is(stage: Stage) -> None:
-    """§10.4's one exception to the cross-shape rule: an ``openai_responses`` item routed to an
-    ``adapter: openai`` binding on the host named exactly ``openai`` is sent unchanged (but for the
-    upstream model name) to its Chat Completions path and fails with the upstream's status; the same
-    item to an openai binding on a host with another name is a cross-shape failure."""
-    gw = stage.gw
-    value, model, upstream = uniq("ok"), uniq("m"), uniq("gpt-up")
-    policy = uniq("p")
-    docs = [
-        {"kind": "Host", "name": "openai", "spec": {"base_url": gw.fake.base_url}},
-        {"kind": "HostKey", "name": "openai-passthrough", "spec": {"host": "openai", "value": value}},
-        {"kind": "Model", "name": model, "spec": {"provider": "openai"}},
-        {
-            "kind": "Binding",
-            "name": uniq("b"),
-            "spec": {
-                "model": model,
-                "host": "openai",
-                "adapter": "openai",
-                "upstream_name": upstream,
-                "pricing": PRICING,
-            },
-        },
-        {"kind": "Policy", "name": policy, "spec": {"models": ["*"], "host_keys": ["openai-passthrough"]}},
-    ]
-    gw.control_write("POST", "/api/apply", {"documents": docs}, 200)
-    _, key = gw.mint_key(policy)
-    # The fake would answer any chat body with 200; the real API refuses a Responses body with 400.
-    item = {"model": model, "input": "hello there", "max_output_tokens": 16, "fake": {"status": 400}}
-    batch_id = submit(gw, "openai_responses", [item], key=key)
-    wait_finished(gw, batch_id, key=key)
-    error = "upstream returned 400"
-    assert results(gw, batch_id, key=key) == [{"idx": 0, "state": "discarded", "error": error}]
-    assert_failed_event(item_events(gw, batch_id, 1)[0], error, "upstream_status", status=400)
-    sent = [r for r in gw.fake.requests(limit=500) if r["key"] == value]
-    assert len(sent) == 1, sent
-    assert sent[0]["path"] == "/v1/chat/completions" and sent[0]["status"] == 400
-    assert sent[0]["body"] == {**item, "model": upstream}
-
-    other = gw.scenario()  # an openai-adapter binding on a host with a random name
-    batch_id = submit(gw, "openai_responses", [{**item, "model": other.model}], key=other.key)
-    wait_finished(gw, batch_id, key=other.key)
-    error = "cross-shape dispatch: item shape openai_responses, binding adapter openai"
-    assert results(gw, batch_id, key=other.key) == [{"idx": 0, "state": "discarded", "error": error}]
-    assert_failed_event(item_events(gw, batch_id, 1)[0], error, "cross_shape")
-    assert gw.fake.stats()["by_key"].get(other.value(0), 0) == 0
 
 
 # ---------------------------------------------------------------------------------------- credential, policy

@@ -40,16 +40,6 @@ from tests.live.helpers import (
 # --- §4.1 the model --------------------------------------------------------------------------------
 
 
-def test_unknown_model_is_404(gateway: Gateway, fake: FakeUpstream) -> None:
-    error = assert_openai_error(gateway.chat("no-such-model"), 404, "model_not_found", "not_found_error")
-    assert error["message"] == 'model "no-such-model" not found'
-    # pinned to a host that does not exist
-    error = assert_openai_error(gateway.chat(f"{CHAT_MODEL}@no-such-host"), 404, "model_not_found")
-    assert "no-such-host" in error["message"]
-    assert_anthropic_error(messages(gateway, "no-such-model"), 404, "not_found_error")
-    assert fake.stats()["requests"] == 0
-
-
 def test_disabled_model_is_403(gateway: Gateway, fake: FakeUpstream) -> None:
     s = gateway.scenario()
     assert gateway.chat(s.model, key=s.key).status_code == 200

@@ -41,10 +41,10 @@ from relay.batches.service import (
     CreatedBatch,
     NewBatch,
     load_batch_body,
-    rfc3339,
 )
 from relay.domain.batch_record import BatchRecord, ResultRow
 from relay.domain.batches import CANCELLED, COMPLETED, DISCARDED, BatchRejected
+from relay.domain.times import rfc3339
 from relay.errors import InvalidRequest
 from relay.payloads.base import PayloadStores
 from relay.request.auth import Principal

@@ -30,11 +30,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Final
 
-from relay.batches.runner import item_event
 from relay.domain.batch_record import BatchRecord
 from relay.domain.batches import expired_error
 from relay.store.batch_queue import BatchStore
-from relay.usage.event import UsageEvent
+from relay.usage.event import UsageEvent, item_event
 
 log = logging.getLogger("relay.batches")
 SWEEP_BATCHES: Final = 100  # batches expired per transaction

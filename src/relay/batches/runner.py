@@ -2,11 +2,12 @@
 
 What it does. :meth:`ItemRunner.execute` runs one claimed item through the checks of §10.6 in their
 order — load input → credential still valid (against the CURRENT snapshot) → recorded policy exists and
-is enabled → routing → shape check — and then through ``Pipeline.run``, the very object live requests
-use (ARCHITECTURE rule 5: never a copy of routing, limits or key selection), unstreamed and bounded by
-``RELAY_BATCH_ITEM_TIMEOUT_S``. It answers an :class:`ItemResult`: the final state, the error text of
-§10.4 and the item's one usage event, which the worker pool's finalizer writes (state and event in one
-transaction).
+is enabled → routing → shape check — and then through the same glue as a live request: the one routing
+step (``request.fallbacks.route``), the one ``Call`` builder (``Call.routed``), ``Pipeline.run`` (never a
+copy of routing, limits or key selection) and the one usage-event builder (``usage.event``),
+unstreamed and bounded by ``RELAY_BATCH_ITEM_TIMEOUT_S``. It answers an :class:`ItemResult`: the final
+state, the error text of §10.4 and the item's one usage event, which the worker pool's finalizer
+writes (state and event in one transaction).
 
 What it deliberately does not know. Claiming, concurrency, cancellation and shutdown (the worker pool
 decides when an item runs or stops), HTTP, and payload logging: batch bodies are never captured
@@ -22,10 +23,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 import orjson
 
@@ -33,56 +32,18 @@ from relay.adapters import EMBEDDINGS, Dispatch, admit
 from relay.crypto.tokens import TokenClaims
 from relay.domain.batch_record import CANCELLED_ERROR, BatchRecord, FinalState
 from relay.domain.batches import OPENAI_EMBEDDINGS
-from relay.domain.ids import mint_id
 from relay.errors import InvalidRequest, RateLimited, RelayError
 from relay.payloads.base import KeptResponse, PayloadStores, Prefetched
 from relay.request.auth import Principal, build_principal, recheck_key, recheck_token
-from relay.request.fallbacks import Route, fallbacks_for, reroute
-from relay.request.pipeline import Call, Outcome, Pipeline, UpstreamUnavailable
-from relay.request.routing import Plan, resolve
+from relay.request.fallbacks import NotAdmitted, Route, route
+from relay.request.pipeline import Call, Pipeline, UpstreamUnavailable
+from relay.request.routing import Plan
 from relay.snapshot import Snapshot
 from relay.store.batch_queue import ClaimedItem
 from relay.store.engine import Connection
-from relay.usage.event import UsageEvent, attribution_fields, outcome_fields
+from relay.usage.event import UsageEvent, cancelled_event, item_event
 
 log = logging.getLogger("relay.batches")
-
-
-def item_event(
-    batch: BatchRecord,
-    idx: int,
-    *,
-    status: int = 0,
-    error_kind: str | None = None,
-    error_message: str | None = None,
-    plan: Plan | None = None,
-    model: str = "",
-    outcome: Outcome | None = None,
-    latency_ms: int = 0,
-) -> UsageEvent:
-    """The usage event of one batch item (SPEC §10.8): source ``batch``, the batch's attribution and
-    policy; priced by the one rule of ``usage.outcome_fields``."""
-    return UsageEvent(
-        id=mint_id("ue"),
-        ts=datetime.now(UTC),
-        request_id=uuid.uuid4().hex,
-        source="batch",
-        batch_id=batch.id,
-        batch_idx=idx,
-        status=status,
-        error_kind=error_kind,
-        error_message=error_message,
-        **outcome_fields(plan, outcome, model),
-        inbound_shape=batch.inbound_shape,
-        streamed=False,
-        latency_ms=latency_ms,
-        **attribution_fields(batch),
-    )
-
-
-def cancelled_event(batch: BatchRecord, idx: int) -> UsageEvent:
-    """The event of an item cancelled before or while it ran (nothing priced)."""
-    return item_event(batch, idx, error_kind="cancelled", error_message=CANCELLED_ERROR)
 
 
 @dataclass(slots=True)
@@ -149,19 +110,9 @@ class ItemRunner:
             requested = body.get("model")
             model = requested if isinstance(requested, str) else ""
             chosen = _route(principal, body, snap, batch.inbound_shape)
-            plan = chosen.plan if chosen.primary_error is None else None
+            plan = chosen.requested_plan
             budget = asyncio.timeout(self._timeout_s)
-            call = Call(
-                principal,
-                chosen.plan,
-                chosen.shape,
-                body,
-                {},
-                stream=False,
-                fallbacks=chosen.fallbacks,
-                primary_error=chosen.primary_error,
-                fallback_from=chosen.fallback_from,
-            )
+            call = Call.routed(principal, chosen, {}, stream=False)
             try:
                 async with budget:
                     outcome = await self._pipeline.run(call)
@@ -190,8 +141,8 @@ class ItemRunner:
                 plan=plan,
                 model=model,
                 latency_ms=elapsed(),
+                attempts=failure.attempts,
             )
-            event.attempts = failure.attempts
             return ItemResult("discarded", failure.status or None, failure.message, event)
         if outcome.error_kind is not None or not 200 <= outcome.status < 300:
             message = f"upstream returned {outcome.status}"
@@ -318,19 +269,12 @@ def _route(principal: Principal, body: dict, snap: Snapshot, inbound: str) -> Ro
     def admit_plan(plan: Plan) -> tuple[str, dict]:
         return _wire_shape(inbound, plan), body
 
-    policy = principal.policy
     try:
-        plan = resolve(policy, model, snap)
+        return route(principal.policy, model, snap, admit_plan)
+    except NotAdmitted as refused:
+        raise _Discard(refused.error.code, refused.error.message) from None
     except RelayError as exc:
-        try:
-            return reroute(policy, model, snap, admit_plan, exc)
-        except RelayError as final:
-            raise _Discard(final.code, f"routing: {final.message}") from None
-    try:
-        shape = _wire_shape(inbound, plan)
-    except RelayError as exc:
-        raise _Discard(exc.code, exc.message) from None
-    return Route(plan, shape, body, fallbacks_for(policy, model, snap, admit_plan))
+        raise _Discard(exc.code, f"routing: {exc.message}") from None
 
 
 def _wire_shape(inbound: str, plan: Plan) -> str:

@@ -27,7 +27,6 @@ from typing import Any, Protocol
 import orjson
 
 from relay.adapters.json_codec import DEFAULT_MAX_DEPTH, JsonRefused, loads_input
-from relay.batches.runner import cancelled_event
 from relay.domain.batch_record import BatchRecord, ItemState, ResultRow
 from relay.domain.batches import (
     APIS,
@@ -41,11 +40,13 @@ from relay.domain.batches import (
     mint_batch_id,
     validate_submission,
 )
+from relay.domain.times import rfc3339
 from relay.errors import InvalidRequest, NotFound
 from relay.payloads.base import PayloadStore, PayloadStores
 from relay.request.auth import Principal
 from relay.store.batch_queue import BatchStore
 from relay.store.engine import Connection, DuplicateRow, Engine
+from relay.usage.event import cancelled_event
 
 log = logging.getLogger("relay.batches")
 
@@ -106,14 +107,6 @@ def load_batch_body(raw: bytes, max_depth: int, not_json: str) -> Any:
         raise BatchRejected(str(exc)) from None
     except ValueError:
         raise BatchRejected(not_json) from None
-
-
-def rfc3339(value: datetime | None) -> str | None:
-    if value is None:
-        return None
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 class BatchService:

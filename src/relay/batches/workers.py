@@ -53,13 +53,13 @@ from collections.abc import Callable
 
 from relay.batches.finalizer import Finalizer
 from relay.batches.pacing import ClaimPacer
-from relay.batches.runner import ItemResult, ItemRunner, cancelled_event, item_event
+from relay.batches.runner import ItemResult, ItemRunner
 from relay.batches.starter import Starter
 from relay.domain.batch_record import CANCELLED_ERROR, BatchRecord, stop_error
 from relay.store.batch_queue import BatchStore, ClaimedItem
 from relay.store.engine import is_transient
 from relay.telemetry.metrics import BatchMetrics
-from relay.usage.event import UsageEvent
+from relay.usage.event import UsageEvent, cancelled_event, item_event
 
 log = logging.getLogger("relay.batches")
 

@@ -26,6 +26,7 @@ from relay.crypto.passwords import hash_password
 from relay.crypto.sealing import SecretBox
 from relay.domain.ids import mint_id
 from relay.domain.kind_specs import FROM_CATALOG, WEBHOOK_SECRET_PREFIX
+from relay.domain.times import rfc3339
 from relay.errors import Conflict, InvalidRequest, NotFound, Unprocessable
 from relay.pricing.catalog import PriceCatalog, load_catalog
 from relay.store import catalog as store
@@ -71,12 +72,6 @@ def validated(model: type[_Spec], payload: Any) -> _Spec:
         return model.model_validate(payload)
     except ValidationError as exc:
         raise InvalidRequest(validation_message(exc)) from None
-
-
-def rfc3339(value: datetime | None) -> str | None:
-    if value is None:
-        return None
-    return value.isoformat().replace("+00:00", "Z") if value.tzinfo else value.isoformat() + "Z"
 
 
 class CatalogService:

@@ -14,9 +14,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from relay.control.catalog import CatalogService, rfc3339, validated
+from relay.control.catalog import CatalogService, validated
 from relay.domain.credentials import new_relay_key
 from relay.domain.ids import NAME_PATTERN, mint_id
+from relay.domain.times import rfc3339
 from relay.errors import InvalidRequest, NotFound, Unprocessable
 from relay.store import catalog as store
 from relay.store import tables as t

@@ -20,11 +20,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from relay.control.catalog import CatalogService, rfc3339, validated
+from relay.control.catalog import CatalogService, validated
 from relay.crypto.passwords import hash_password, verify_password
 from relay.crypto.sealing import SecretBox
 from relay.crypto.tokens import DEFAULT_TTL_S, MAX_TTL_S, TokenSigner, generate_private_key
 from relay.domain.ids import mint_id
+from relay.domain.times import rfc3339
 from relay.errors import Forbidden, NotFound, Unauthenticated
 from relay.store import catalog as store
 from relay.store import credentials as creds

@@ -21,7 +21,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Table
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from relay.control.catalog import rfc3339
 from relay.control.query import (
     check_cursor,
     check_range,
@@ -30,6 +29,7 @@ from relay.control.query import (
     parse_timestamp,
     single_params,
 )
+from relay.domain.times import rfc3339
 from relay.errors import InvalidRequest, NotFound
 from relay.store import catalog as catalog_store
 from relay.store import tables as t

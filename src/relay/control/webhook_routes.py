@@ -17,9 +17,10 @@ from typing import Any
 from fastapi import Depends, FastAPI, Request
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from relay.control.catalog import CatalogService, rfc3339
+from relay.control.catalog import CatalogService
 from relay.control.kinds import WEBHOOK
 from relay.control.query import parse_limit, single_params
+from relay.domain.times import rfc3339
 from relay.store import webhooks as store
 
 DEFAULT_LIMIT = 50

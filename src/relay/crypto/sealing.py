@@ -12,7 +12,6 @@ configured (``config`` enforces it) because replicas must share it.
 from __future__ import annotations
 
 import base64
-import hashlib
 import hmac
 import os
 import secrets
@@ -91,7 +90,3 @@ def _write_secret(path: Path, value: str) -> None:
 
 def constant_time_equal(a: str, b: str) -> bool:
     return hmac.compare_digest(a.encode(), b.encode())
-
-
-def sha256_hex(value: str) -> str:
-    return hashlib.sha256(value.encode()).hexdigest()

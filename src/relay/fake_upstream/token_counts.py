@@ -138,10 +138,6 @@ def input_tokens(api: Api, body: dict[str, Any]) -> int:
     return _scan(api, body).input_tokens
 
 
-def last_user_text(api: Api, body: dict[str, Any]) -> str:
-    return _scan(api, body).last_text
-
-
 def max_output_words(api: Api, body: dict[str, Any]) -> int | None:
     for name in _MAX_TOKEN_FIELDS[api]:
         value = body.get(name)

@@ -47,9 +47,9 @@ from relay.http.errors import error_body, relay_error_body, retry_after
 from relay.http.wire import head, send_bytes
 from relay.inference.recording import LiveRecorder
 from relay.request.auth import Principal, authenticate
-from relay.request.fallbacks import Admit, Route, fallbacks_for, reroute
+from relay.request.fallbacks import Admit, NotAdmitted, route
 from relay.request.pipeline import Call, Outcome, Pipeline
-from relay.request.routing import Plan, resolve
+from relay.request.routing import Plan
 from relay.snapshot import Snapshot
 
 log = logging.getLogger("relay.request")
@@ -129,27 +129,13 @@ class LiveHandler:
                 read_credential(headers.get("authorization"), headers.get("x-api-key")), snap
             )
             ctx.streamed = inbound != EMBEDDINGS and wants_stream(request)
-            policy, admit_plan = ctx.principal.policy, self._admission(ctx, inbound, request)
             try:
-                ctx.plan = resolve(policy, ctx.model, snap)
-            except RelayError as exc:  # no_binding / no_keys move to a fallback, if the policy names one
-                chosen = reroute(policy, ctx.model, snap, admit_plan, exc)
-            else:
-                shape, upstream_body = admit_plan(ctx.plan)
-                chosen = Route(
-                    ctx.plan, shape, upstream_body, fallbacks_for(policy, ctx.model, snap, admit_plan)
-                )
-            call = Call(
-                ctx.principal,
-                chosen.plan,
-                chosen.shape,
-                chosen.body,
-                headers,
-                ctx.streamed,
-                fallbacks=chosen.fallbacks,
-                primary_error=chosen.primary_error,
-                fallback_from=chosen.fallback_from,
-            )
+                chosen = route(ctx.principal.policy, ctx.model, snap, self._admission(ctx, inbound, request))
+            except NotAdmitted as refused:  # the caller's shape cannot be sent to the model's plan
+                ctx.plan = refused.plan
+                raise refused.error from None
+            ctx.plan = chosen.requested_plan
+            call = Call.routed(ctx.principal, chosen, headers, stream=ctx.streamed)
             outcome = await self._pipeline.run(call)
             ctx.plan = call.plan  # the plan that answered: a fallback's, after one
             ctx.translated = inbound != CANONICAL and (

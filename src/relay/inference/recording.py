@@ -5,6 +5,9 @@ without awaiting it, so recording never adds latency. A request that never authe
 attribution and gets no usage event (it is still counted and logged); every other request gets
 exactly one, including refusals (status 0: the upstream was never reached).
 Logs carry ids and numbers only, never a credential or a body.
+
+What it deliberately does not know: how an event's fields are filled and priced (``usage.event.usage_event``,
+the builder batch items use too) and how events are written (``usage.writer``).
 """
 
 from __future__ import annotations
@@ -14,13 +17,12 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from relay.domain.ids import mint_id
 from relay.errors import RelayError
 from relay.request.pipeline import Outcome, UpstreamUnavailable
 from relay.snapshot import Snapshot
 from relay.telemetry.metrics import Metrics
 from relay.usage.capture import BodyCapture, PayloadRecord, capture_enabled, max_bytes
-from relay.usage.event import UsageEvent, attribution_fields, outcome_fields
+from relay.usage.event import usage_event
 from relay.usage.writer import UsageWriter
 
 if TYPE_CHECKING:
@@ -110,9 +112,21 @@ class LiveRecorder:
                 self._metrics.upstream_latency.labels(ctx.plan.host.name).observe(outcome.upstream_ms / 1000)
         principal = ctx.principal
         if principal is not None:
-            event = self._event(ctx, status, error_kind, error_message, outcome, latency_ms)
-            if outcome is None:
-                event.attempts = attempts
+            event = usage_event(
+                principal,
+                source="live",
+                request_id=ctx.request_id,
+                inbound_shape=ctx.inbound_shape,
+                streamed=ctx.streamed,
+                latency_ms=latency_ms,
+                status=status,
+                error_kind=error_kind,
+                error_message=error_message,
+                plan=ctx.plan,
+                outcome=outcome,
+                requested_model=ctx.model,
+                attempts=attempts,
+            )
             self._writer.record(event, payload)
         if not log.isEnabledFor(logging.INFO):
             return
@@ -134,33 +148,3 @@ class LiveRecorder:
         if error_kind:
             fields["error"] = error_kind
         log.info("request", extra=fields)
-
-    @staticmethod
-    def _event(
-        ctx: RequestContext,
-        status: int,
-        error_kind: str | None,
-        error_message: str | None,
-        outcome: Outcome | None,
-        latency_ms: int,
-    ) -> UsageEvent:
-        principal = ctx.principal
-        assert principal is not None
-        plan = ctx.plan
-        return UsageEvent(
-            id=mint_id("ue"),
-            ts=datetime.now(UTC),
-            request_id=ctx.request_id,
-            source="live",
-            batch_id=None,
-            batch_idx=None,
-            status=status,
-            error_kind=error_kind,
-            error_message=error_message,
-            **outcome_fields(plan, outcome, ctx.model),
-            inbound_shape=ctx.inbound_shape,
-            streamed=ctx.streamed,
-            latency_ms=latency_ms,
-            ttft_ms=outcome.ttft_ms if outcome is not None else None,
-            **attribution_fields(principal),
-        )

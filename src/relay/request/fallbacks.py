@@ -1,14 +1,17 @@
-"""Model fallbacks (SPEC §4 step 5): which model to try next when the requested one cannot answer.
+"""Routing with fallbacks (SPEC §4 step 5): where a request goes first, and which model to try next
+when the requested one cannot answer.
 
-What it does: :class:`Fallbacks` walks the governing policy's ``fallbacks`` list of the *requested*
-model (never a fallback's own list), routes each candidate under the same policy (grants apply), and
-hands the pipeline the next usable plan with the wire shape and body to send. Each model is tried at
-most once per request, so fallbacks never loop. A candidate that is unknown, disabled, not granted,
-has no binding or keys in the pool, or is refused by ``admit`` (a shape the caller cannot be served
-in) is skipped. :func:`is_trigger` says which errors send a request to its fallbacks.
+What it does: :func:`route` is the one routing step of both planes — the requested model's plan (or,
+when it cannot be routed, its first usable fallback) plus the lazy candidates after it.
+:class:`Fallbacks` walks the governing policy's ``fallbacks`` list of the *requested* model (never a
+fallback's own list), routes each candidate under the same policy (grants apply), and hands the
+pipeline the next usable plan with the wire shape and body to send. Each model is tried at most once
+per request, so fallbacks never loop. A candidate that is unknown, disabled, not granted, has no
+binding or keys in the pool, or is refused by ``admit`` (a shape the caller cannot be served in) is
+skipped. :func:`is_trigger` says which errors send a request to its fallbacks.
 
-What it does not know: upstreams, limits, HTTP. It is pure over one snapshot; the loop that tries
-the plans, before the first byte only, is ``Pipeline.run``.
+What it does not know: upstreams, limits, HTTP, and which plane asks. It is pure over one snapshot;
+the loop that tries the plans, before the first byte only, is ``Pipeline.run``.
 
 Admission (the shape question) is the caller's ``admit`` function: live requests pass the one
 function that decides same-shape / translate / refuse for their primary plan too, so a cross-shape
@@ -99,12 +102,40 @@ class Route:
     def fallback_from(self) -> str | None:
         return self.fallbacks.requested_name if self.primary_error is not None and self.fallbacks else None
 
+    @property
+    def requested_plan(self) -> Plan | None:
+        """The requested model's own plan; None when it could not be routed (``plan`` is a fallback's)."""
+        return self.plan if self.primary_error is None else None
 
-def reroute(policy: Policy, requested: str, snapshot: Snapshot, admit: Admit, error: RelayError) -> Route:
-    """The requested model could not be routed (``error``): its first usable fallback when ``error`` is
-    a trigger (``no_binding`` / ``no_keys``) and there is one; otherwise ``error`` is raised as it is."""
-    fallbacks = fallbacks_for(policy, requested, snapshot, admit) if is_trigger(error) else None
-    candidate = fallbacks.next() if fallbacks is not None else None
-    if fallbacks is None or candidate is None:
-        raise error
-    return Route(candidate.plan, candidate.shape, candidate.body, fallbacks, error)
+
+class NotAdmitted(Exception):
+    """The requested model routed, but its plan's admission refused the request (``error``): the
+    caller learns which ``plan`` it was (a live refusal records it; a batch item's does not)."""
+
+    def __init__(self, error: RelayError, plan: Plan) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.plan = plan
+
+
+def route(policy: Policy, requested: str, snapshot: Snapshot, admit: Admit) -> Route:
+    """Where a request for ``requested`` goes first, with its lazy fallbacks (SPEC §4, step 5): the
+    one routing step of live requests and batch items alike.
+
+    The requested model's plan when it routes and ``admit`` takes it (a refusal raises
+    :class:`NotAdmitted`: the primary is never skipped for a shape question); when it does not route,
+    its first usable fallback if the error is a trigger (``no_binding`` / ``no_keys``), else the
+    routing error as it is."""
+    try:
+        plan = resolve(policy, requested, snapshot)
+    except RelayError as exc:
+        fallbacks = fallbacks_for(policy, requested, snapshot, admit) if is_trigger(exc) else None
+        candidate = fallbacks.next() if fallbacks is not None else None
+        if fallbacks is None or candidate is None:
+            raise
+        return Route(candidate.plan, candidate.shape, candidate.body, fallbacks, exc)
+    try:
+        shape, body = admit(plan)
+    except RelayError as exc:
+        raise NotAdmitted(exc, plan) from None
+    return Route(plan, shape, body, fallbacks_for(policy, requested, snapshot, admit))

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from relay.errors import Unavailable
+from relay.request.fail_open import FailOpen
 from relay.snapshot import HostKey, Policy
 from relay.state import BreakerRecord, SharedState, StateUnavailable
 
@@ -48,9 +49,6 @@ log = logging.getLogger("relay.keypool")
 MAX_ATTEMPTS = 3
 #: A 429 whose Retry-After is at most this many seconds does not trip the breaker: just fail over.
 SHORT_RETRY_AFTER_S = 5.0
-#: After the state store failed, selection skips it for this long (pool order, no breakers).
-STATE_COOLDOWN_S = 1.0
-WARN_EVERY_S = 60.0
 #: After losing a probe claim, this replica asks the store again for that opening after this long at
 #: the soonest (the probe usually ends first: its trip or reset changes the record and the claim).
 PROBE_RECHECK_S = 1.0
@@ -159,9 +157,9 @@ class KeyPool:
         # key id -> (trip_id, monotonic until): another request holds that opening's probe; asking the
         # store again before ``until`` would only cost a round trip per request while the probe runs.
         self._probe_busy: dict[str, tuple[int, float]] = {}
-        self._skip_state_until = 0.0
-        self._next_warning = 0.0
-        self._suppressed = 0
+        self._fail_open = FailOpen(
+            log, "host-key breakers are not shared", "using pool order without breakers"
+        )
 
     async def candidates(self, policy: Policy, keys: Sequence[HostKey], host_name: str) -> list[HostKey]:
         """The keys to try, in order: at most ``min(3, len(keys))``, none with an open breaker (see
@@ -182,17 +180,17 @@ class KeyPool:
         records: dict[str, BreakerRecord] = {}
         counter: int | None = None
         answered = True
-        if not (self._skip_state_until and time.monotonic() < self._skip_state_until):
+        if not self._fail_open.skipping():
             try:
                 if strategy == "round_robin":
                     records, counter = await self._state.pick_state(ids, _counter_name(policy, keys[0]))
                 else:
                     records = await self._state.breakers(ids)
             except StateUnavailable as exc:
-                self._failed_open("candidates", exc)
+                self._fail_open.failed("candidates", exc)
                 answered = False
         else:
-            self._failed_open("candidates", None)
+            self._fail_open.failed("candidates", None)
             answered = False
         half_open: dict[str, int] = {}
         if records:
@@ -230,7 +228,7 @@ class KeyPool:
         try:
             won = await self._state.claim_probe(key.id, trip_id, self._probe_hold_s)
         except StateUnavailable as exc:
-            self._failed_open("probe", exc)
+            self._fail_open.failed("probe", exc)
             return True
         if won:
             self._probe_busy.pop(key.id, None)
@@ -250,7 +248,7 @@ class KeyPool:
             if policy.key_selection == "least_recently_used":
                 await self._state.touch(_lru_name(key), key.id, time.time())
         except StateUnavailable as exc:
-            self._failed_open("succeeded", exc)
+            self._fail_open.failed("succeeded", exc)
 
     async def failed(self, key: HostKey, failure: Failure, seen: int | None = 0) -> None:
         """Open the key's breaker as ``failure`` demands (a short 429 does not trip: nothing is sent).
@@ -274,40 +272,23 @@ class KeyPool:
             else:
                 await self._state.trip(key.id, reason=reason, version=key.version, seen=seen)
         except StateUnavailable as exc:
-            self._failed_open("failed", exc)
+            self._fail_open.failed("failed", exc)
 
     async def release(self, key: HostKey, seen: int) -> None:
         """Give back the half-open probe of opening ``seen`` (see ``State.release_probe``)."""
         try:
             await self._state.release_probe(key.id, seen)
         except StateUnavailable as exc:
-            self._failed_open("release", exc)
+            self._fail_open.failed("release", exc)
 
     async def _least_recent(self, eligible: list[HostKey]) -> list[HostKey]:
         try:
             order = await self._state.least_recent(_lru_name(eligible[0]), [key.id for key in eligible])
         except StateUnavailable as exc:
-            self._failed_open("candidates", exc)
+            self._fail_open.failed("candidates", exc)
             return eligible
         by_id = {key.id: key for key in eligible}
         return [by_id[key_id] for key_id in order]
-
-    def _failed_open(self, phase: str, exc: StateUnavailable | None) -> None:
-        now = time.monotonic()
-        if exc is not None:
-            self._skip_state_until = now + STATE_COOLDOWN_S
-        if now < self._next_warning:
-            self._suppressed += 1
-            return
-        self._next_warning = now + WARN_EVERY_S
-        log.warning(
-            "host-key breakers are not shared: shared state unavailable at %s (%s); using pool order "
-            "without breakers (%d more since the last warning)",
-            phase,
-            exc if exc is not None else "cooling down after an earlier failure",
-            self._suppressed,
-        )
-        self._suppressed = 0
 
 
 def _counter_name(policy: Policy, key: HostKey) -> str:

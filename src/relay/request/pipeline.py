@@ -23,15 +23,13 @@ from relay.adapters import StreamTap, Usage, build_upstream_request, usage_from_
 from relay.errors import RelayError, Unavailable
 from relay.pricing import cost_from_prices, cost_nanos
 from relay.request.auth import Principal
-from relay.request.fallbacks import Fallbacks, is_trigger
-from relay.request.keypool import Failure, KeyPool, classify
+from relay.request.fallbacks import Fallbacks, Route, is_trigger
+from relay.request.keypool import MAX_ATTEMPTS, Failure, KeyPool, classify
 from relay.request.ratelimit import RateLimiter, Reservation
 from relay.request.routing import Plan
 from relay.snapshot import HostKey
 from relay.telemetry.metrics import Metrics
 from relay.upstream import Upstream, UpstreamConnectionError, UpstreamResponse, UpstreamTimeout
-
-MAX_FAILOVER = 3
 
 
 class UpstreamUnavailable(RelayError):
@@ -63,6 +61,24 @@ class Call:
     fallbacks: Fallbacks | None = None
     primary_error: RelayError | None = None
     fallback_from: str | None = None
+
+    @classmethod
+    def routed(
+        cls, principal: Principal, route: Route, caller_headers: Mapping[str, str], *, stream: bool
+    ) -> Call:
+        """The call of a routed request (:func:`relay.request.fallbacks.route`): the one way live
+        requests and batch items build theirs, so both carry the same fallback state."""
+        return cls(
+            principal,
+            route.plan,
+            route.shape,
+            route.body,
+            caller_headers,
+            stream,
+            fallbacks=route.fallbacks,
+            primary_error=route.primary_error,
+            fallback_from=route.fallback_from,
+        )
 
 
 @dataclass(slots=True)
@@ -167,7 +183,7 @@ class Pipeline:
         started = time.perf_counter()
         half_open = selection.half_open  # usually empty: then no probe claim, nothing to remember
         for key in selection.keys:
-            if tried >= MAX_FAILOVER:
+            if tried >= MAX_ATTEMPTS:
                 break
             seen = 0
             if half_open and key.id in half_open:

@@ -36,7 +36,6 @@ import hashlib
 import itertools
 import logging
 import secrets
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -45,21 +44,18 @@ from typing import Any
 
 from relay.adapters.base import Usage
 from relay.domain.ratelimits import RateLimitRule, window_seconds
+from relay.domain.times import rfc3339
 from relay.errors import BudgetExceeded, RateLimited
+from relay.request.fail_open import FailOpen
 from relay.snapshot import Policy
 from relay.state import ADMITTED, LimitCheck, SharedState, StateUnavailable
 from relay.state.leases import LeaseRenewer
 
 log = logging.getLogger("relay.ratelimit")
 
-#: After the state store failed, reserve skips it for this long (fails open at once) so a black-holed
-#: Redis costs one timeout per second, not one per request.
-STATE_COOLDOWN_S = 1.0
 #: A concurrency lease outlives its request's deadline by this much at most (SPEC §5: a lease of a
 #: request that died is released within the request's own deadline plus a few seconds).
 LEASE_MARGIN_S = 5.0
-#: At most one "failing open" warning per this many seconds (the hook still sees every occurrence).
-WARN_EVERY_S = 60.0
 #: Compiled plans are cached per policy object; a snapshot reload makes new objects, so the cache is
 #: simply dropped when it grows past this (old snapshots' policies are then released).
 MAX_CACHED_PLANS = 4096
@@ -215,15 +211,14 @@ class RateLimiter:
         self._state = state
         self._lease_s = lease_s
         self._renewer = LeaseRenewer(state, lease_s, every_s=renew_every_s)
-        self._on_fail_open = on_fail_open
         self._plans: dict[int, tuple[Policy, _Plan]] = {}
         # Lease ids must be unique across replicas (lease sets are shared): a random per-process
         # prefix plus a counter is unique and far cheaper than a uuid per request.
         self._lease_prefix = secrets.token_hex(6)
         self._lease_seq = itertools.count(1)
-        self._skip_state_until = 0.0
-        self._next_warning = 0.0
-        self._suppressed = 0
+        self._fail_open = FailOpen(
+            log, "rate limits are not enforced", "admitting requests", on_fail_open=on_fail_open
+        )
 
     def _plan(self, policy: Policy) -> _Plan:
         # Keyed by identity: a snapshot's Policy objects are immutable, and holding the object in the
@@ -267,15 +262,15 @@ class RateLimiter:
             reservation = Reservation(lease_id, token_windows, concurrency_keys, plan.needs_cost)
         else:
             reservation = EMPTY_RESERVATION
-        if self._skip_state_until and time.monotonic() < self._skip_state_until:
-            self._failed_open("reserve", None)
+        if self._fail_open.skipping():
+            self._fail_open.failed("reserve", None)
             return reservation
         try:
             verdict = await self._state.reserve(checks, lease_id, self._lease_s)
         except StateUnavailable as exc:
             # The reservation is still returned whole: if the script did run before the error (a
             # timeout), commit releases its lease and records the tokens (and renewing keeps it).
-            self._failed_open("reserve", exc)
+            self._fail_open.failed("reserve", exc)
             verdict = ADMITTED
         if verdict.admitted:
             if lease_id and concurrency_keys:
@@ -308,7 +303,7 @@ class RateLimiter:
         try:
             await self._state.commit(adds, reservation.concurrency_keys, reservation.lease_id)
         except StateUnavailable as exc:
-            self._failed_open("commit", exc)
+            self._fail_open.failed("commit", exc)
 
     async def close(self) -> None:
         """Stop renewing leases (shutdown, after the last request committed)."""
@@ -341,7 +336,7 @@ class RateLimiter:
             if rule.per == "policy":
                 used.setdefault("", 0)
             limit = rule.limit_nanos
-            resets_at = datetime.fromtimestamp(window_end, UTC).isoformat().replace("+00:00", "Z")
+            resets_at = rfc3339(datetime.fromtimestamp(window_end, UTC))
             entries = [
                 {
                     "key": suffix or policy.id,
@@ -361,22 +356,3 @@ class RateLimiter:
                 }
             )
         return out
-
-    def _failed_open(self, phase: str, exc: StateUnavailable | None) -> None:
-        now = time.monotonic()
-        if exc is not None:
-            self._skip_state_until = now + STATE_COOLDOWN_S
-        if self._on_fail_open is not None:
-            self._on_fail_open(phase)
-        if now < self._next_warning:
-            self._suppressed += 1
-            return
-        self._next_warning = now + WARN_EVERY_S
-        log.warning(
-            "rate limits are not enforced: shared state unavailable at %s (%s); admitting requests "
-            "(%d more since the last warning)",
-            phase,
-            exc if exc is not None else "cooling down after an earlier failure",
-            self._suppressed,
-        )
-        self._suppressed = 0

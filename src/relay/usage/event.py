@@ -1,9 +1,11 @@
-"""The usage event (SPEC §8): one request's record, and how its fields are filled on both planes.
+"""The usage event (SPEC §8): one request's record, and the one builder both planes make it with.
 
 What it does. :class:`UsageEvent` is the value a live request (``relay.inference``) or a batch item (the
-batch runner) records; ``to_row`` makes its ``usage_events`` row. ``outcome_fields`` fills the route and
-token fields and applies the one pricing rule of both planes (exact integer nano-USD, ``relay.pricing``);
-``attribution_fields`` fills who is charged, from a live ``Principal`` or a batch's recorded submitter.
+batch engine) records; ``to_row`` makes its ``usage_events`` row. :func:`usage_event` is the one
+builder: it fills the route and token fields, applies the one pricing rule of both planes (exact
+integer nano-USD, ``relay.pricing``) and fills who is charged, from a live ``Principal`` or a batch's
+recorded submitter. :func:`item_event` and :func:`cancelled_event` are a batch item's call of it (source
+``batch``, the batch's attribution and shape).
 
 What it deliberately does not know. Writing (``relay.usage.writer`` queues live events; the batch queue
 writes an item's event in the transaction that finalizes it), SQL, HTTP, and the attribution rules
@@ -16,13 +18,17 @@ Invariants. An event never holds a body or a credential (only the key's sha256, 
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from relay.domain.batch_record import CANCELLED_ERROR
+from relay.domain.ids import mint_id
 from relay.pricing import cost_nanos
 
 if TYPE_CHECKING:  # types only: the pipeline never imports this module
+    from relay.domain.batch_record import BatchRecord
     from relay.request.pipeline import Outcome
     from relay.request.routing import Plan
 
@@ -96,9 +102,12 @@ class UsageEvent:
 _EVENT_FIELDS: Final = tuple(f.name for f in fields(UsageEvent))
 
 
-def outcome_fields(plan: Plan | None, outcome: Outcome | None, requested_model: str) -> dict[str, Any]:
-    """The route and token fields of a usage event, shared by live requests and batch items: what was
-    asked for, where it went, how many attempts, what it used and what it cost.
+def _outcome_fields(
+    plan: Plan | None, outcome: Outcome | None, requested_model: str, attempts: int
+) -> dict[str, Any]:
+    """The route and token fields of a usage event: what was asked for, where it went, how many
+    attempts (``attempts`` when nothing answered: the pipeline's count at its refusal), what it used
+    and what it cost.
 
     The one pricing rule of both planes (SPEC §8, §10.8): only an upstream answer that succeeded is
     priced; a refusal, a passed-through upstream error or nothing run at all has ``cost_nanos`` null."""
@@ -116,7 +125,7 @@ def outcome_fields(plan: Plan | None, outcome: Outcome | None, requested_model: 
         "host": plan.host.name if plan is not None else "",
         "adapter": plan.binding.adapter if plan is not None else "",
         "host_key_id": outcome.host_key_id if outcome is not None else None,
-        "attempts": outcome.attempts if outcome is not None else 0,
+        "attempts": outcome.attempts if outcome is not None else attempts,
         "input_tokens": usage.input_tokens if usage else 0,
         "output_tokens": usage.output_tokens if usage else 0,
         "cached_input_tokens": usage.cached_input_tokens if usage else 0,
@@ -147,15 +156,87 @@ class Attributed(Protocol):
     def key_hash(self) -> str | None: ...
 
 
-def attribution_fields(who: Attributed) -> dict[str, Any]:
-    """The attribution fields of a usage event, shared by live requests and batch items."""
-    return {
-        "policy_id": who.policy_id,
-        "project_id": who.project_id,
-        "team_id": who.team_id,
-        "principal_kind": who.principal_kind,
-        "principal_id": who.principal_id,
-        "credential_kind": who.credential_kind,
-        "credential_id": who.credential_id,
-        "relay_key_hash": who.key_hash,
-    }
+def usage_event(
+    who: Attributed,
+    *,
+    source: str,
+    request_id: str,
+    inbound_shape: str,
+    streamed: bool,
+    latency_ms: int,
+    status: int = 0,
+    error_kind: str | None = None,
+    error_message: str | None = None,
+    plan: Plan | None = None,
+    outcome: Outcome | None = None,
+    requested_model: str = "",
+    attempts: int = 0,
+    batch_id: str | None = None,
+    batch_idx: int | None = None,
+) -> UsageEvent:
+    """The one usage event of a live request or a batch item, charged to ``who``. ``plan`` is where it
+    went (None: routing failed), ``outcome`` what the upstream answered (None: nothing answered, and
+    ``attempts`` says how many keys were tried before the refusal)."""
+    return UsageEvent(
+        id=mint_id("ue"),
+        ts=datetime.now(UTC),
+        request_id=request_id,
+        source=source,
+        batch_id=batch_id,
+        batch_idx=batch_idx,
+        status=status,
+        error_kind=error_kind,
+        error_message=error_message,
+        **_outcome_fields(plan, outcome, requested_model, attempts),
+        inbound_shape=inbound_shape,
+        streamed=streamed,
+        latency_ms=latency_ms,
+        ttft_ms=outcome.ttft_ms if outcome is not None else None,
+        policy_id=who.policy_id,
+        project_id=who.project_id,
+        team_id=who.team_id,
+        principal_kind=who.principal_kind,
+        principal_id=who.principal_id,
+        credential_kind=who.credential_kind,
+        credential_id=who.credential_id,
+        relay_key_hash=who.key_hash,
+    )
+
+
+def item_event(
+    batch: BatchRecord,
+    idx: int,
+    *,
+    status: int = 0,
+    error_kind: str | None = None,
+    error_message: str | None = None,
+    plan: Plan | None = None,
+    model: str = "",
+    outcome: Outcome | None = None,
+    latency_ms: int = 0,
+    attempts: int = 0,
+) -> UsageEvent:
+    """The usage event of one batch item (SPEC §10.8): source ``batch``, the batch's recorded
+    attribution, policy and item shape; never streamed."""
+    return usage_event(
+        batch,
+        source="batch",
+        request_id=uuid.uuid4().hex,
+        inbound_shape=batch.inbound_shape,
+        streamed=False,
+        latency_ms=latency_ms,
+        status=status,
+        error_kind=error_kind,
+        error_message=error_message,
+        plan=plan,
+        outcome=outcome,
+        requested_model=model,
+        attempts=attempts,
+        batch_id=batch.id,
+        batch_idx=idx,
+    )
+
+
+def cancelled_event(batch: BatchRecord, idx: int) -> UsageEvent:
+    """The event of an item cancelled before or while it ran (nothing priced)."""
+    return item_event(batch, idx, error_kind="cancelled", error_message=CANCELLED_ERROR)
