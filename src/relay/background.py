@@ -8,7 +8,8 @@ early (SIGTERM drains the batch workers first) needs no flag. :class:`Services` 
 A :class:`Loop` is one named asyncio task that calls one step function again and again: it pauses
 ``every_s`` between steps (cut short by :meth:`Loop.wake`), and after a step that raised it logs the
 failure once, with its name, and waits the next delay of its :class:`Backoff` (exponential with a
-cap, reset by the next step that succeeds) before calling the step again. ``stop`` cancels the task
+cap, reset by the next step that succeeds) before calling the step again. A step may ask for another
+pause before the next step by returning :class:`PauseFor`. ``stop`` cancels the task
 (a pause or a backoff wait ends at once) and awaits it. A step that returns :data:`DONE` ends the task;
 ``launch`` starts it again (loops that run only while they have work: the lease renewer, the Redis
 probe).
@@ -27,6 +28,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from typing import Final, Protocol
 
 log = logging.getLogger("relay.background")
@@ -64,10 +66,41 @@ class Services:
             try:
                 await service.stop()
             except Exception as exc:
-                log.exception("stopping %s failed", type(service).__name__)
+                log.exception("stopping %r failed", service)
                 failure = failure or exc
         if failure is not None:
             raise failure
+
+
+class Stage:
+    """A :class:`Service` made of two callables, for what has its own open/close names (an engine, a
+    client pool) or is a start-up step (migrate) rather than a loop. Each runs once per start/stop."""
+
+    def __init__(
+        self,
+        name: str,
+        start: Callable[[], Awaitable[object]] | None = None,
+        stop: Callable[[], Awaitable[object]] | None = None,
+    ) -> None:
+        self.name = name
+        self._start = start
+        self._stop = stop
+        self._started = False
+
+    async def start(self) -> None:
+        if not self._started:
+            if self._start is not None:
+                await self._start()
+            self._started = True
+
+    async def stop(self) -> None:
+        if self._started:
+            self._started = False
+            if self._stop is not None:
+                await self._stop()
+
+    def __repr__(self) -> str:
+        return f"Stage({self.name!r})"
 
 
 class Backoff:
@@ -103,6 +136,15 @@ class _Done:
 
 #: What a step returns to end its loop's task (nothing left to do; ``launch`` starts it again).
 DONE: Final = _Done()
+
+
+@dataclass(frozen=True, slots=True)
+class PauseFor:
+    """What a step returns to pause this long (still cut short by ``wake``) instead of ``every_s``
+    before the next step: a loop whose pace depends on what the step found."""
+
+    seconds: float
+
 
 Step = Callable[[], Awaitable[object]]
 #: ``(loop name, the failure, the delay before the retry)``: logs one failure.
@@ -154,7 +196,6 @@ class Loop:
     def launch(self) -> None:
         """Start the task unless it runs (needs a running event loop; callable from sync code)."""
         if not self.running:
-            self._woken.clear()
             self._task = asyncio.get_running_loop().create_task(self._run(), name=self.name)
 
     async def start(self) -> None:
@@ -164,9 +205,10 @@ class Loop:
         """End the current (or the next) pause or backoff wait at once."""
         self._woken.set()
 
-    async def finished(self, timeout_s: float) -> bool:
+    async def finished(self, timeout_s: float | None) -> bool:
         """Wait up to ``timeout_s`` for the task to end by itself (a step returned :data:`DONE`);
-        True when it did (or was not running). The task is not cancelled."""
+        True when it did (or was not running); ``None`` waits as long as it takes. The task is not
+        cancelled."""
         task = self._task
         if task is None or task.done():
             return True
@@ -197,4 +239,4 @@ class Loop:
             self.backoff.reset()
             if outcome is DONE:
                 return
-            delay = self._every_s
+            delay = outcome.seconds if isinstance(outcome, PauseFor) else self._every_s

@@ -11,7 +11,7 @@ import logging
 
 import pytest
 
-from relay.background import DONE, Backoff, Loop, Services
+from relay.background import DONE, Backoff, Loop, PauseFor, Services
 
 
 class RecordingPause:
@@ -96,6 +96,19 @@ async def test_a_custom_report_replaces_the_default_log() -> None:
     await loop.start()
     assert await loop.finished(timeout_s=30)
     assert seen == [("reported", "failure 1", 0.3)]
+
+
+async def test_a_step_may_choose_the_next_pause() -> None:
+    pause = RecordingPause()
+    paces = iter([PauseFor(0.25), None, PauseFor(0.0), DONE])
+
+    async def step() -> object:
+        return next(paces)
+
+    loop = Loop("paced", step, every_s=1.0, pause=pause)
+    await loop.start()
+    assert await loop.finished(timeout_s=30)
+    assert pause.waits == [0.25, 1.0]  # a pause of 0 is no pause
 
 
 async def test_wait_first_pauses_before_the_first_step() -> None:
