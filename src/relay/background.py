@@ -44,7 +44,8 @@ class Service(Protocol):
 
 class Services:
     """Services started in the order given and stopped in the reverse one (each stop runs even if an
-    earlier one raised; the first failure is raised after all ran)."""
+    earlier one raised; the first failure is raised after all ran). A start that fails stops the
+    services started before it, in reverse, then raises (as an ``AsyncExitStack`` would)."""
 
     def __init__(self, services: Iterable[Service] = ()) -> None:
         self._services: list[Service] = list(services)
@@ -56,7 +57,12 @@ class Services:
     async def start(self) -> None:
         for service in self._services:
             if service not in self._started:
-                await service.start()
+                try:
+                    await service.start()
+                except BaseException:
+                    with contextlib.suppress(Exception):
+                        await self.stop()
+                    raise
                 self._started.append(service)
 
     async def stop(self) -> None:

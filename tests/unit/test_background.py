@@ -11,7 +11,7 @@ import logging
 
 import pytest
 
-from relay.background import DONE, Backoff, Loop, PauseFor, Services
+from relay.background import DONE, Backoff, Loop, PauseFor, Services, Stage
 
 
 class RecordingPause:
@@ -207,3 +207,37 @@ async def test_a_failing_stop_does_not_skip_the_others() -> None:
     with pytest.raises(RuntimeError, match="b"):
         await services.stop()
     assert log[-3:] == ["stop c", "stop b", "stop a"]
+
+
+async def test_a_stage_runs_its_callables_once_per_start_and_stop() -> None:
+    log: list[str] = []
+
+    async def opened() -> None:
+        log.append("open")
+
+    async def closed() -> None:
+        log.append("close")
+
+    stage = Stage("pool", opened, closed)
+    await stage.stop()  # not started: nothing to close
+    await stage.start()
+    await stage.start()
+    await stage.stop()
+    await stage.stop()
+    await Stage("close only", stop=closed).start()
+    assert log == ["open", "close"]
+
+
+async def test_a_failing_start_stops_what_started_before_it() -> None:
+    log: list[str] = []
+
+    class Broken(Recorder):
+        async def start(self) -> None:
+            raise OSError("no database")
+
+    services = Services([Recorder("a", log), Recorder("b", log), Broken("c", log), Recorder("d", log)])
+    with pytest.raises(OSError):
+        await services.start()
+    assert log == ["start a", "start b", "stop b", "stop a"]
+    await services.stop()  # nothing left to stop
+    assert log == ["start a", "start b", "stop b", "stop a"]

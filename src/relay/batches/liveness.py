@@ -5,8 +5,9 @@ heartbeat it puts back this replica's orphans (items a claim or start committed 
 never arrived, e.g. the connection died at COMMIT: the database says this replica holds them, the
 pool knows nothing of them), rescues items left ``running`` by dead replicas (``worker lost: ``),
 releases their reservations, forgets workers silent past ``RELAY_BATCH_RESCUE_AFTER_S``, and
-refreshes the ``relay_batch_items`` gauge. ``start`` heartbeats once before the pool claims anything;
-``stop`` (after the pool drained) removes the worker row.
+refreshes the ``relay_batch_items`` gauge. :meth:`Liveness.register` heartbeats once before the pool
+claims anything and :meth:`Liveness.forget` removes the worker row after the pool drained; the loop
+itself starts after the pool and stops before it (a drain runs without heartbeats, as a shutdown).
 
 What it deliberately does not know. How items are claimed, run or finished (the worker pool: it only
 asks the pool which of the items the database shows as this replica's are orphans) and SQL (the batch
@@ -63,26 +64,25 @@ class Liveness:
             wait_first=True,
             report=lambda _name, exc, _delay: log_database_failure("batch heartbeat failed; retrying", exc),
         )
-        self._started = False
 
-    async def start(self) -> None:
-        if self._started:
-            return
+    async def register(self) -> None:
+        """The first heartbeat: the worker row exists before the pool claims anything."""
         await self._store.heartbeat(self._instance_id)
         self._db_ok_since = self._last_pass = time.monotonic()
-        self._started = True
-        await self._beating.start()
 
-    async def stop(self) -> None:
-        """Stop heartbeating and remove the worker row (call it once the pool has stopped)."""
-        if not self._started:
-            return
-        self._started = False
-        await self._beating.stop()
+    async def forget(self) -> None:
+        """Remove the worker row, once the pool has drained and put back what it held."""
         try:
             await self._store.forget_worker(self._instance_id)
         except Exception:
-            log.exception("batch worker row not removed at shutdown; other replicas will expire it")
+            log.exception("batch worker shutdown could not remove its worker row; it expires")
+
+    async def start(self) -> None:
+        """Heartbeat (and rescue, put back) every period, from one period after :meth:`register`."""
+        await self._beating.start()
+
+    async def stop(self) -> None:
+        await self._beating.stop()
 
     async def _beat(self) -> None:
         try:

@@ -100,8 +100,7 @@ def build_batch_plane(shared: Shared) -> BatchPlane:
     openai_finalizer = OpenAIFinalizer(
         shared.engine, batches, files, settings.batch_finalize_poll_s, end_events=end_events
     )
-    # The liveness heartbeats before the pool claims, and removes the worker row once it drained.
-    pool_services = Services(workers) if workers is not None else None
+    pool_services = _pool_services(*workers) if workers is not None else None
     return BatchPlane(
         batches=batches,
         files=files,
@@ -145,6 +144,12 @@ def _worker_pool(
         metrics=metrics,
     )
     return liveness, pool
+
+
+def _pool_services(liveness: Liveness, pool: WorkerPool) -> Services:
+    """The worker row exists before the pool claims and goes once the pool drained; heartbeats run
+    while the pool claims."""
+    return Services([Stage("batch worker row", liveness.register, liveness.forget), pool, liveness])
 
 
 def _webhook_services(shared: Shared) -> list[Service]:
