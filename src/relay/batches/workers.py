@@ -61,6 +61,44 @@ _Key = tuple[str, int]
 CLAIM_RETRY_S = 1.0  # after a failed claim (the database is away)
 
 
+Body = asyncio.Future[bytes | None]  # an item's request body, read ahead when it was claimed
+
+
+class ReadyQueue:
+    """Claimed items waiting for a slot, with their bodies read ahead: per batch, served round-robin
+    (so a batch claimed after a big one's claim-ahead does not queue behind it), idx order within a
+    batch."""
+
+    __slots__ = ("_by_batch", "_count")
+
+    def __init__(self) -> None:
+        self._by_batch: dict[str, deque[tuple[ClaimedItem, Body | None]]] = {}
+        self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def add(self, item: ClaimedItem, body: Body | None) -> None:
+        self._by_batch.setdefault(item.batch_id, deque()).append((item, body))
+        self._count += 1
+
+    def pop(self) -> tuple[ClaimedItem, Body | None]:
+        """The next item of the batch served longest ago (call only when not empty)."""
+        batch_id = next(iter(self._by_batch))
+        waiting = self._by_batch.pop(batch_id)
+        entry = waiting.popleft()
+        if waiting:
+            self._by_batch[batch_id] = waiting  # to the back: the next slot serves another batch
+        self._count -= 1
+        return entry
+
+    def drop_batch(self, batch_id: str) -> list[ClaimedItem]:
+        """Forget a batch's waiting items (a cancel or expiry); returns them."""
+        dropped = [item for item, _ in self._by_batch.pop(batch_id, ())]
+        self._count -= len(dropped)
+        return dropped
+
+
 class WorkerPool:
     def __init__(
         self,
@@ -79,17 +117,12 @@ class WorkerPool:
         self._instance_id = instance_id
         self._size = size
         self._grace_s = grace_s
-        self._poll_min_s = poll_min_s
         self._poll_max_s = poll_max_s
         self._metrics = metrics
         self._pacer = ClaimPacer(size)
         self._claiming = asyncio.Lock()  # held from a claim until its items are registered
         self._items: dict[_Key, ClaimedItem] = {}  # claimed, not settled (module docstring)
-        # Claimed, waiting for a slot: per batch, served round-robin (so a batch claimed after a big
-        # one's claim-ahead does not queue behind it), idx order within a batch.
-        self._ready: dict[str, deque[ClaimedItem]] = {}
-        self._ready_count = 0
-        self._bodies: dict[_Key, asyncio.Future[bytes | None]] = {}  # ready items' request bodies read ahead
+        self._ready = ReadyQueue()  # claimed, waiting for a slot
         self._tasks: dict[_Key, asyncio.Task[None]] = {}  # running
         self._executing: set[_Key] = set()  # items whose execution (not finalize) is in progress
         self._finalizer = Finalizer(
@@ -97,8 +130,8 @@ class WorkerPool:
         )
         self._starter = Starter(store, instance_id)
         self._claim_db = store.held()  # the dispatcher's claims' connection (relay.store.held)
-        self._cancel_requested: set[_Key] = set()
-        self._stop_errors: dict[_Key, str] = {}  # a stop with another error than "cancelled" (expiry)
+        # Running items a cancel (or expiry) stops here: the error they end with (None: "cancelled").
+        self._cancelling: dict[_Key, str | None] = {}
         self._stopping = False
         self._idle = Backoff(poll_min_s, poll_max_s)  # nothing to claim: poll again after 50 → 200 ms
         self._dispatching = Loop(
@@ -134,7 +167,7 @@ class WorkerPool:
         if self._stopping:
             return DONE
         self._start_ready()
-        want = self._pacer.want(len(self._tasks), self._ready_count)
+        want = self._pacer.want(len(self._tasks), len(self._ready))
         if not want:  # enough in hand: claim when a group's worth is missing
             return PauseFor(self._poll_max_s)
         async with self._claiming:
@@ -144,12 +177,8 @@ class WorkerPool:
             self._pacer.claimed(time.monotonic() - started, got=len(claimed))
             bodies = self._runner.prefetch(claimed[0].batch, [c.idx for c in claimed]) if claimed else {}
             for item in claimed:
-                key = (item.batch_id, item.idx)
-                self._items[key] = item
-                if item.idx in bodies:
-                    self._bodies[key] = bodies[item.idx]
-                self._ready.setdefault(item.batch_id, deque()).append(item)
-                self._ready_count += 1
+                self._items[(item.batch_id, item.idx)] = item
+                self._ready.add(item, bodies.get(item.idx))
         self._start_ready()
         if not claimed:
             return PauseFor(self._idle.next())
@@ -158,15 +187,10 @@ class WorkerPool:
 
     def _start_ready(self) -> None:
         while self._ready and len(self._tasks) < self._size and not self._stopping:
-            batch_id = next(iter(self._ready))
-            waiting = self._ready.pop(batch_id)
-            item = waiting.popleft()
-            if waiting:
-                self._ready[batch_id] = waiting  # to the back: the next slot serves another batch
-            self._ready_count -= 1
+            item, body = self._ready.pop()
             key = (item.batch_id, item.idx)
             self._executing.add(key)
-            task = asyncio.create_task(self._run(item), name=f"batch-item-{item.batch_id}-{item.idx}")
+            task = asyncio.create_task(self._run(item, body), name=f"batch-item-{item.batch_id}-{item.idx}")
             self._tasks[key] = task
             task.add_done_callback(self._on_done(key))
         if self._metrics is not None:
@@ -179,8 +203,7 @@ class WorkerPool:
         self._tasks.pop(key, None)
         self._executing.discard(key)
         self._pacer.finished()
-        self._cancel_requested.discard(key)
-        self._stop_errors.pop(key, None)
+        self._cancelling.pop(key, None)
         self._start_ready()  # the slot takes its next item now, not at the dispatcher's next turn
         self._dispatching.wake()
 
@@ -192,9 +215,8 @@ class WorkerPool:
         elif self._metrics is not None:
             self._metrics.finished.labels(result.state).inc()
 
-    async def _run(self, item: ClaimedItem) -> None:
+    async def _run(self, item: ClaimedItem, body: Body | None) -> None:
         key = (item.batch_id, item.idx)
-        body = self._bodies.pop(key, None)
         try:
             if not await self._starter.start(key):
                 # Cancelled (on any replica) or taken by another replica since we reserved it.
@@ -203,14 +225,14 @@ class WorkerPool:
                 return
             result = await self._runner.execute(item, body)
         except asyncio.CancelledError:
-            if key not in self._cancel_requested:
+            if key not in self._cancelling:
                 raise  # shutdown past its grace: stop() puts the item back
             current = asyncio.current_task()
             if current is not None:
                 current.uncancel()
             # Stopped by a cancel here; if its start had not committed, the finalizer finds it
             # cancelled already and writes nothing.
-            result = self._runner.cancelled(item, self._stop_errors.get(key))
+            result = self._runner.cancelled(item, self._cancelling.get(key))
         except Exception as exc:
             log.exception("batch item %s/%d failed inside Relay", item.batch_id, item.idx)
             result = self._runner.failed(item, exc)
@@ -223,16 +245,12 @@ class WorkerPool:
         forget its reserved ones (the cancel cancelled them, and their start would fail anyway).
         Returns how many were stopped or forgotten."""
         stopped = 0
-        for item in self._ready.pop(batch_id, ()):  # reserved, not started
-            self._ready_count -= 1
+        for item in self._ready.drop_batch(batch_id):  # reserved, not started
             self._items.pop((item.batch_id, item.idx), None)
-            self._bodies.pop((item.batch_id, item.idx), None)
             stopped += 1
         for key, task in list(self._tasks.items()):
-            if key[0] == batch_id and key in self._executing and key not in self._cancel_requested:
-                self._cancel_requested.add(key)
-                if error is not None:
-                    self._stop_errors[key] = error
+            if key[0] == batch_id and key in self._executing and key not in self._cancelling:
+                self._cancelling[key] = error
                 task.cancel()
                 stopped += 1
         if stopped:
