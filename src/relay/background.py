@@ -3,7 +3,9 @@
 A :class:`Service` is anything the runtime starts at boot and stops at shutdown; ``start`` and
 ``stop`` are idempotent (starting a started service, or stopping a stopped one, does nothing), so the
 runtime can stop everything in reverse order after a partial start, and a caller that stops a service
-early (SIGTERM drains the batch workers first) needs no flag. :class:`Services` is that ordered list.
+early (SIGTERM drains the batch workers first) needs no flag. :class:`Services` is that ordered list
+(itself a service, so a group — the worker pool with its liveness — nests in it); :class:`Stage` makes
+a service of a start-up step or of something with its own open/close names (the engine, a client).
 
 A :class:`Loop` is one named asyncio task that calls one step function again and again: it pauses
 ``every_s`` between steps (cut short by :meth:`Loop.wake`), and after a step that raised it logs the

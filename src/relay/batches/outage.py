@@ -5,15 +5,17 @@ giving up would lose it.
 
 What it deliberately does not know: what the group is. The loop (``relay.background.Loop``) waits and
 retries; a step hands it the failure with :func:`retry_if_transient`; any other error stays the step's.
+:func:`log_database_failure` is the one way the pool and its liveness log a failed claim or heartbeat.
 
-Invariant: one warning per failed attempt, naming what failed, the error's type and the wait.
+Invariant: one warning per failed attempt, naming what failed, the error's type and the wait; a
+traceback only for what is not an outage (a bug).
 """
 
 from __future__ import annotations
 
 import logging
 
-from relay.background import Backoff
+from relay.background import Backoff, log_failure
 from relay.store.engine import is_transient
 
 log = logging.getLogger("relay.store")
@@ -44,7 +46,7 @@ def report_outage(name: str, exc: BaseException, delay: float) -> None:
         cause = exc.__cause__ if exc.__cause__ is not None else exc
         log.warning("%s failed (%s); retrying in %.1f s", exc, type(cause).__name__, delay)
     else:
-        log.warning("%s failed (%s: %s); retrying in %.1f s", name, type(exc).__name__, exc, delay)
+        log_failure(name, exc, delay)
 
 
 def log_database_failure(message: str, exc: BaseException) -> None:
