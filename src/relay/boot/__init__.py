@@ -26,14 +26,10 @@ from relay.boot.data_plane import build_inference_app
 from relay.boot.shared import build_shared, foundation_services
 from relay.config import Settings
 from relay.control.apply import ApplyService
-from relay.control.catalog import CatalogService
 from relay.control.keys import KeyService
 from relay.control.tokens import TokenService
 from relay.crypto.sealing import ProvisionedSecrets
 from relay.snapshot.reloader import CatalogReloader
-from relay.state import SharedState
-from relay.upstream import Upstream
-from relay.usage.writer import UsageWriter
 
 
 @dataclass
@@ -42,13 +38,9 @@ class Runtime:
     secrets: ProvisionedSecrets
     engine: AsyncEngine
     reloader: CatalogReloader
-    catalog: CatalogService
     applier: ApplyService
     keys: KeyService
     tokens: TokenService
-    state: SharedState
-    upstream: Upstream
-    writer: UsageWriter
     services: Services  # every background service, in start order
     batch_workers: Services | None  # the worker pool and its liveness; None when RELAY_BATCH_WORKERS=0
     inference_app: ASGIApp = field(init=False)
@@ -84,13 +76,9 @@ def build_runtime(settings: Settings) -> Runtime:
         secrets=shared.secrets,
         engine=shared.engine,
         reloader=shared.reloader,
-        catalog=shared.catalog,
         applier=applier,
         keys=keys,
         tokens=shared.tokens,
-        state=shared.state,
-        upstream=shared.upstream,
-        writer=shared.writer,
         services=Services([*foundation_services(shared), *batch.services]),
         batch_workers=batch.workers,
     )
