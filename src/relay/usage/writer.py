@@ -96,7 +96,6 @@ class UsageWriter:
         self._engine = engine
         self._queue_size = queue_size
         self._batch_size = batch_size
-        self._flush_interval = flush_interval_s
         self._payload_budget = payload_budget_bytes
         self._stop_timeout = stop_timeout_s
         self._queue: deque[_Item] = deque()

@@ -77,7 +77,6 @@ class Deliverer:
         self._schedule = schedule
         self._slots = slots
         self._timeout_s = timeout_s
-        self._poll_s = poll_s
         self._metrics = metrics
         self._lease_s = timeout_s + LEASE_MARGIN_S
         low, high = EXPIRY_EVERY_BOUNDS_S
