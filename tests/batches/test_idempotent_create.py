@@ -106,11 +106,11 @@ async def test_idempotency_rows_older_than_the_window_are_swept(engine: AsyncEng
         ran.set()
 
     sweeper = ExpirySweeper(BatchStore(engine), 0.01, housekeeping=housekeeping)  # the sweeper's loop runs it
-    sweeper.start()
+    await sweeper.start()
     try:
         await asyncio.wait_for(ran.wait(), 30)
     finally:
-        await sweeper.close()
+        await sweeper.stop()
     async with engine.connect() as conn:
         keys = list((await conn.execute(select(t.idempotency_keys.c.key))).scalars())
     assert keys == ["fresh"]

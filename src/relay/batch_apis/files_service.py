@@ -20,7 +20,6 @@ file are never held whole in memory (written and read a chunk at a time).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterable, AsyncIterator, Iterable
@@ -28,6 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal
 
+from relay.background import Loop
 from relay.domain.ids import mint_id
 from relay.errors import NotFound, PayloadTooLarge
 from relay.payloads.base import FileSink, PayloadStores
@@ -135,8 +135,7 @@ class FileService:
         self.engine = engine
         self._stores = stores
         self._max_bytes = max_bytes
-        self._sweep_every_s = sweep_every_s
-        self._sweeper: asyncio.Task[None] | None = None
+        self._sweeper = Loop("file-sweep", self._sweep_and_log, every_s=sweep_every_s)
 
     # -- writing --------------------------------------------------------------------------------
 
@@ -256,26 +255,16 @@ class FileService:
             if len(group) < SWEEP_GROUP:
                 return removed
 
-    async def _sweep_forever(self) -> None:
-        while True:
-            try:
-                removed = await self.sweep()
-                if removed:
-                    log.info("file sweep removed %d files", removed)
-            except Exception:
-                log.exception("file sweep failed; retrying at the next pass")
-            await asyncio.sleep(self._sweep_every_s)
+    async def _sweep_and_log(self) -> None:
+        removed = await self.sweep()
+        if removed:
+            log.info("file sweep removed %d files", removed)
 
-    def start(self) -> None:
-        if self._sweeper is None:
-            self._sweeper = asyncio.create_task(self._sweep_forever(), name="file-sweep")
+    async def start(self) -> None:
+        await self._sweeper.start()
 
     async def stop(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
-            self._sweeper = None
+        await self._sweeper.stop()
 
 
 async def _split_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:

@@ -24,12 +24,12 @@ completed items in line order; error lines every other item, in line order (SPEC
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Final, Protocol
 
+from relay.background import Loop
 from relay.batch_apis.files_service import FileService
 from relay.batch_apis.openai_service import API, CLAIM_PREFIX, FAILED, FINALIZING, IN_PROGRESS, outcome_of
 from relay.batches.hooks import FinishedBatch, FinishHook
@@ -123,25 +123,16 @@ class OpenAIFinalizer:
         self._engine = engine
         self._batches = batches
         self._files = files
-        self._interval_s = interval_s
         self._lease_s = lease_s
-        self._task: asyncio.Task[None] | None = None
+        self._loop = Loop(
+            "openai-batch-finalizer", self.finalize_waiting, every_s=interval_s, wait_first=True
+        )
 
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="openai-batch-finalizer")
+    async def start(self) -> None:
+        await self._loop.start()
 
-    async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval_s)
-            try:
-                await self.finalize_waiting()
-            except Exception as exc:
-                log.warning("openai batch finalizing failed (%s); retrying", type(exc).__name__)
+    async def stop(self) -> None:
+        await self._loop.stop()
 
     async def finalize_waiting(self) -> int:
         """Claim and finalize the batches waiting (or whose claim lapsed); how many this pass ended."""

@@ -25,11 +25,11 @@ Several replicas may sweep at once: the second finds nothing left to cancel.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Final
 
+from relay.background import Loop
 from relay.domain.batch_record import BatchRecord
 from relay.domain.batches import expired_error
 from relay.store.batch_queue import BatchStore
@@ -67,19 +67,19 @@ class ExpirySweeper:
         if stop_running is not None and instance_id is None:
             raise ValueError("stopping running items needs this replica's instance id")
         self._store = store  # its finish hooks run when a sweep finishes a batch
-        self._interval_s = interval_s
         self._stop_running = stop_running
         self._instance_id = instance_id
-        self._housekeeping = housekeeping
-        self._task: asyncio.Task[None] | None = None
+        self._loops = [Loop("batch-expiry", self._sweep_due, every_s=interval_s, wait_first=True)]
+        if housekeeping is not None:
+            self._loops.append(Loop("batch-housekeeping", housekeeping, every_s=interval_s, wait_first=True))
 
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="batch-expiry")
+    async def start(self) -> None:
+        for loop in self._loops:
+            await loop.start()
 
-    async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+    async def stop(self) -> None:
+        for loop in self._loops:
+            await loop.stop()
 
     async def sweep(self) -> list[BatchRecord]:
         swept = await expire_due(self._store)
@@ -91,17 +91,7 @@ class ExpirySweeper:
             log.info("expired %d batches", len(swept))
         return swept
 
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval_s)
-            try:
-                for _ in range(10):  # more may be due: a few passes, then the next interval
-                    if len(await self.sweep()) < SWEEP_BATCHES:
-                        break
-            except Exception as exc:
-                log.warning("batch expiry sweep failed (%s); retrying", type(exc).__name__)
-            if self._housekeeping is not None:
-                try:
-                    await self._housekeeping()
-                except Exception as exc:
-                    log.warning("batch housekeeping failed (%s); retrying", type(exc).__name__)
+    async def _sweep_due(self) -> None:
+        for _ in range(10):  # more may be due: a few passes, then the next interval
+            if len(await self.sweep()) < SWEEP_BATCHES:
+                break

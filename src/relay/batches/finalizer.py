@@ -34,13 +34,14 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
+from relay.background import Loop
+from relay.batches.outage import outage_backoff, report_outage, retry_if_transient
 from relay.batches.runner import ItemResult, response_lost
 from relay.domain.batches import ResponseRef
 from relay.payloads.base import KeptResponse
 from relay.store.batch_queue import BatchStore, Db, FinalItem
 from relay.store.batch_queue import SaveResponses as SaveFinals
 from relay.store.engine import Connection
-from relay.store.outage import RetryBackoff
 
 log = logging.getLogger("relay.batches")
 
@@ -66,10 +67,12 @@ class Finalizer:
         self._on_settled = on_settled  # (key, result, finalized here?) once per item
         self.pending: dict[Key, ItemResult] = {}
         self._arrived = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._loop = Loop(
+            "batch-finalizer", self._write_group, backoff=outage_backoff(), report=report_outage
+        )
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="batch-finalizer")
+        self._loop.launch()
 
     def add(self, key: Key, result: ItemResult) -> None:
         self.pending[key] = result
@@ -85,34 +88,29 @@ class Finalizer:
         return True
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        await self._loop.stop()
         await self._held.close()
 
-    async def _loop(self) -> None:
-        backoff = RetryBackoff()
-        while True:
+    async def _write_group(self) -> None:
+        """Wait for finished items, then write one group of them; a transient error leaves the group
+        queued (the loop retries it after its backoff)."""
+        if not self.pending:
             await self._arrived.wait()
             self._arrived.clear()
-            while self.pending:
-                group = await self._flushed(list(self.pending.items())[:MAX_GROUP])
-                failed: set[Key] = set()
-                try:
-                    async with self._held.use() as db:
-                        done = await self._finalize(db, group)
-                except Exception as exc:
-                    if await backoff.wait_if_transient(exc, f"finalizing {len(group)} batch items"):
-                        continue
-                    log.exception(
-                        "finalizing %d batch items failed; retrying them batch by batch", len(group)
-                    )
-                    done, failed = await self._by_batch(group)
-                backoff.reset()
-                for key, result in group:
-                    del self.pending[key]
-                    if key not in failed:
-                        self._on_settled(key, result, key in done)
+            return
+        group = await self._flushed(list(self.pending.items())[:MAX_GROUP])
+        failed: set[Key] = set()
+        try:
+            async with self._held.use() as db:
+                done = await self._finalize(db, group)
+        except Exception as exc:
+            retry_if_transient(exc, f"finalizing {len(group)} batch items")
+            log.exception("finalizing %d batch items failed; retrying them batch by batch", len(group))
+            done, failed = await self._by_batch(group)
+        for key, result in group:
+            del self.pending[key]
+            if key not in failed:
+                self._on_settled(key, result, key in done)
 
     async def _finalize(self, db: Db, group: list[tuple[Key, ItemResult]]) -> set[Key]:
         return await self._store.finalize_many(

@@ -28,8 +28,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from relay.background import Loop
+from relay.batches.outage import outage_backoff, report_outage, retry_if_transient
 from relay.store.batch_queue import BatchStore
-from relay.store.outage import RetryBackoff
 
 log = logging.getLogger("relay.batches")
 
@@ -44,10 +45,10 @@ class Starter:
         self._instance_id = instance_id
         self._waiting: dict[Key, asyncio.Future[bool]] = {}
         self._arrived = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._loop = Loop("batch-starter", self._start_group, backoff=outage_backoff(), report=report_outage)
 
     def open(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="batch-starter")
+        self._loop.launch()
 
     async def start(self, key: Key) -> bool:
         """True once the item is ``running`` here; False when it must not run (cancelled, or no
@@ -59,32 +60,29 @@ class Starter:
         return await asyncio.shield(future)
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        await self._loop.stop()
         await self._held.close()
         for future in self._waiting.values():
             if not future.done():
                 future.set_result(False)
         self._waiting.clear()
 
-    async def _loop(self) -> None:
-        backoff = RetryBackoff()
-        while True:
+    async def _start_group(self) -> None:
+        """Wait for items, then start one group of them; a transient error leaves the group waiting
+        (the loop retries it after its backoff)."""
+        if not self._waiting:
             await self._arrived.wait()
             self._arrived.clear()
-            while self._waiting:
-                group = list(self._waiting)[:MAX_GROUP]
-                try:
-                    async with self._held.use() as db:
-                        started = await self._store.start(self._instance_id, group, db=db)
-                except Exception as exc:
-                    if await backoff.wait_if_transient(exc, f"starting {len(group)} batch items"):
-                        continue
-                    log.exception("starting %d batch items failed; they are not run", len(group))
-                    started = set()
-                backoff.reset()
-                for key in group:
-                    future = self._waiting.pop(key)
-                    if not future.done():
-                        future.set_result(key in started)
+            return
+        group = list(self._waiting)[:MAX_GROUP]
+        try:
+            async with self._held.use() as db:
+                started = await self._store.start(self._instance_id, group, db=db)
+        except Exception as exc:
+            retry_if_transient(exc, f"starting {len(group)} batch items")
+            log.exception("starting %d batch items failed; they are not run", len(group))
+            started = set()
+        for key in group:
+            future = self._waiting.pop(key)
+            if not future.done():
+                future.set_result(key in started)

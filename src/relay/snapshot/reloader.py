@@ -18,13 +18,12 @@ when it first appears.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Mapping
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from relay.background import Backoff, Loop
 from relay.crypto.sealing import SecretBox
 from relay.snapshot.build import Snapshot, build_snapshot
 from relay.store import catalog as store
@@ -50,7 +49,8 @@ class CatalogReloader:
         self._box = box
         self._env = env
         self._poll_interval = poll_interval
-        self._task: asyncio.Task[None] | None = None
+        # A failed reload is retried at the next notice or poll: the wait is the step's own.
+        self._loop = Loop("relay-catalog-reloader", self._follow, backoff=Backoff(0, 0), report=self._failed)
         self.snapshot = Snapshot(revision=-1, loaded_at=0.0)
 
     async def reload(self) -> Snapshot:
@@ -71,27 +71,22 @@ class CatalogReloader:
     async def start(self) -> None:
         await self.reload()
         await self._feed.start()
-        self._task = asyncio.create_task(self._run(), name="relay-catalog-reloader")
+        await self._loop.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._loop.stop()
         await self._feed.stop()
 
-    async def _run(self) -> None:
-        while True:
-            woken = await self._feed.wait(self._poll_interval)
-            try:
-                if woken:
-                    await self.reload()
-                    continue
-                async with self._engine.connect() as conn:
-                    revision = await store.read_revision(conn)
-                if revision != self.snapshot.revision:
-                    await self.reload()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # the database may be restarting: keep serving the last snapshot
-                log.warning("catalog reload failed (%s); keeping revision %d", exc, self.snapshot.revision)
+    async def _follow(self) -> None:
+        """Wait for a notice or the poll interval, then reload if anything may have changed."""
+        if await self._feed.wait(self._poll_interval):
+            await self.reload()
+            return
+        async with self._engine.connect() as conn:
+            revision = await store.read_revision(conn)
+        if revision != self.snapshot.revision:
+            await self.reload()
+
+    def _failed(self, _name: str, exc: BaseException, _delay: float) -> None:
+        # The database may be restarting: keep serving the last snapshot.
+        log.warning("catalog reload failed (%s); keeping revision %d", exc, self.snapshot.revision)

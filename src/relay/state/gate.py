@@ -17,10 +17,11 @@ full for the whole timeout); an error *reply* from Redis (a script error, OOM) p
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
+
+from relay.background import DONE, Loop
 
 log = logging.getLogger("relay.state")
 
@@ -43,7 +44,7 @@ class OutageGate:
         self._every_s = every_s
         self.down = False
         self.since = 0.0  # time.monotonic() when it closed
-        self._task: asyncio.Task[None] | None = None
+        self._probing = Loop("relay-redis-probe", self._probe_once)
 
     def close_gate(self, reason: str) -> None:
         """An operation got no answer: fail the next ones at once and start probing (idempotent)."""
@@ -57,28 +58,23 @@ class OutageGate:
             reason,
             self._every_s,
         )
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="relay-redis-probe")
+        self._probing.launch()
 
-    async def _run(self) -> None:
+    async def _probe_once(self) -> object:
+        """One probe; the next starts ``every_s`` after this one started (a probe that waited its
+        timeout is not followed by a full second more). Ends the loop once Redis answered."""
         loop = asyncio.get_running_loop()
-        while True:
-            started = loop.time()
-            try:
-                await self._probe()
-                await self._on_back()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.debug("Redis probe failed: %s: %s", type(exc).__name__, exc)
-                await asyncio.sleep(max(0.0, self._every_s - (loop.time() - started)))
-                continue
-            self.down = False
-            log.info("Redis answers again after %.1f s; using it again", time.monotonic() - self.since)
-            return
+        started = loop.time()
+        try:
+            await self._probe()
+            await self._on_back()
+        except Exception as exc:  # the expected answer while Redis is away: not a loop failure
+            log.debug("Redis probe failed: %s: %s", type(exc).__name__, exc)
+            await asyncio.sleep(max(0.0, self._every_s - (loop.time() - started)))
+            return None
+        self.down = False
+        log.info("Redis answers again after %.1f s; using it again", time.monotonic() - self.since)
+        return DONE
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._probing.stop()

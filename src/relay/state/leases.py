@@ -19,11 +19,10 @@ stops it at shutdown.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from typing import Final
 
+from relay.background import DONE, Loop
 from relay.state.base import SharedState, StateUnavailable
 
 log = logging.getLogger("relay.state")
@@ -35,15 +34,17 @@ RENEW_BATCH: Final = 1000
 class LeaseRenewer:
     """Renews the leases held by this process's running requests (one per process, in the limiter)."""
 
-    __slots__ = ("_every_s", "_failing", "_held", "_lease_s", "_state", "_task")
+    __slots__ = ("_every_s", "_failing", "_held", "_lease_s", "_renewals", "_state")
 
     def __init__(self, state: SharedState, lease_s: float, *, every_s: float | None = None) -> None:
         self._state = state
         self._lease_s = lease_s
         self._every_s = every_s if every_s is not None else lease_s / 3
         self._held: dict[str, tuple[str, ...]] = {}  # lease id -> its concurrency keys
-        self._task: asyncio.Task[None] | None = None
         self._failing = False
+        self._renewals = Loop(
+            "relay-lease-renewer", self._renew_held, every_s=self._every_s, wait_first=True, report=_report
+        )
 
     @property
     def held(self) -> int:
@@ -52,8 +53,7 @@ class LeaseRenewer:
     def hold(self, lease_id: str, keys: tuple[str, ...]) -> None:
         """Renew ``lease_id`` on ``keys`` until :meth:`drop` (call it from the event loop)."""
         self._held[lease_id] = keys
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="relay-lease-renewer")
+        self._renewals.launch()
 
     def drop(self, lease_id: str) -> None:
         self._held.pop(lease_id, None)
@@ -73,23 +73,18 @@ class LeaseRenewer:
         self._failing = False
         return renewed
 
-    async def _run(self) -> None:
-        try:
-            while self._held:
-                await asyncio.sleep(self._every_s)
-                if self._held:
-                    try:
-                        await self.renew_now()
-                    except Exception as exc:  # a bug must not end renewals for every later request
-                        log.warning("renewing concurrency leases failed: %s: %s", type(exc).__name__, exc)
-        finally:
-            if self._task is asyncio.current_task():
-                self._task = None
+    async def _renew_held(self) -> object:
+        """Renew what is held; the task ends once nothing is (the next ``hold`` starts it again).
+        A failure (a bug) is logged and retried after ``every_s``: it must not end renewals for every
+        later request."""
+        if self._held:
+            await self.renew_now()
+        return None if self._held else DONE
 
     async def close(self) -> None:
         """Stop renewing (shutdown); held leases then expire ``lease_s`` after their last renewal."""
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._renewals.stop()
+
+
+def _report(_name: str, exc: BaseException, _delay: float) -> None:
+    log.warning("renewing concurrency leases failed: %s: %s", type(exc).__name__, exc)

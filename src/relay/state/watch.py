@@ -20,6 +20,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
+from relay.background import Backoff, Loop
 from relay.state.mirror import BreakerMirror
 
 _WATCH_PING_S = 1.0
@@ -41,35 +42,39 @@ class BreakerWatch:
         )
         self._channel = channel
         self._mirror = mirror
-        self._task: asyncio.Task[None] | None = None
-        self._backoff = 0.1  # seconds before resubscribing; doubles up to 5 s while it fails
         self._warned = False
+        self._was_live = False
+        # Resubscribing waits 0.1 s, doubling up to 5 s while it fails; reset once confirmed.
+        self._watching = Loop(
+            "relay-breaker-watch", self._subscribed, backoff=Backoff(0.1, 5.0), report=self._lost
+        )
 
     def start(self) -> None:
         """Begin watching (idempotent; needs a running loop)."""
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="relay-breaker-watch")
+        self._watching.launch()
 
-    async def _run(self) -> None:
-        """Keep the subscription; whenever it is not confirmed and healthy, the mirror is off."""
-        while True:
-            try:
-                await self._once()
-            except (RedisError, OSError, TimeoutError) as exc:
-                if self._mirror.live or not self._warned:
-                    log.warning(
-                        "breaker changes are not being received (%s: %s); reading breakers from Redis "
-                        "on every request until the subscription is back",
-                        type(exc).__name__,
-                        exc,
-                    )
-                    self._warned = True
-            except Exception:  # a driver bug must not end the watch for good: log it and resubscribe
-                log.exception("the breaker watch failed; resubscribing")
-            finally:
-                self._mirror.reset_all(live=False)
-            await asyncio.sleep(self._backoff)
-            self._backoff = min(self._backoff * 2, 5.0)
+    async def _subscribed(self) -> None:
+        """Hold one subscription until it fails; whenever it is not confirmed and healthy, the mirror
+        is off (the loop resubscribes after its backoff)."""
+        try:
+            await self._once()
+        finally:
+            self._was_live = self._mirror.live  # read by the failure report, which runs after this
+            self._mirror.reset_all(live=False)
+        raise ConnectionResetError("the breaker subscription ended")
+
+    def _lost(self, _name: str, exc: BaseException, _delay: float) -> None:
+        if not isinstance(exc, (RedisError, OSError, TimeoutError)):
+            # a driver bug must not end the watch for good: log it and resubscribe
+            log.error("the breaker watch failed; resubscribing", exc_info=exc)
+        elif self._was_live or not self._warned:
+            log.warning(
+                "breaker changes are not being received (%s: %s); reading breakers from Redis "
+                "on every request until the subscription is back",
+                type(exc).__name__,
+                exc,
+            )
+            self._warned = True
 
     async def _once(self) -> None:
         loop = asyncio.get_running_loop()
@@ -91,7 +96,7 @@ class BreakerWatch:
                     self._mirror.changed(message["data"])
                 elif kind == "subscribe":  # confirmed: from now on no change can pass unseen
                     self._mirror.reset_all(live=True)
-                    self._backoff = 0.1
+                    self._watching.backoff.reset()
                     self._warned = False
                     log.info("breaker changes are being received; breaker reads are served from memory")
         finally:
@@ -99,9 +104,5 @@ class BreakerWatch:
                 await pubsub.aclose()
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._watching.stop()
         await self._redis.aclose()

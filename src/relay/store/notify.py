@@ -18,10 +18,13 @@ from typing import Any
 
 import asyncpg
 
+from relay.background import Backoff, Loop
 from relay.store.catalog import CATALOG_CHANNEL as CHANNEL
 from relay.store.engine import asyncpg_dsn
 
 log = logging.getLogger("relay.notify")
+
+LISTEN_BACKOFF_FIRST_S, LISTEN_BACKOFF_MAX_S = 0.5, 10.0  # re-opening a dropped LISTEN connection
 
 
 class ChangeFeed:
@@ -58,40 +61,38 @@ class PostgresChangeFeed(ChangeFeed):
         # The write path notifies inside its transaction; this replica's own writes reload directly.
         self._dsn = asyncpg_dsn(database_url)
         self._listener: asyncpg.Connection | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._closing = False
+        self._listening = Loop(
+            "relay-catalog-listen",
+            self._listen_until_lost,
+            backoff=Backoff(LISTEN_BACKOFF_FIRST_S, LISTEN_BACKOFF_MAX_S),
+            report=_report_lost,
+        )
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._keep_listening(), name="relay-catalog-listen")
+        await self._listening.start()
 
     async def stop(self) -> None:
-        self._closing = True
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._listening.stop()
         if self._listener is not None:
             with contextlib.suppress(Exception):
                 await self._listener.close()
 
-    async def _keep_listening(self) -> None:
-        backoff = 0.5
-        while not self._closing:
-            try:
-                lost = asyncio.Event()
-                self._listener = await asyncpg.connect(self._dsn)
-                self._listener.add_termination_listener(lambda _conn, lost=lost: lost.set())
-                await self._listener.add_listener(CHANNEL, self._on_notice)
-                backoff = 0.5
-                self.wake()  # anything may have changed while we were not listening
-                await lost.wait()
-            except asyncio.CancelledError:
-                raise
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                log.warning("catalog LISTEN connection lost (%s); retrying in %.1fs", exc, backoff)
-            self._listener = None
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 10.0)
+    async def _listen_until_lost(self) -> None:
+        """Open the LISTEN connection and hold it until it drops; the loop re-opens it after its
+        backoff (reset once a connection is listening)."""
+        lost = asyncio.Event()
+        self._listener = await asyncpg.connect(self._dsn)
+        self._listener.add_termination_listener(lambda _conn, lost=lost: lost.set())
+        await self._listener.add_listener(CHANNEL, self._on_notice)
+        self._listening.backoff.reset()
+        self.wake()  # anything may have changed while we were not listening
+        await lost.wait()
+        self._listener = None
+        raise ConnectionResetError("the LISTEN connection closed")
 
     def _on_notice(self, *_args: Any) -> None:
         self.wake()
+
+
+def _report_lost(_name: str, exc: BaseException, delay: float) -> None:
+    log.warning("catalog LISTEN connection lost (%s); retrying in %.1fs", exc, delay)

@@ -132,7 +132,8 @@ class Metrics:
 class BatchMetrics:
     """Batch items by state and the worker pool's use (SPEC §12), registered only on replicas that run
     a worker pool. ``open`` (available/running, every replica's items) is read from the database by
-    the pool's liveness loop; ``finished`` counts the final states this replica wrote."""
+    the batch liveness loop (``relay.batches.liveness``); ``finished`` counts the final states this
+    replica wrote."""
 
     def __init__(self, registry: CollectorRegistry, size: int) -> None:
         self.finished = Counter(

@@ -18,8 +18,6 @@ credential or SQL parameters.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import itertools
 import logging
 import time
@@ -29,6 +27,7 @@ from typing import Final
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from relay.background import DONE, Backoff, Loop
 from relay.store import usage as store
 from relay.usage.capture import PayloadRecord
 from relay.usage.event import UsageEvent
@@ -97,17 +96,20 @@ class UsageWriter:
         self._engine = engine
         self._queue_size = queue_size
         self._batch_size = batch_size
-        self._flush_interval = flush_interval_s
         self._payload_budget = payload_budget_bytes
         self._stop_timeout = stop_timeout_s
-        self._retry_initial = retry_initial_s
-        self._retry_max = retry_max_s
         self._queue: deque[_Item] = deque()
         self._payload_bytes = 0
-        self._wake = asyncio.Event()  # a full batch is waiting
-        self._stopped = asyncio.Event()
         self._closed = False
-        self._task: asyncio.Task[None] | None = None
+        self._failing = False  # the last write failed: a full batch waits for the backoff, not at once
+        self._drain = Loop(
+            "relay-usage-writer",
+            self._write_pass,
+            every_s=flush_interval_s,
+            wait_first=True,
+            backoff=Backoff(retry_initial_s, retry_max_s),
+            report=self._write_failed,
+        )
         self._report = _DropReport(REPORT_INTERVAL_S)
         self._failure_logged = -REPORT_INTERVAL_S
         r = registry
@@ -144,31 +146,22 @@ class UsageWriter:
                 else:
                     self._payload_bytes += payload.size
             self._queue.append((event, payload))
-            if len(self._queue) >= self._batch_size:
-                self._wake.set()
+            if len(self._queue) >= self._batch_size and not self._failing:
+                self._drain.wake()
         except Exception:  # pragma: no cover - defensive: recording must never fail a request
             log.exception("usage event could not be queued")
 
     async def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="relay-usage-writer")
+        await self._drain.start()
 
     async def stop(self) -> None:
         """Write everything queued, for at most ``stop_timeout_s``; whatever is left then is counted
         and logged as lost (reason ``shutdown``). Later ``record`` calls are counted as ``stopped``."""
         self._closed = True
-        self._stopped.set()
-        self._wake.set()
-        if self._task is None:  # never started: drain anyway
-            self._task = asyncio.create_task(self._run(), name="relay-usage-writer")
-        try:
-            await asyncio.wait_for(asyncio.shield(self._task), self._stop_timeout)
-        except Exception as exc:
-            if not isinstance(exc, TimeoutError):
-                log.error("usage writer failed (%s)", store.describe_error(exc))
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+        self._drain.launch()  # never started: drain anyway
+        self._drain.wake()
+        if not await self._drain.finished(self._stop_timeout):
+            await self._drain.stop()
             lost = len(self._queue)
             payloads = sum(1 for _, p in self._queue if p is not None)
             self._queue.clear()
@@ -180,30 +173,28 @@ class UsageWriter:
 
     # -- the drain task --------------------------------------------------------------------------------
 
-    async def _run(self) -> None:
-        failures = 0
-        while self._queue or not self._stopped.is_set():
-            if not self._stopped.is_set() and len(self._queue) < self._batch_size:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self._flush_interval)
-                self._wake.clear()
-            self._report.report_due()
-            try:
-                while self._queue:
-                    await self._write_head()
-                    if len(self._queue) < self._batch_size and not self._stopped.is_set():
-                        break  # what arrived meanwhile waits for the next interval (or a full batch)
-                failures = 0
-            except Exception as exc:  # the database is down or restarting: keep the events, retry
-                failures += 1
-                delay = min(self._retry_max, self._retry_initial * 2 ** min(failures - 1, 20))
-                self._write_errors.inc()
-                self._log_failure(exc, delay)
-                if self._stopped.is_set():
-                    await asyncio.sleep(delay)  # stop() bounds the total time
-                else:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._stopped.wait(), delay)
+    async def _write_pass(self) -> object:
+        """Write what is queued: full batches, then (unless stopping) leave a partial one for the next
+        interval. A failure (the database is down or restarting) keeps the events queued; the loop
+        retries after its backoff, or at once when stopping begins."""
+        if self._closed and not self._queue:
+            return DONE
+        self._report.report_due()
+        while self._queue:
+            await self._write_head()
+            if len(self._queue) < self._batch_size and not self._closed:
+                break  # what arrived meanwhile waits for the next interval (or a full batch)
+        self._failing = False
+        if self._closed and not self._queue:
+            return DONE
+        if self._closed or len(self._queue) >= self._batch_size:
+            self._drain.wake()
+        return None
+
+    def _write_failed(self, _name: str, exc: BaseException, delay: float) -> None:
+        self._failing = True
+        self._write_errors.inc()
+        self._log_failure(exc, delay)
 
     def _head(self) -> list[_Item]:
         """The oldest events, up to ``batch_size`` and about 16 MiB of payload bodies."""

@@ -27,7 +27,6 @@ signature headers only: no credential of Relay's, no batch item body; the respon
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import secrets
 import time
@@ -35,6 +34,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from relay.background import DONE, Backoff, Loop
 from relay.crypto.sealing import SecretBox
 from relay.domain.ids import mint_id
 from relay.store import webhooks as store
@@ -51,6 +51,8 @@ STATS_EVERY_S = 5.0
 #: The expiry pass runs every window / EXPIRY_PASSES_PER_WINDOW, within these bounds (60 s at 24 h).
 EXPIRY_PASSES_PER_WINDOW = 24
 EXPIRY_EVERY_BOUNDS_S = (1.0, 60.0)
+CLAIM_BACKOFF_MAX_S = 5.0  # a failing claim is retried after 2 × poll_s, doubling up to this
+RECORD_BACKOFF_FIRST_S, RECORD_BACKOFF_MAX_S = 0.2, 2.0  # recording an attempt while the database is away
 
 
 class Deliverer:
@@ -66,6 +68,7 @@ class Deliverer:
         timeout_s: float = 10.0,
         poll_s: float = 0.5,
         metrics: WebhookMetrics | None = None,
+        grace_s: float = 10.0,
     ) -> None:
         self._engine = engine
         self._box = box
@@ -74,74 +77,77 @@ class Deliverer:
         self._schedule = schedule
         self._slots = slots
         self._timeout_s = timeout_s
-        self._poll_s = poll_s
         self._metrics = metrics
         self._lease_s = timeout_s + LEASE_MARGIN_S
         low, high = EXPIRY_EVERY_BOUNDS_S
         self._expiry_every_s = min(high, max(low, schedule.window_s / EXPIRY_PASSES_PER_WINDOW))
+        self._grace_s = grace_s
         self._running: set[asyncio.Task[None]] = set()
-        self._wake = asyncio.Event()
         self._stopping = False
-        self._loop_task: asyncio.Task[None] | None = None
+        self._last_stats = self._last_expiry = 0.0
+        self._claims = Loop(
+            "webhook-deliverer",
+            self._claim_pass,
+            every_s=poll_s,
+            backoff=Backoff(min(2 * poll_s, CLAIM_BACKOFF_MAX_S), CLAIM_BACKOFF_MAX_S),
+            report=_report_claim_failure,
+        )
 
     async def start(self) -> None:
-        self._loop_task = asyncio.create_task(self._loop(), name="webhook-deliverer")
+        self._stopping = False
+        await self._claims.start()
 
-    async def stop(self, grace_s: float) -> None:
-        """Stop claiming; let attempts in flight end for up to ``grace_s``; cancel the rest (their
-        claims lapse, and any replica attempts them again after the lease)."""
+    async def stop(self) -> None:
+        """Stop claiming (a claim in flight ends first, for up to the attempt timeout); let attempts
+        in flight end for up to ``grace_s``; cancel the rest (their claims lapse, and any replica
+        attempts them again after the lease)."""
         self._stopping = True
-        self._wake.set()
-        if self._loop_task is not None:
-            await asyncio.gather(self._loop_task, return_exceptions=True)
+        self._claims.wake()
+        await self._claims.finished(self._timeout_s)
+        await self._claims.stop()
         running = list(self._running)
         if running:
-            _, pending = await asyncio.wait(running, timeout=grace_s)
+            _, pending = await asyncio.wait(running, timeout=self._grace_s)
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
 
     # ---------------------------------------------------------------------------------------- claim
 
-    async def _loop(self) -> None:
-        last_stats = last_expiry = 0.0
-        delay = self._poll_s
-        while not self._stopping:
-            self._wake.clear()  # before claiming: a slot freed from here on wakes the wait below
-            free = self._slots - len(self._running)
-            full = False
-            try:
-                if free > 0:
-                    token = secrets.token_hex(16)
-                    claimed = await store.claim_due(
-                        self._engine, self._instance_id, token, limit=free, lease_s=self._lease_s
-                    )
-                    for event in claimed:
-                        task = asyncio.create_task(self._attempt(event), name=f"webhook-{event.id}")
-                        self._running.add(task)
-                        task.add_done_callback(self._done)
-                    full = len(claimed) == free
-                if time.monotonic() - last_expiry >= self._expiry_every_s:
-                    last_expiry = time.monotonic()
-                    await self._fail_expired()
-                if self._metrics is not None and time.monotonic() - last_stats >= STATS_EVERY_S:
-                    last_stats = time.monotonic()
-                    await self._refresh_gauges(self._metrics)
-                delay = self._poll_s
-            except Exception as exc:
-                _log_failure("webhook claim failed; retrying", exc)
-                delay = min(max(delay * 2, self._poll_s), 5.0)
-            if full:
-                await asyncio.sleep(0)  # more may be due: claim again once a slot frees
-                if len(self._running) < self._slots:
-                    continue
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=delay)
+    async def _claim_pass(self) -> object:
+        """Claim up to the free slots' worth of due events and start their attempts; now and then
+        fail the expired ones and refresh the gauges. Woken at once by a slot that frees while all
+        were busy; again at once when a claim came back full and a slot is still free."""
+        if self._stopping:
+            return DONE
+        free = self._slots - len(self._running)
+        full = False
+        if free > 0:
+            token = secrets.token_hex(16)
+            claimed = await store.claim_due(
+                self._engine, self._instance_id, token, limit=free, lease_s=self._lease_s
+            )
+            for event in claimed:
+                task = asyncio.create_task(self._attempt(event), name=f"webhook-{event.id}")
+                self._running.add(task)
+                task.add_done_callback(self._done)
+            full = len(claimed) == free
+        if time.monotonic() - self._last_expiry >= self._expiry_every_s:
+            self._last_expiry = time.monotonic()
+            await self._fail_expired()
+        if self._metrics is not None and time.monotonic() - self._last_stats >= STATS_EVERY_S:
+            self._last_stats = time.monotonic()
+            await self._refresh_gauges(self._metrics)
+        if full:
+            await asyncio.sleep(0)  # more may be due: claim again once a slot frees
+            if len(self._running) < self._slots:
+                self._claims.wake()
+        return None
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._running.discard(task)
         if len(self._running) == self._slots - 1:
-            self._wake.set()  # a slot freed while every slot was busy: there may be more due
+            self._claims.wake()  # a slot freed while every slot was busy: there may be more due
 
     async def _fail_expired(self) -> None:
         failed = await store.fail_expired(self._engine, self._schedule.window_s + self._lease_s)
@@ -211,7 +217,7 @@ class Deliverer:
     async def _record(self, event: store.ClaimedEvent, attempt: store.Attempt) -> bool:
         """Write the attempt; a database outage is retried for a while (if it lasts, the claim lapses
         and the event is attempted again: at least once)."""
-        delay = 0.2
+        backoff = Backoff(RECORD_BACKOFF_FIRST_S, RECORD_BACKOFF_MAX_S)
         for _ in range(8):
             try:
                 recorded = await store.finish_attempt(self._engine, event, attempt)
@@ -219,8 +225,7 @@ class Deliverer:
                 if not is_transient(exc):
                     log.exception("recording webhook attempt of %s failed", event.id)
                     return False
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+                await asyncio.sleep(backoff.next())
                 continue
             if not recorded:
                 log.info(
@@ -231,8 +236,8 @@ class Deliverer:
         return False
 
 
-def _log_failure(message: str, exc: BaseException) -> None:
+def _report_claim_failure(_name: str, exc: BaseException, _delay: float) -> None:
     if is_transient(exc):
-        log.warning("%s: %s", message, type(exc).__name__)
+        log.warning("webhook claim failed; retrying: %s", type(exc).__name__)
     else:
-        log.exception(message)
+        log.error("webhook claim failed; retrying", exc_info=exc)

@@ -1,0 +1,80 @@
+"""The control plane's ASGI app: the admin API, its routes and the dashboard, behind ``ControlGuard``.
+
+What it deliberately does not know: what a route does (``relay.control``); it only builds the
+services the routes call and mounts them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from starlette.types import ASGIApp
+
+from relay.batch_apis.files_service import FileService
+from relay.batches.service import BatchService
+from relay.boot.shared import Shared
+from relay.control.app import build_control_app
+from relay.control.apply import ApplyService
+from relay.control.batch_admin import BatchAdmin
+from relay.control.batch_routes import mount_batch_routes
+from relay.control.credential_routes import mount_credential_routes
+from relay.control.dashboard import Dashboard, mount_dashboard
+from relay.control.guard import ControlGuard
+from relay.control.health import HealthService
+from relay.control.keys import KeyService
+from relay.control.spend_routes import mount_spend_routes, spend_reader
+from relay.control.throttle import LoginThrottle
+from relay.control.usage_routes import UsageQueries, mount_usage_routes
+from relay.control.webhook_routes import WebhookDeliveries, mount_webhook_routes
+
+
+def build_control_plane(
+    shared: Shared, keys: KeyService, applier: ApplyService, batches: BatchService, files: FileService
+) -> ASGIApp:
+    settings, secrets, engine = shared.settings, shared.secrets, shared.engine
+    admin_batches = BatchAdmin(engine, batches)
+    webhook_deliveries = WebhookDeliveries(shared.catalog, engine)
+    # One for POST /api/auth/login and the dashboard's sign-in; counted across replicas with Redis.
+    login_throttle = LoginThrottle(shared.state if settings.redis_url else None)
+    secure_cookies = (settings.public_url or "").startswith("https://")
+    dashboard = Dashboard(
+        admin_token=secrets.admin_token,
+        catalog=shared.catalog,
+        keys=keys,
+        tokens=shared.tokens,
+        batches=admin_batches,
+        batch_service=batches,
+        usage=UsageQueries(engine),
+        health=HealthService(shared.snapshot, shared.state),
+        secure_cookies=secure_cookies,
+        login_throttle=login_throttle,
+        spend=spend_reader(shared.limiter, shared.snapshot),
+        webhooks=webhook_deliveries,
+        files=files,
+    )
+
+    def control_routes(app: FastAPI, admin: Any) -> None:
+        mount_credential_routes(
+            app, keys, shared.tokens, admin, secure_cookies=secure_cookies, throttle=login_throttle
+        )
+        mount_usage_routes(app, engine=engine, require_admin=admin, on_settings_change=shared.reloader.reload)
+        mount_spend_routes(app, limiter=shared.limiter, snapshot=shared.snapshot, require_admin=admin)
+        mount_batch_routes(app, admin_batches, admin)
+        mount_webhook_routes(app, webhook_deliveries, admin)
+        mount_dashboard(app, dashboard)
+
+    control = build_control_app(
+        admin_token=secrets.admin_token,
+        catalog=shared.catalog,
+        applier=applier,
+        reloader=shared.reloader,
+        registry=shared.registry,
+        extra_routes=control_routes,
+    )
+    return ControlGuard(
+        control,
+        admin_token=secrets.admin_token,
+        max_bytes=settings.control_max_request_bytes,
+        max_json_depth=settings.max_json_depth,
+    )
