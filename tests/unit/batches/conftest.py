@@ -22,8 +22,9 @@ from relay.batches.runner import ItemResult, ItemRunner
 from relay.crypto.tokens import TokenClaims
 from relay.domain.batch_record import BatchRecord
 from relay.domain.ids import mint_id
-from relay.payloads.base import FileStore, PayloadStores
+from relay.payloads.base import PayloadStores
 from relay.payloads.database import DatabaseStore
+from relay.payloads.files import FileStore
 from relay.snapshot import Policy, RelayKey, Snapshot
 from relay.store.batch_queue import ClaimedItem
 from relay.store.engine import create_engine
