@@ -39,20 +39,23 @@ from relay.batches.service import BatchService
 from relay.batches.workers import WorkerPool
 from relay.config import Settings, host_key_env
 from relay.control.app import build_control_app
-from relay.control.apply import ApplyService
-from relay.control.batch_admin import BatchAdmin
-from relay.control.batch_routes import mount_batch_routes
-from relay.control.catalog import CatalogService
-from relay.control.credential_routes import mount_credential_routes
 from relay.control.dashboard import Dashboard, mount_dashboard
 from relay.control.guard import ControlGuard
-from relay.control.health import HealthService
-from relay.control.keys import KeyService
-from relay.control.spend_routes import mount_spend_routes, spend_reader
-from relay.control.throttle import LoginThrottle
-from relay.control.tokens import TokenService, load_signer
-from relay.control.usage_routes import UsageQueries, mount_usage_routes
-from relay.control.webhook_routes import WebhookDeliveries, mount_webhook_routes
+from relay.control.routes.batches import mount_batch_routes
+from relay.control.routes.credentials import mount_credential_routes
+from relay.control.routes.spend import mount_spend_routes
+from relay.control.routes.usage import mount_usage_routes
+from relay.control.routes.webhooks import mount_webhook_routes
+from relay.control.services.apply import ApplyService
+from relay.control.services.batches import BatchAdmin
+from relay.control.services.catalog import CatalogService
+from relay.control.services.health import HealthService
+from relay.control.services.keys import KeyService
+from relay.control.services.spend import spend_reader
+from relay.control.services.throttle import LoginThrottle
+from relay.control.services.tokens import TokenService, load_signer
+from relay.control.services.usage import CapturedPayloads, UsageQueries
+from relay.control.services.webhooks import WebhookDeliveries
 from relay.crypto.sealing import ProvisionedSecrets, SecretBox, provision
 from relay.inference.app import InferenceApp
 from relay.inference.live import LiveHandler
@@ -336,6 +339,8 @@ def build_runtime(settings: Settings) -> Runtime:
     webhook_deliveries = WebhookDeliveries(catalog, engine)
     # One for POST /api/auth/login and the dashboard's sign-in; counted across replicas with Redis.
     login_throttle = LoginThrottle(state if settings.redis_url else None)
+    usage = UsageQueries(engine)
+    spend = spend_reader(limiter, snapshot)
     dashboard = Dashboard(
         admin_token=secrets.admin_token,
         catalog=catalog,
@@ -343,11 +348,11 @@ def build_runtime(settings: Settings) -> Runtime:
         tokens=runtime.tokens,
         batches=admin_batches,
         batch_service=batches,
-        usage=UsageQueries(engine),
+        usage=usage,
         health=HealthService(snapshot, state),
         secure_cookies=(settings.public_url or "").startswith("https://"),
         login_throttle=login_throttle,
-        spend=spend_reader(limiter, snapshot),
+        spend=spend,
         webhooks=webhook_deliveries,
         files=runtime.files,
     )
@@ -361,8 +366,8 @@ def build_runtime(settings: Settings) -> Runtime:
             secure_cookies=(settings.public_url or "").startswith("https://"),
             throttle=login_throttle,
         )
-        mount_usage_routes(app, engine=engine, require_admin=admin, on_settings_change=reloader.reload)
-        mount_spend_routes(app, limiter=limiter, snapshot=snapshot, require_admin=admin)
+        mount_usage_routes(app, usage, CapturedPayloads(engine, reloader.reload), admin)
+        mount_spend_routes(app, spend, admin)
         mount_batch_routes(app, admin_batches, admin)
         mount_webhook_routes(app, webhook_deliveries, admin)
         mount_dashboard(app, dashboard)

@@ -5,7 +5,7 @@ that does not answer shows as unknown, the page still renders).
 
 Keys: create (the plaintext is in that one answer and nowhere else: the page is ``no-store`` and the
 next visit shows only the prefix), rotate with a grace period, revoke, disable and enable, each
-through :class:`relay.control.keys.KeyService` exactly as ``/api/keys`` does. A user signed in with
+through :class:`relay.control.services.keys.KeyService` exactly as ``/api/keys`` does. A user signed in with
 email and password gets 403 here, as the control API would refuse them.
 """
 

@@ -14,11 +14,11 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from relay.control.batch_admin import APIS
 from relay.control.dashboard import charts
 from relay.control.dashboard.session import ADMIN_TTL_S, COOKIE, Viewer
 from relay.control.dashboard.web import Dashboard, Refused, with_errors
 from relay.control.kinds import PROJECT
+from relay.control.services.batches import APIS
 from relay.crypto.sealing import constant_time_equal
 from relay.errors import RelayError
 

@@ -1,7 +1,7 @@
 """The usage page and its CSV download (SPEC §8 through §16): the usage API's filters as a form,
 a chart and table grouped by model, project, team, policy or day, and the events themselves.
 
-The filters go to :class:`relay.control.usage_routes.UsageQueries` as given, so a bad one is refused
+The filters go to :class:`relay.control.services.usage.UsageQueries` as given, so a bad one is refused
 with the API's own message. The CSV pages through the same query (newest first) and streams, so a
 large download never sits in memory; cells that a spreadsheet would run as a formula are quoted.
 """

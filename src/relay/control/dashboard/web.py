@@ -22,16 +22,16 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from relay.batch_apis.files_service import FileService
 from relay.batches.service import BatchService
-from relay.control.batch_admin import BatchAdmin
-from relay.control.catalog import CatalogService
 from relay.control.dashboard.session import COOKIE, Signer, Viewer
-from relay.control.health import HealthService
-from relay.control.keys import KeyService
-from relay.control.spend_routes import SpendReader
-from relay.control.throttle import LoginThrottle
-from relay.control.tokens import TokenService
-from relay.control.usage_routes import UsageQueries
-from relay.control.webhook_routes import WebhookDeliveries
+from relay.control.services.batches import BatchAdmin
+from relay.control.services.catalog import CatalogService
+from relay.control.services.health import HealthService
+from relay.control.services.keys import KeyService
+from relay.control.services.spend import SpendReader
+from relay.control.services.throttle import LoginThrottle
+from relay.control.services.tokens import TokenService
+from relay.control.services.usage import UsageQueries
+from relay.control.services.webhooks import WebhookDeliveries
 from relay.errors import RelayError
 
 CSP: Final = (

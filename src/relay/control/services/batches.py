@@ -21,8 +21,8 @@ from typing import Any, Final
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.batches.service import BatchNotFound, BatchService
-from relay.control.catalog import rfc3339
 from relay.control.query import check_cursor, check_range, parse_choice, parse_limit, parse_timestamp
+from relay.control.services.catalog import rfc3339
 from relay.domain.batches import ITEM_STATES
 from relay.domain.failures import group_failures
 from relay.errors import InvalidRequest
