@@ -79,14 +79,6 @@ def mount_dashboard(app: FastAPI, dash: Dashboard) -> None:
 
     router.add_api_route("/ui", root, methods=["GET"], include_in_schema=False)
     router.add_api_route("/ui/static/{name}", asset, methods=["GET"], include_in_schema=False)
-    for pages in (
-        signin_pages,
-        overview_pages,
-        batch_pages,
-        batch_downloads,
-        usage_pages,
-        admin_pages,
-        webhook_pages,
-    ):
+    for pages in PAGES:
         mount(router, dash, pages.ROUTES)
     app.include_router(router)
