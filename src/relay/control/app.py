@@ -85,7 +85,8 @@ def build_control_app(
 
 def admin_dependency(admin_token: str) -> Callable[..., Awaitable[None]]:
     """The admin bearer check, declared through HTTPBearer so the OpenAPI document (and /api/docs)
-    knows the scheme. The guard has already refused a wrong bearer; this keeps the document true."""
+    knows the scheme. The guard refuses a wrong bearer before any body is read; this check keeps the
+    app safe on its own."""
     bearer = HTTPBearer(auto_error=False, description="RELAY_ADMIN_TOKEN")
 
     async def require_admin(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:

@@ -10,6 +10,7 @@ What it deliberately does not know: how objects are validated, stored or rendere
 """
 
 import inspect
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from fastapi import Body, Response
@@ -55,7 +56,7 @@ class KindRoutes:
     async def list_objects(self) -> dict[str, Any]:
         return {"items": await self._catalog.list_all(self._kind)}
 
-    def create_handler(self) -> Any:
+    def create_handler(self) -> Callable[[BaseModel], Awaitable[JSONResponse]]:
         """``create_object`` with the kind's spec as its body model (the signature FastAPI reads)."""
         kind, catalog = self._kind, self._catalog
 
@@ -83,7 +84,7 @@ class KindRoutes:
         return Response(status_code=204)
 
     def table(self) -> list[Route]:
-        name, tag = self._kind.name, self._kind.name
+        name = tag = self._kind.name
         base = f"/api/{self._kind.plural}"
         one = base + "/{ref}"
         return [
