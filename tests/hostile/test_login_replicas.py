@@ -8,7 +8,7 @@ import uuid
 
 import httpx
 
-from relay.control.throttle import ADDRESS_FAILURES, EMAIL_FAILURES, WINDOW_S
+from relay.control.services.throttle import ADDRESS_FAILURES, EMAIL_FAILURES, WINDOW_S
 from tests.fixtures.live import Gateway, replicas  # noqa: F401
 from tests.hostile.guesses import fresh_loopback_address, guesses_at_once
 from tests.hostile.test_login_throttle import away_from_a_window_boundary

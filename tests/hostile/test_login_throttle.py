@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from relay.control.throttle import ADDRESS_FAILURES, EMAIL_FAILURES, WINDOW_S, Attempt, LoginThrottle
+from relay.control.services.throttle import ADDRESS_FAILURES, EMAIL_FAILURES, WINDOW_S, Attempt, LoginThrottle
 from relay.errors import RateLimited
 from relay.state import RedisState
 from tests.fixtures.databases import missing_service

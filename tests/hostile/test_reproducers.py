@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from relay.control.throttle import ADDRESS_FAILURES, EMAIL_FAILURES
+from relay.control.services.throttle import ADDRESS_FAILURES, EMAIL_FAILURES
 from relay.inference.app import INFERENCE_ROUTES
 from tests.fixtures.live import CHAT_MODEL, Gateway
 from tests.fixtures.relay_server import ADMIN_TOKEN

@@ -9,7 +9,7 @@ import os
 
 from sqlalchemy import func, select
 
-from relay.control.tokens import load_signer
+from relay.control.services.tokens import load_signer
 from relay.crypto.sealing import SecretBox
 from relay.store import tables as t
 from relay.store.engine import create_engine

@@ -25,9 +25,9 @@ from relay.boot.control_plane import build_control_plane
 from relay.boot.data_plane import build_inference_app
 from relay.boot.shared import build_shared, foundation_services
 from relay.config import Settings
-from relay.control.apply import ApplyService
-from relay.control.keys import KeyService
-from relay.control.tokens import TokenService
+from relay.control.services.apply import ApplyService
+from relay.control.services.keys import KeyService
+from relay.control.services.tokens import TokenService
 from relay.crypto.sealing import ProvisionedSecrets
 from relay.snapshot.reloader import CatalogReloader
 

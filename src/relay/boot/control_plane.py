@@ -15,18 +15,21 @@ from relay.batch_apis.files_service import FileService
 from relay.batches.service import BatchService
 from relay.boot.shared import Shared
 from relay.control.app import build_control_app
-from relay.control.apply import ApplyService
-from relay.control.batch_admin import BatchAdmin
-from relay.control.batch_routes import mount_batch_routes
-from relay.control.credential_routes import mount_credential_routes
 from relay.control.dashboard import Dashboard, mount_dashboard
 from relay.control.guard import ControlGuard
-from relay.control.health import HealthService
-from relay.control.keys import KeyService
-from relay.control.spend_routes import mount_spend_routes, spend_reader
-from relay.control.throttle import LoginThrottle
-from relay.control.usage_routes import UsageQueries, mount_usage_routes
-from relay.control.webhook_routes import WebhookDeliveries, mount_webhook_routes
+from relay.control.routes.batches import mount_batch_routes
+from relay.control.routes.credentials import mount_credential_routes
+from relay.control.routes.spend import mount_spend_routes
+from relay.control.routes.usage import mount_usage_routes
+from relay.control.routes.webhooks import mount_webhook_routes
+from relay.control.services.apply import ApplyService
+from relay.control.services.batches import BatchAdmin
+from relay.control.services.health import HealthService
+from relay.control.services.keys import KeyService
+from relay.control.services.spend import spend_reader
+from relay.control.services.throttle import LoginThrottle
+from relay.control.services.usage import CapturedPayloads, UsageQueries
+from relay.control.services.webhooks import WebhookDeliveries
 
 
 def build_control_plane(
@@ -38,6 +41,8 @@ def build_control_plane(
     # One for POST /api/auth/login and the dashboard's sign-in; counted across replicas with Redis.
     login_throttle = LoginThrottle(shared.state if settings.redis_url else None)
     secure_cookies = (settings.public_url or "").startswith("https://")
+    usage = UsageQueries(engine)
+    spend = spend_reader(shared.limiter, shared.snapshot)
     dashboard = Dashboard(
         admin_token=secrets.admin_token,
         catalog=shared.catalog,
@@ -45,11 +50,11 @@ def build_control_plane(
         tokens=shared.tokens,
         batches=admin_batches,
         batch_service=batches,
-        usage=UsageQueries(engine),
+        usage=usage,
         health=HealthService(shared.snapshot, shared.state),
         secure_cookies=secure_cookies,
         login_throttle=login_throttle,
-        spend=spend_reader(shared.limiter, shared.snapshot),
+        spend=spend,
         webhooks=webhook_deliveries,
         files=files,
     )
@@ -58,8 +63,8 @@ def build_control_plane(
         mount_credential_routes(
             app, keys, shared.tokens, admin, secure_cookies=secure_cookies, throttle=login_throttle
         )
-        mount_usage_routes(app, engine=engine, require_admin=admin, on_settings_change=shared.reloader.reload)
-        mount_spend_routes(app, limiter=shared.limiter, snapshot=shared.snapshot, require_admin=admin)
+        mount_usage_routes(app, usage, CapturedPayloads(engine, shared.reloader.reload), admin)
+        mount_spend_routes(app, spend, admin)
         mount_batch_routes(app, admin_batches, admin)
         mount_webhook_routes(app, webhook_deliveries, admin)
         mount_dashboard(app, dashboard)

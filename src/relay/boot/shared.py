@@ -17,8 +17,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.background import Service, Stage
 from relay.config import Settings, host_key_env
-from relay.control.catalog import CatalogService
-from relay.control.tokens import TokenService, load_signer
+from relay.control.services.catalog import CatalogService
+from relay.control.services.tokens import TokenService, load_signer
 from relay.crypto.sealing import ProvisionedSecrets, SecretBox, provision
 from relay.request.keypool import KeyPool
 from relay.request.pipeline import Pipeline

@@ -1,6 +1,6 @@
 """The catalog kinds of SPEC §2 as data: how each one's spec maps onto its table and child tables.
 
-Every kind shares one life cycle (``control.catalog``); what differs is described here: which fields
+Every kind shares one life cycle (``control.services.catalog``); what differs is described here: which fields
 are references (and to which table), which are JSON, which child rows it owns, which fields are
 secrets that are transformed on the way in and never rendered. Adding a kind means adding an entry,
 not another copy of CRUD code.

@@ -12,7 +12,7 @@ control plane only).
 
 Invariants. Named ``snapshot`` (not ``catalog``) to tell it apart from the catalog's storage
 (``store.catalog``), its write specs (``domain.kind_specs``) and its control-plane service
-(``control.catalog``).
+(``control.services.catalog``).
 """
 
 from relay.snapshot.build import Snapshot, build_snapshot

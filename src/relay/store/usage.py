@@ -6,9 +6,9 @@ and upserts ``settings`` rows. Every SQLite/Postgres difference of these queries
 day of a timestamp, percentiles, and the settings upsert.
 
 What it deliberately does not know. Event construction, pricing and queueing (``relay.usage.event``,
-``relay.usage.writer``), HTTP parameter parsing (``relay.control.usage_routes``), names of catalog
-objects (callers resolve names to ids first: events record ids only, and keep them after the objects
-are deleted).
+``relay.usage.writer``), HTTP parameter parsing (``relay.control.services.usage``), names of
+catalog objects (callers resolve names to ids first: events record ids only, and keep them after the
+objects are deleted).
 
 Invariants. Pagination is newest first by ``(ts, id)`` descending, a total order even when timestamps
 tie, so walking pages never shows an event twice or skips one that existed when the walk began.

@@ -7,8 +7,10 @@ and ``make test`` need only Python and PyPI), a page weighs a few KB, and the Co
 can forbid every inline script and style.
 
 It renders what the control API serves: each page calls the services the ``/api`` routes call, never
-the store (an import-linter contract keeps SQL out of this package). See ``web`` for the shared parts
-(security headers, viewer, CSRF), ``session`` for sign-in cookies, and the ``*_pages`` modules.
+the store or the ``/api`` routes (import-linter contracts keep SQL and ``relay.control.routes`` out of
+this package). See ``web`` for the shared parts (security headers, viewer, CSRF, mounting a page
+module's route table), ``session`` for sign-in cookies, and the ``*_pages`` modules, each with its
+``ROUTES`` table of small handlers.
 """
 
 from __future__ import annotations
@@ -19,12 +21,16 @@ from typing import Final
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import RedirectResponse, Response
 
-from relay.control.dashboard.admin_pages import mount_admin_pages
-from relay.control.dashboard.batch_downloads import mount_batch_downloads
-from relay.control.dashboard.pages import mount_pages
-from relay.control.dashboard.usage_pages import mount_usage_pages
-from relay.control.dashboard.web import HEADERS, Dashboard
-from relay.control.dashboard.webhook_pages import mount_webhook_pages
+from relay.control.dashboard import (
+    admin_pages,
+    batch_downloads,
+    batch_pages,
+    overview_pages,
+    signin_pages,
+    usage_pages,
+    webhook_pages,
+)
+from relay.control.dashboard.web import HEADERS, Dashboard, mount
 
 __all__ = ["Dashboard", "mount_dashboard"]
 
@@ -33,6 +39,18 @@ STATIC_TYPES: Final = {
     "relay.js": "text/javascript; charset=utf-8",
     "favicon.svg": "image/svg+xml",
 }
+
+
+#: The page modules, in the order their routes are mounted.
+PAGES: Final = (
+    signin_pages,
+    overview_pages,
+    batch_pages,
+    batch_downloads,
+    usage_pages,
+    admin_pages,
+    webhook_pages,
+)
 
 
 def _load_static() -> dict[str, bytes]:
@@ -61,9 +79,6 @@ def mount_dashboard(app: FastAPI, dash: Dashboard) -> None:
 
     router.add_api_route("/ui", root, methods=["GET"], include_in_schema=False)
     router.add_api_route("/ui/static/{name}", asset, methods=["GET"], include_in_schema=False)
-    mount_pages(router, dash)
-    mount_batch_downloads(router, dash)
-    mount_usage_pages(router, dash)
-    mount_admin_pages(router, dash)
-    mount_webhook_pages(router, dash)
+    for pages in PAGES:
+        mount(router, dash, pages.ROUTES)
     app.include_router(router)

@@ -5,20 +5,20 @@ that does not answer shows as unknown, the page still renders).
 
 Keys: create (the plaintext is in that one answer and nowhere else: the page is ``no-store`` and the
 next visit shows only the prefix), rotate with a grace period, revoke, disable and enable, each
-through :class:`relay.control.keys.KeyService` exactly as ``/api/keys`` does. A user signed in with
+through :class:`relay.control.services.keys.KeyService` exactly as ``/api/keys`` does. A user signed in with
 email and password gets 403 here, as the control API would refuse them.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from fastapi.responses import Response
 
-from relay.control.dashboard.web import Dashboard, with_errors
+from relay.control.dashboard.web import Dashboard, PageRoutes
 from relay.control.dashboard.webhook_pages import latest_deliveries, outcome
-from relay.control.kinds import KINDS
+from relay.control.kinds import BY_PLURAL
 from relay.errors import RelayError
 from relay.state import StateUnavailable
 
@@ -35,99 +35,94 @@ def key_state(key: dict[str, Any]) -> str:
     return "active"
 
 
-def mount_admin_pages(router: APIRouter, dash: Dashboard) -> None:
-    kinds = {kind.plural: kind for kind in KINDS}
-
-    async def keys_page(
-        request: Request,
-        *,
-        created: dict[str, Any] | None = None,
-        error: str | None = None,
-        status: int = 200,
-    ) -> Response:
-        viewer = await dash.require(request, admin=True)
-        items = await dash.keys.list_all()
-        accounts = await dash.catalog.list_all(kinds["service-accounts"])
-        users = await dash.catalog.list_all(kinds["users"])
-        policies = await dash.catalog.list_all(kinds["policies"])
-        return dash.page(
-            "keys.html",
-            request,
-            viewer,
-            status,
-            keys=items,
-            key_state=key_state,
-            created=created,
-            error=error,
-            accounts=accounts,
-            users=users,
-            policies=policies,
-        )
-
-    async def keys(request: Request) -> Response:
-        return await keys_page(request)
-
-    async def create(request: Request) -> Response:
-        viewer = await dash.require(request, admin=True)
-        fields = await dash.form(request, viewer)
-        payload: dict[str, Any] = {
-            "principal_kind": fields.get("principal_kind", ""),
-            "principal": fields.get("principal", ""),
-        }
-        for name in ("policy", "name", "expires_at", "project"):
-            if fields.get(name):
-                payload[name] = fields[name]
-        try:
-            answer = await dash.keys.create(payload)
-        except RelayError as exc:
-            return await keys_page(request, error=exc.message, status=exc.status)
-        return await keys_page(request, created={"action": "created", **answer}, status=201)
-
-    async def act(request: Request) -> Response:
-        viewer = await dash.require(request, admin=True)
-        fields = await dash.form(request, viewer)
-        key_id, action = request.path_params["key_id"], request.path_params["action"]
-        try:
-            if action == "rotate":
-                grace = fields.get("grace_seconds") or "0"
-                answer = await dash.keys.rotate(
-                    key_id, {"grace_seconds": int(grace) if grace.isdigit() else grace}
-                )
-                return await keys_page(request, created={"action": "rotated", **answer})
-            if action == "revoke":
-                await dash.keys.revoke(key_id)
-            elif action in ("disable", "enable"):
-                await dash.keys.patch(key_id, {"enabled": action == "enable"})
-            else:
-                return await keys_page(request, error=f"unknown action {action!r}", status=404)
-        except RelayError as exc:
-            return await keys_page(request, error=exc.message, status=exc.status)
-        return dash.redirect("/ui/keys")
-
-    async def catalog(request: Request) -> Response:
-        viewer = await dash.require(request, admin=True)
-        lists = {plural: await dash.catalog.list_all(kinds[plural]) for plural in CATALOG_KINDS}
-        health = await dash.health.host_keys()
-        spend, spend_unknown = await _spend(dash, lists["policies"])
-        latest = await latest_deliveries(dash, lists["webhooks"])
-        return dash.page(
-            "catalog.html",
-            request,
-            viewer,
-            lists=lists,
-            health=health,
-            spend=spend,
-            spend_unknown=spend_unknown,
-            latest=latest,
-            outcome=outcome,
-        )
-
-    router.add_api_route("/ui/keys", with_errors(dash, keys), methods=["GET"], include_in_schema=False)
-    router.add_api_route("/ui/keys", with_errors(dash, create), methods=["POST"], include_in_schema=False)
-    router.add_api_route(
-        "/ui/keys/{key_id}/{action}", with_errors(dash, act), methods=["POST"], include_in_schema=False
+async def keys_page(
+    dash: Dashboard,
+    request: Request,
+    *,
+    created: dict[str, Any] | None = None,
+    error: str | None = None,
+    status: int = 200,
+) -> Response:
+    viewer = await dash.require(request, admin=True)
+    items = await dash.keys.list_all()
+    accounts = await dash.catalog.list_all(BY_PLURAL["service-accounts"])
+    users = await dash.catalog.list_all(BY_PLURAL["users"])
+    policies = await dash.catalog.list_all(BY_PLURAL["policies"])
+    return dash.page(
+        "keys.html",
+        request,
+        viewer,
+        status,
+        keys=items,
+        key_state=key_state,
+        created=created,
+        error=error,
+        accounts=accounts,
+        users=users,
+        policies=policies,
     )
-    router.add_api_route("/ui/catalog", with_errors(dash, catalog), methods=["GET"], include_in_schema=False)
+
+
+async def keys(dash: Dashboard, request: Request) -> Response:
+    return await keys_page(dash, request)
+
+
+async def create(dash: Dashboard, request: Request) -> Response:
+    viewer = await dash.require(request, admin=True)
+    fields = await dash.form(request, viewer)
+    payload: dict[str, Any] = {
+        "principal_kind": fields.get("principal_kind", ""),
+        "principal": fields.get("principal", ""),
+    }
+    for name in ("policy", "name", "expires_at", "project"):
+        if fields.get(name):
+            payload[name] = fields[name]
+    try:
+        answer = await dash.keys.create(payload)
+    except RelayError as exc:
+        return await keys_page(dash, request, error=exc.message, status=exc.status)
+    return await keys_page(dash, request, created={"action": "created", **answer}, status=201)
+
+
+async def act(dash: Dashboard, request: Request) -> Response:
+    viewer = await dash.require(request, admin=True)
+    fields = await dash.form(request, viewer)
+    key_id, action = request.path_params["key_id"], request.path_params["action"]
+    try:
+        if action == "rotate":
+            grace = fields.get("grace_seconds") or "0"
+            answer = await dash.keys.rotate(
+                key_id, {"grace_seconds": int(grace) if grace.isdigit() else grace}
+            )
+            return await keys_page(dash, request, created={"action": "rotated", **answer})
+        if action == "revoke":
+            await dash.keys.revoke(key_id)
+        elif action in ("disable", "enable"):
+            await dash.keys.patch(key_id, {"enabled": action == "enable"})
+        else:
+            return await keys_page(dash, request, error=f"unknown action {action!r}", status=404)
+    except RelayError as exc:
+        return await keys_page(dash, request, error=exc.message, status=exc.status)
+    return dash.redirect("/ui/keys")
+
+
+async def catalog(dash: Dashboard, request: Request) -> Response:
+    viewer = await dash.require(request, admin=True)
+    lists = {plural: await dash.catalog.list_all(BY_PLURAL[plural]) for plural in CATALOG_KINDS}
+    health = await dash.health.host_keys()
+    spend, spend_unknown = await _spend(dash, lists["policies"])
+    latest = await latest_deliveries(dash, lists["webhooks"])
+    return dash.page(
+        "catalog.html",
+        request,
+        viewer,
+        lists=lists,
+        health=health,
+        spend=spend,
+        spend_unknown=spend_unknown,
+        latest=latest,
+        outcome=outcome,
+    )
 
 
 async def _spend(dash: Dashboard, policies: list[dict[str, Any]]) -> tuple[dict[str, Any], bool]:
@@ -147,3 +142,11 @@ async def _spend(dash: Dashboard, policies: list[dict[str, Any]]) -> tuple[dict[
         except RelayError:
             continue  # created a moment ago: not in this replica's snapshot yet
     return spend, False
+
+
+ROUTES: Final[PageRoutes] = [
+    ("/ui/keys", keys, ("GET",)),
+    ("/ui/keys", create, ("POST",)),
+    ("/ui/keys/{key_id}/{action}", act, ("POST",)),
+    ("/ui/catalog", catalog, ("GET",)),
+]

@@ -12,41 +12,39 @@ The batch is looked up within the viewer's projects first (404 outside them, as 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Final
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 
 from relay.batch_apis.anthropic_service import result_line
-from relay.control.dashboard.web import HEADERS, Dashboard, Refused, with_errors
+from relay.control.dashboard.web import HEADERS, Dashboard, PageRoutes, Refused
 
 OPENAI_FILES = ("output", "error")
 
 
-def mount_batch_downloads(router: APIRouter, dash: Dashboard) -> None:
-    async def results(request: Request) -> Response:
-        viewer = await dash.require(request)
-        batch_id = request.path_params["batch_id"]
-        source = await dash.batches.results_source(batch_id, viewer.scope)
-        if source["api"] == "openai":
-            return await _openai_file(dash, batch_id, source, request.query_params.get("file", "output"))
-        if source["api"] == "anthropic" and not source["ended"]:
-            raise Refused(409, "a Message Batch has results once it has ended")
-        record = await dash.batch_service.record(batch_id)
+async def results(dash: Dashboard, request: Request) -> Response:
+    viewer = await dash.require(request)
+    batch_id = request.path_params["batch_id"]
+    source = await dash.batches.results_source(batch_id, viewer.scope)
+    if source["api"] == "openai":
+        return await _openai_file(dash, batch_id, source, request.query_params.get("file", "output"))
+    if source["api"] == "anthropic" and not source["ended"]:
+        raise Refused(409, "a Message Batch has results once it has ended")
+    record = await dash.batch_service.record(batch_id)
 
-        async def lines() -> AsyncIterator[bytes]:
-            if source["api"] == "anthropic":
-                async for rows in dash.batch_service.result_pages(record):
-                    yield b"".join(result_line(row, body) for row, body in rows)
-            else:
-                async for page in dash.batch_service.results(record):
-                    yield b"".join(line + b"\n" for line in page)
+    async def lines() -> AsyncIterator[bytes]:
+        if source["api"] == "anthropic":
+            async for rows in dash.batch_service.result_pages(record):
+                yield b"".join(result_line(row, body) for row, body in rows)
+        else:
+            async for page in dash.batch_service.results(record):
+                yield b"".join(line + b"\n" for line in page)
 
-        return _download(lines(), f"{batch_id}-results.jsonl")
+    return _download(lines(), f"{batch_id}-results.jsonl")
 
-    router.add_api_route(
-        "/ui/batches/{batch_id}/results", with_errors(dash, results), methods=["GET"], include_in_schema=False
-    )
+
+ROUTES: Final[PageRoutes] = [("/ui/batches/{batch_id}/results", results, ("GET",))]
 
 
 async def _openai_file(dash: Dashboard, batch_id: str, source: dict[str, Any], which: str) -> Response:

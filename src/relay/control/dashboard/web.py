@@ -1,5 +1,6 @@
 """What every dashboard page shares: its services, the templates, the security headers, the
-signed-in viewer and the CSRF check of state-changing forms.
+signed-in viewer and what it may see, the CSRF check of state-changing forms, and how a page module's
+route table is mounted (each handler takes the :class:`Dashboard` and the request).
 
 Security headers on every answer: a Content-Security-Policy that allows scripts, styles, images and
 fetches from Relay itself only (``'self'``: no inline script, no inline style, no CDN), no framing,
@@ -9,29 +10,29 @@ the browser; ``nosniff`` and ``no-referrer``.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Final
 from urllib.parse import parse_qsl, urlencode
 
-from fastapi import Request
+from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from relay.batch_apis.files_service import FileService
 from relay.batches.service import BatchService
-from relay.control.batch_admin import BatchAdmin
-from relay.control.catalog import CatalogService
 from relay.control.dashboard.session import COOKIE, Signer, Viewer
-from relay.control.health import HealthService
-from relay.control.keys import KeyService
-from relay.control.spend_routes import SpendReader
-from relay.control.throttle import LoginThrottle
-from relay.control.tokens import TokenService
-from relay.control.usage_routes import UsageQueries
-from relay.control.webhook_routes import WebhookDeliveries
+from relay.control.kinds import PROJECT
+from relay.control.services.batches import BatchAdmin
+from relay.control.services.catalog import CatalogService
+from relay.control.services.health import HealthService
+from relay.control.services.keys import KeyService
+from relay.control.services.spend import SpendReader
+from relay.control.services.throttle import LoginThrottle
+from relay.control.services.tokens import TokenService
+from relay.control.services.usage import UsageQueries
+from relay.control.services.webhooks import WebhookDeliveries
 from relay.errors import RelayError
 
 CSP: Final = (
@@ -169,16 +170,24 @@ def query_string(params: dict[str, Any], **changes: Any) -> str:
 
 
 Handler = Callable[[Request], Awaitable[Response]]
+Page = Callable[[Dashboard, Request], Awaitable[Response]]
+#: A page module's route table: (path, handler, methods), mounted in order by :func:`mount`.
+PageRoutes = Sequence[tuple[str, Page, tuple[str, ...]]]
 
 
-def with_errors(dash: Dashboard, handler: Handler) -> Handler:
+def mount(router: APIRouter, dash: Dashboard, routes: PageRoutes) -> None:
+    """Add a page module's route table: each handler with ``dash`` and its errors rendered as pages."""
+    for path, handler, methods in routes:
+        router.add_api_route(path, with_errors(dash, handler), methods=list(methods), include_in_schema=False)
+
+
+def with_errors(dash: Dashboard, handler: Page) -> Handler:
     """Render a :class:`Refused` or a service's 4xx (RelayError) as the error page with its status;
     a request that is not signed in goes to the sign-in page instead."""
 
-    @functools.wraps(handler)
     async def wrapped(request: Request) -> Response:
         try:
-            return await handler(request)
+            return await handler(dash, request)
         except Refused as exc:
             if exc.status == 401 and request.method == "GET":
                 return dash.redirect("/ui/signin")
@@ -188,4 +197,31 @@ def with_errors(dash: Dashboard, handler: Handler) -> Handler:
             viewer = await dash.viewer(request)
             return dash.page("error.html", request, viewer, exc.status, message=exc.message)
 
+    # The route's name is the page's (the handler's ``dash`` is bound here, so FastAPI must read this
+    # function's signature, not the handler's: no ``__wrapped__``).
+    wrapped.__name__ = wrapped.__qualname__ = handler.__name__
+    wrapped.__doc__ = handler.__doc__
     return wrapped
+
+
+# -- what a viewer may see -----------------------------------------------------------------------------
+
+
+def scoped_project(viewer: Viewer, params: dict[str, str]) -> dict[str, str]:
+    """A user's reads are pinned to one of their projects (the one asked for, else their first)."""
+    if viewer.is_admin:
+        return params
+    if not viewer.projects:
+        raise Refused(403, "you are not a member of any project")
+    wanted = params.get("project") or viewer.projects[0][0]
+    for project_id, name in viewer.projects:
+        if wanted in (project_id, name):
+            return {**params, "project": project_id}
+    raise Refused(403, f"you are not a member of project {wanted!r}")
+
+
+async def project_names(dash: Dashboard, viewer: Viewer) -> dict[str, str]:
+    """Project id → name for what the viewer may see (batches record ids; names read better)."""
+    if not viewer.is_admin:
+        return dict(viewer.projects)
+    return {p["id"]: p["name"] for p in await dash.catalog.list_all(PROJECT)}

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from fastapi.responses import Response
 
-from relay.control.dashboard.web import Dashboard, Refused, with_errors
+from relay.control.dashboard.web import Dashboard, PageRoutes, Refused
 from relay.control.kinds import WEBHOOK
 from relay.errors import NotFound
 
@@ -45,17 +45,13 @@ async def latest_deliveries(dash: Dashboard, webhooks: list[dict[str, Any]]) -> 
     return out
 
 
-def mount_webhook_pages(router: APIRouter, dash: Dashboard) -> None:
-    async def webhook(request: Request) -> Response:
-        viewer = await dash.require(request, admin=True)
-        if dash.webhooks is None:
-            raise Refused(404, "webhook deliveries are not available here")
-        hook = await dash.catalog.get(WEBHOOK, request.path_params["ref"])  # 404 for an unknown one
-        found = await dash.webhooks.recent(hook["id"], {"limit": RECENT})
-        return dash.page(
-            "webhook.html", request, viewer, hook=hook, deliveries=found["items"], outcome=outcome
-        )
+async def webhook(dash: Dashboard, request: Request) -> Response:
+    viewer = await dash.require(request, admin=True)
+    if dash.webhooks is None:
+        raise Refused(404, "webhook deliveries are not available here")
+    hook = await dash.catalog.get(WEBHOOK, request.path_params["ref"])  # 404 for an unknown one
+    found = await dash.webhooks.recent(hook["id"], {"limit": RECENT})
+    return dash.page("webhook.html", request, viewer, hook=hook, deliveries=found["items"], outcome=outcome)
 
-    router.add_api_route(
-        "/ui/webhooks/{ref}", with_errors(dash, webhook), methods=["GET"], include_in_schema=False
-    )
+
+ROUTES: Final[PageRoutes] = [("/ui/webhooks/{ref}", webhook, ("GET",))]

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from relay.errors import RateLimited
 from relay.state import LimitCheck, SharedState, StateUnavailable
 
-log = logging.getLogger("relay.control.throttle")
+log = logging.getLogger("relay.control.throttle")  # the name operators filter on; kept across moves
 
 WINDOW_S = 300
 EMAIL_FAILURES = 10

@@ -3,7 +3,7 @@
 What it does. :meth:`BatchAdmin.list` validates the filters (each bad one is a 400 naming it) and
 answers one keyset page ``{"items", "next_cursor"}``; :meth:`detail` adds a batch's item counts and
 its failures grouped by §10.4 cause; :meth:`cancel` cancels any owner's batch exactly as §10.5 does.
-The HTTP routes (``relay.control.batch_routes``) and the dashboard both call it, so the dashboard
+The HTTP routes (``relay.control.routes.batches``) and the dashboard both call it, so the dashboard
 shows and refuses exactly what the API does.
 
 ``scope`` narrows every call to some projects: the dashboard passes a signed-in user's projects, and

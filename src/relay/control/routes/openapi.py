@@ -6,7 +6,7 @@ answers 401, 404, 408, 409, 413, 429, 431 and 500 in one error shape. This modul
 document once: every operation lists every status it can answer, each error with the ``Error`` schema,
 catalog routes get their real response schemas (the object as rendered: the kind's fields without
 its write-only ones, plus ``id``, ``created_at``, ``updated_at`` and each reference's ``<field>_id``), and
-every other route the model of its answer from :mod:`relay.control.answers` (FastAPI only knows them
+every other route the model of its answer from :mod:`relay.control.routes.answers` (FastAPI only knows them
 as "an object": the handlers return plain dicts). A create whose answer adds a field once (a webhook's
 generated ``secret``) is declared as ``<Kind>Created``: the object plus that optional field.
 
@@ -21,8 +21,8 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from relay.control.answers import ANSWERS, Answer
 from relay.control.kinds import KINDS, Kind
+from relay.control.routes.answers import ANSWERS, Answer
 
 ERROR = {"$ref": "#/components/schemas/Error"}
 ERROR_SCHEMA = {
@@ -38,7 +38,7 @@ ERROR_SCHEMA = {
 }
 OPEN = ("/api/openapi.json", "/api/docs")
 #: Fields a kind's create answer adds to its object, once: a webhook created without a ``secret`` is
-#: answered with the generated one (``relay.control.catalog.with_generated_secret``, SPEC §10.10).
+#: answered with the generated one (``relay.control.services.catalog.with_generated_secret``, SPEC §10.10).
 CREATE_EXTRAS: dict[str, dict[str, Any]] = {
     "Webhook": {
         "secret": {

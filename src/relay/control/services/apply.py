@@ -20,8 +20,8 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from relay.control.catalog import CatalogService, with_generated_secret
 from relay.control.kinds import BY_NAME, KINDS, Kind
+from relay.control.services.catalog import CatalogService, with_generated_secret
 from relay.crypto.passwords import verify_password
 from relay.crypto.sealing import SecretBox
 from relay.errors import InvalidRequest, Unprocessable
