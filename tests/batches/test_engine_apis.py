@@ -12,12 +12,13 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from relay.batches.hooks import FinishedBatch, FinishHooks
+from relay.batches.hooks import FinishHooks
 from relay.domain.batches import is_batch_id, mint_batch_id
 from relay.domain.failures import cause_of
 from relay.store import batches as batch_store
 from relay.store import tables as t
 from tests.batches import queue_ops
+from tests.batches.conftest import Finished
 from tests.batches.queue_helpers import (
     batch_row,
     cancel_events,
@@ -30,27 +31,6 @@ from tests.batches.queue_helpers import (
     set_back,
     submit,
 )
-
-
-class Finished(list[FinishedBatch]):
-    """The batches finishing transactions reported to :attr:`hooks` (pass them to what finishes)."""
-
-    hooks: FinishHooks
-
-
-@pytest.fixture
-def finished() -> Finished:
-    """Every batch a finishing transaction reported, via a hook that also writes a row in that
-    transaction (proving it runs inside it), passed explicitly as ``hooks=finished.hooks``."""
-    seen = Finished()
-
-    async def hook(conn: AsyncConnection, batches: Sequence[FinishedBatch]) -> None:
-        seen.extend(batches)
-        for batch in batches:
-            await batch_store.set_api_state(conn, batch.id, api_status="finished-hook")
-
-    seen.hooks = FinishHooks(hook)
-    return seen
 
 
 async def api_status(engine: AsyncEngine, batch_id: str) -> str | None:

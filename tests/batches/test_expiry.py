@@ -16,8 +16,9 @@ from relay.store import batches as batch_store
 from relay.store import tables as t
 from relay.store.batch_queue import BatchStore
 from tests.batches import queue_ops
+from tests.batches.conftest import Finished
 from tests.batches.queue_helpers import claim_run, complete, items, submit
-from tests.batches.test_engine_apis import Finished, expire_now, finished  # noqa: F401  (a fixture)
+from tests.batches.test_engine_apis import expire_now
 
 
 async def openai_batch(engine: AsyncEngine, n: int, *, expires_in_s: float) -> str:
@@ -50,7 +51,7 @@ async def test_a_reserved_item_of_a_batch_that_expired_meanwhile_never_starts(en
 
 async def test_a_last_item_succeeding_after_the_deadline_leaves_the_batch_completed(
     engine: AsyncEngine,
-    finished: Finished,  # noqa: F811
+    finished: Finished,
 ) -> None:
     batch_id = await openai_batch(engine, 1, expires_in_s=3600)
     claimed = await claim_run(engine, "r1", 1)
@@ -65,7 +66,7 @@ async def test_a_last_item_succeeding_after_the_deadline_leaves_the_batch_comple
 
 async def test_a_batch_whose_expiry_cancelled_an_item_is_expired(
     engine: AsyncEngine,
-    finished: Finished,  # noqa: F811
+    finished: Finished,
 ) -> None:
     batch_id = await openai_batch(engine, 2, expires_in_s=3600)
     claimed = await claim_run(engine, "r1", 1)

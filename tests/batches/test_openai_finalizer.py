@@ -71,11 +71,11 @@ async def error_files(engine: AsyncEngine, batch_id: str) -> int:
 
 
 async def test_racing_replicas_write_the_files_once(
-    hooked: AsyncEngine, replicas: list[AsyncEngine], tmp_path: Path
+    hooked: AsyncEngine, replica_engines: list[AsyncEngine], tmp_path: Path
 ) -> None:
     batch_id = await cancelled_openai_batch(hooked)
     assert (await state(hooked, batch_id))[0] == "finalizing"  # set inside the finishing transaction
-    racers = [finalizer(engine, tmp_path / str(i)) for i, engine in enumerate(replicas)]
+    racers = [finalizer(engine, tmp_path / str(i)) for i, engine in enumerate(replica_engines)]
     done = await asyncio.gather(*(racer.finalize_waiting() for racer in racers))
     assert sum(done) == 1
     status, data = await state(hooked, batch_id)
@@ -115,7 +115,7 @@ async def test_the_hook_leaves_other_apis_and_failed_batches_alone(hooked: Async
 
 
 async def test_the_end_event_is_called_once_in_the_end_state_transaction(
-    hooked: AsyncEngine, replicas: list[AsyncEngine], tmp_path: Path
+    hooked: AsyncEngine, replica_engines: list[AsyncEngine], tmp_path: Path
 ) -> None:
     """What the webhooks' outbox gets (SPEC §10.10): one call per batch with its end state's event type,
     inside the transaction that sets it (the callback's row write commits with it), for a finalized
@@ -133,7 +133,7 @@ async def test_the_end_event_is_called_once_in_the_end_state_transaction(
     end_events = EndEvents(record)  # passed explicitly, as relay.boot does: no registry
     hooks = FinishHooks(finalizing_hook(end_events))
     batch_id = await cancelled_openai_batch(hooked, hooks=hooks)
-    racers = [finalizer(engine, tmp_path / str(i), end_events) for i, engine in enumerate(replicas)]
+    racers = [finalizer(engine, tmp_path / str(i), end_events) for i, engine in enumerate(replica_engines)]
     await asyncio.gather(*(racer.finalize_waiting() for racer in racers))
     failed_id = mint_batch_id("openai")
     row = batch_row(id=failed_id, api="openai", api_status="failed")

@@ -96,7 +96,7 @@ async def test_nothing_to_claim(engine: AsyncEngine) -> None:
 
 
 async def test_concurrent_claimants_never_claim_an_item_twice(
-    engine: AsyncEngine, replicas: list[AsyncEngine]
+    engine: AsyncEngine, replica_engines: list[AsyncEngine]
 ) -> None:
     batch_ids = [await submit(engine, n) for n in (150, 40, 7)]
     seen: Counter[tuple[str, int]] = Counter()
@@ -108,7 +108,7 @@ async def test_concurrent_claimants_never_claim_an_item_twice(
             if not claimed and await available(replica) == 0:
                 return  # (an empty claim alone may only mean every open batch was locked just then)
 
-    await asyncio.gather(*(worker(r, f"r{n}-{w}") for n, r in enumerate(replicas) for w in range(3)))
+    await asyncio.gather(*(worker(r, f"r{n}-{w}") for n, r in enumerate(replica_engines) for w in range(3)))
 
     expected = {(b, i) for b, n in zip(batch_ids, (150, 40, 7), strict=True) for i in range(n)}
     assert set(seen) == expected
@@ -116,14 +116,18 @@ async def test_concurrent_claimants_never_claim_an_item_twice(
 
 
 async def test_concurrent_finishers_complete_the_batch_once(
-    engine: AsyncEngine, replicas: list[AsyncEngine]
+    engine: AsyncEngine, replica_engines: list[AsyncEngine]
 ) -> None:
     """The last two items finishing at once on two replicas must still set completed_at."""
     for _ in range(3):
         batch_id = await submit(engine, 30)
-        claimed = [await claim_run(r, f"r{n}", 10) for n, r in enumerate(replicas)]
+        claimed = [await claim_run(r, f"r{n}", 10) for n, r in enumerate(replica_engines)]
         results = await asyncio.gather(
-            *(complete(replicas[n], f"r{n}", item) for n, group in enumerate(claimed) for item in group)
+            *(
+                complete(replica_engines[n], f"r{n}", item)
+                for n, group in enumerate(claimed)
+                for item in group
+            )
         )
         assert all(results)
         assert await completed_at(engine, batch_id) is not None

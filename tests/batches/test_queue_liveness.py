@@ -78,7 +78,7 @@ async def test_rescue_discards_items_running_past_the_latest_bound(engine: Async
 
 
 async def test_concurrent_rescuers_rescue_each_item_once(
-    engine: AsyncEngine, replicas: list[AsyncEngine]
+    engine: AsyncEngine, replica_engines: list[AsyncEngine]
 ) -> None:
     batch_ids = [await submit(engine, 20) for _ in range(3)]
     for _ in range(6):
@@ -88,7 +88,7 @@ async def test_concurrent_rescuers_rescue_each_item_once(
     results = await asyncio.gather(
         *(
             queue_ops.rescue(r, stale_after_s=30, rescue_after_s=900, events_for=rescue_events)
-            for r in replicas * 2
+            for r in replica_engines * 2
         )
     )
 

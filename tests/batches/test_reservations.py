@@ -59,16 +59,16 @@ async def test_a_cancel_cancels_reserved_items_and_they_never_start(engine: Asyn
 
 
 async def test_a_start_racing_a_cancel_either_runs_before_it_or_never(
-    engine: AsyncEngine, replicas: list[AsyncEngine]
+    engine: AsyncEngine, replica_engines: list[AsyncEngine]
 ) -> None:
     """Concurrent starts and cancels on separate connections: every item ends either running (its
     start committed first, so the cancel left it) or cancelled with one event, never both."""
     for _ in range(5):
         batch_id = await submit(engine, 8)
-        claimed = await queue_ops.claim(replicas[0], "r1", 8)
+        claimed = await queue_ops.claim(replica_engines[0], "r1", 8)
         started, cancelled = await asyncio.gather(
-            queue_ops.start(replicas[0], "r1", keys(claimed)),
-            queue_ops.cancel(replicas[1], batch_id, events_for=cancel_events(batch_id)),
+            queue_ops.start(replica_engines[0], "r1", keys(claimed)),
+            queue_ops.cancel(replica_engines[1], batch_id, events_for=cancel_events(batch_id)),
         )
         rows = {r["idx"]: r["state"] for r in await items(engine, batch_id)}
         assert {idx for _, idx in started} == {i for i, s in rows.items() if s == "running"}

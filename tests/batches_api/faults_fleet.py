@@ -14,7 +14,7 @@ How "never run twice concurrently" is judged:
   granularity) mean two concurrent runs.
 
 What it deliberately does not know: which fault a test injects. The ``fleet_for`` fixture is defined
-here; test modules import it (``from tests.batches_api.faults_fleet import fleet_for  # noqa: F401``).
+here and registered for every test by the root conftest.
 """
 
 from __future__ import annotations

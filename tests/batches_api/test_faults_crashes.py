@@ -22,7 +22,6 @@ from tests.batches_api.faults_fleet import (
     Fleet,
     apply_catalog,
     assert_never_concurrent,
-    fleet_for,  # noqa: F401  (the fixture)
     in_flight,
     items,
     sends,
@@ -33,14 +32,14 @@ from tests.batches_api.helpers import submit
 from tests.fixtures.fake_upstream import FakeUpstream
 from tests.fixtures.live import uniq
 from tests.fixtures.polling import wait_for
-from tests.fixtures.private_postgres import PrivateCluster, private_postgres  # noqa: F401
+from tests.fixtures.private_postgres import PrivateCluster
 
 # ---------------------------------------------------------------------------------------------- 1. SIGKILL
 
 
 def test_killed_replica_items_are_worker_lost_and_the_rest_complete(
     database_url: str,
-    fleet_for: Callable[..., Fleet],  # noqa: F811  (the fixture imported above)
+    fleet_for: Callable[..., Fleet],
     fake: FakeUpstream,
 ) -> None:
     """SPEC §10.6 / §13: kill -9 one of two replicas while it runs items. Its running items end
@@ -105,8 +104,8 @@ def test_killed_replica_items_are_worker_lost_and_the_rest_complete(
     ids=["restart-fast", "crash-and-2s-outage"],
 )
 def test_postgres_restart_mid_batch_loses_nothing(
-    private_postgres: PrivateCluster,  # noqa: F811
-    fleet_for: Callable[..., Fleet],  # noqa: F811
+    private_postgres: PrivateCluster,
+    fleet_for: Callable[..., Fleet],
     fake: FakeUpstream,
     mode: str,
     down_s: float,

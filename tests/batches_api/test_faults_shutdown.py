@@ -22,7 +22,6 @@ from tests.batches_api.faults_fleet import (
     Replica,
     apply_catalog,
     assert_never_concurrent,
-    fleet_for,  # noqa: F401  (the fixture)
     in_flight,
     items,
     sends,
@@ -34,14 +33,13 @@ from tests.batches_api.helpers import batch_events, submit
 from tests.fixtures.fake_upstream import FakeUpstream
 from tests.fixtures.live import metric_value, uniq
 from tests.fixtures.polling import wait_for
-from tests.fixtures.private_postgres import PrivateCluster, private_postgres  # noqa: F401
 
 # ---------------------------------------------------------------------------------------------- 3. key fails
 
 
 def test_key_failing_mid_batch_fails_over_and_every_item_completes(
     tmp_path: Path,
-    fleet_for: Callable[..., Fleet],  # noqa: F811  (the fixture imported above)
+    fleet_for: Callable[..., Fleet],
     fake: FakeUpstream,
 ) -> None:
     """SPEC §6 / §13: a host with two keys (prioritized); partway through the batch the first key starts
@@ -95,7 +93,7 @@ def _wave_in_flight(fake: FakeUpstream, tag: str, replica: Replica, wave: set[in
 
 def test_sigterm_drains_running_items_and_claims_no_more(
     tmp_path: Path,
-    fleet_for: Callable[..., Fleet],  # noqa: F811  (the fixture imported above)
+    fleet_for: Callable[..., Fleet],
     fake: FakeUpstream,
 ) -> None:
     """SPEC §10.6, a grace long enough: SIGTERM while a replica runs 4 items of 8. Those 4 finish as
@@ -143,7 +141,7 @@ def test_sigterm_drains_running_items_and_claims_no_more(
 
 def test_sigterm_past_grace_puts_items_back_for_another_replica(
     postgres_url: str,
-    fleet_for: Callable[..., Fleet],  # noqa: F811  (the fixture imported above)
+    fleet_for: Callable[..., Fleet],
     fake: FakeUpstream,
 ) -> None:
     """SPEC §10.6, a grace too short (0.5 s) for 2 s items: at SIGTERM the replica stops its running

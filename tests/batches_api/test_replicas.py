@@ -1,7 +1,7 @@
 """Batches across replicas of one Postgres database (SPEC §10.6, §10.7), over HTTP against real
 ``relay serve`` processes and the real fake upstream.
 
-Three replicas on one database (the module fixture ``replicas``):
+Three replicas on one database (the module fixture ``three_relays``):
 
 - ``a`` and ``b`` run 16 workers each and share one ``RELAY_BATCH_PAYLOAD_DIR`` (the supported layout);
 - ``c`` runs no items (``RELAY_BATCH_WORKERS=0``) and has a directory of its own (the misconfiguration
@@ -42,7 +42,7 @@ class Replicas:
 
 
 @pytest.fixture(scope="module")
-def replicas(
+def three_relays(
     tmp_path_factory: pytest.TempPathFactory, fake_upstream: FakeUpstream, live_reaper: Reaper
 ) -> Iterator[Replicas]:
     root = tmp_path_factory.mktemp("batch-replicas")
@@ -79,11 +79,11 @@ def replicas(
         live_reaper.stop(processes, database_url)
 
 
-def test_shared_directory_every_item_completes_and_reads_alike(replicas: Replicas) -> None:
+def test_shared_directory_every_item_completes_and_reads_alike(three_relays: Replicas) -> None:
     """§10.6/§10.7: two replicas with workers share the directory: every item of a batch larger than one
     replica's pool completes, exactly once (one event per item, one upstream call per item), and the
     results, with their responses, read identically through either replica."""
-    a, b = replicas.a, replicas.b
+    a, b = three_relays.a, three_relays.b
     n = 40  # more than one replica's 16 workers, each item slow enough for both replicas to claim
     marker = f"shared-{a.relay.port}"
     requests = [chat_item(i, user=marker, fake={"latency_ms": 200}) for i in range(n)]
@@ -106,10 +106,10 @@ def test_shared_directory_every_item_completes_and_reads_alike(replicas: Replica
     assert sorted(r["body"]["messages"][0]["content"] for r in sent) == sorted(f"item {i}" for i in range(n))
 
 
-def test_separate_directory_items_fail_with_load_input(replicas: Replicas) -> None:
+def test_separate_directory_items_fail_with_load_input(three_relays: Replicas) -> None:
     """§10.4/§10.7 ``load input: ``: submitted on a replica whose directory the workers do not see, every
     item fails on the replica that claimed it (named in the error), without calling the upstream."""
-    a, c = replicas.a, replicas.c
+    a, c = three_relays.a, three_relays.c
     n = 4
     batch_id = submit(c, "openai", [chat_item(i) for i in range(n)])
     wait_finished(c, batch_id)
@@ -127,11 +127,11 @@ def test_separate_directory_items_fail_with_load_input(replicas: Replicas) -> No
         assert_failed_event(events[r["idx"]], r["error"], "load_input")
 
 
-def test_separate_directory_result_comes_back_without_response(replicas: Replicas) -> None:
+def test_separate_directory_result_comes_back_without_response(three_relays: Replicas) -> None:
     """§10.7: a result completed (and its response written) by the workers reads with its response
     through a replica sharing their directory, and without ``response`` (still ``completed``) through a
     replica that does not."""
-    a, b, c = replicas.a, replicas.b, replicas.c
+    a, b, c = three_relays.a, three_relays.b, three_relays.c
     n = 3
     batch_id = submit(b, "openai", [chat_item(i) for i in range(n)])
     wait_finished(b, batch_id)

@@ -18,7 +18,7 @@ import pytest
 
 from tests.fixtures.databases import missing_service
 from tests.fixtures.fake_upstream import FakeUpstream
-from tests.fixtures.live import Gateway, Reaper, live_reaper, start_gateway  # noqa: F401
+from tests.fixtures.live import Gateway, Reaper, start_gateway
 
 CHROMIUM = os.environ.get("RELAY_TEST_CHROMIUM", "/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "dashboard"
@@ -28,7 +28,7 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "dashboard"
 def dash_gw(
     tmp_path_factory: pytest.TempPathFactory,
     fake_upstream: FakeUpstream,
-    live_reaper: Reaper,  # noqa: F811
+    live_reaper: Reaper,
 ) -> Iterator[Gateway]:
     workdir: Path = tmp_path_factory.mktemp("dashboard")
     # A miniature webhook retry schedule (5 s → 5 ms …): a failed delivery's retry lands within a test.

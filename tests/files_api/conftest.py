@@ -10,7 +10,7 @@ import pytest
 
 from tests.files_api.helpers import FilesRelay
 from tests.fixtures.fake_upstream import FakeUpstream
-from tests.fixtures.live import Gateway, Reaper, backend_setup, live_reaper  # noqa: F401
+from tests.fixtures.live import Gateway, Reaper, backend_setup
 from tests.fixtures.relay_server import RelayProcess
 
 MAX_BYTES = 60 * 1024 * 1024  # RELAY_BATCH_MAX_BYTES of these relays: the 50 MB upload fits
@@ -23,7 +23,7 @@ def files_relay(
     request: pytest.FixtureRequest,
     tmp_path_factory: pytest.TempPathFactory,
     fake_upstream: FakeUpstream,
-    live_reaper: Reaper,  # noqa: F811
+    live_reaper: Reaper,
 ) -> Iterator[FilesRelay]:
     backend, store = request.param
     workdir: Path = tmp_path_factory.mktemp(f"files-{backend}-{store}")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.fake_upstream import FakeUpstream
-from tests.fixtures.live import Gateway, Reaper, live_reaper, start_gateway  # noqa: F401
+from tests.fixtures.live import Gateway, Reaper, start_gateway
 
 HOSTILE_ENV = {
     "RELAY_HEADER_TIMEOUT_S": "2",
@@ -26,7 +26,7 @@ def hostile(
     request: pytest.FixtureRequest,
     tmp_path_factory: pytest.TempPathFactory,
     fake_upstream: FakeUpstream,
-    live_reaper: Reaper,  # noqa: F811
+    live_reaper: Reaper,
 ) -> Iterator[Gateway]:
     workdir: Path = tmp_path_factory.mktemp(f"hostile-{request.param}")
     yield from start_gateway(request.param, workdir, fake_upstream, live_reaper, HOSTILE_ENV)
@@ -36,7 +36,7 @@ def hostile(
 def hostile_sqlite(
     tmp_path_factory: pytest.TempPathFactory,
     fake_upstream: FakeUpstream,
-    live_reaper: Reaper,  # noqa: F811
+    live_reaper: Reaper,
 ) -> Iterator[Gateway]:
     """One gateway on SQLite, for the fuzz run (its findings do not depend on the backend)."""
     workdir = tmp_path_factory.mktemp("hostile-fuzz")

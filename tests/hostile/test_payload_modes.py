@@ -16,7 +16,7 @@ import pytest
 from relay.domain.ids import mint_id
 from relay.payloads.directory import PayloadDir
 from tests.fixtures.fake_upstream import FakeUpstream
-from tests.fixtures.live import CHAT_MODEL, Gateway, Reaper, live_reaper  # noqa: F401
+from tests.fixtures.live import CHAT_MODEL, Gateway, Reaper
 from tests.fixtures.relay_server import RelayProcess
 
 
@@ -62,7 +62,7 @@ def test_payload_directories_and_files_have_the_configured_modes(
 def group_readable_relay(
     tmp_path_factory: pytest.TempPathFactory,
     fake_upstream: FakeUpstream,
-    live_reaper: Reaper,  # noqa: F811
+    live_reaper: Reaper,
 ) -> Iterator[tuple[Gateway, Path]]:
     workdir = tmp_path_factory.mktemp("payload-group")
     payloads = workdir / "payloads"

@@ -2,7 +2,7 @@
 
 ``state`` (from ``tests.fixtures.shared_state``) runs each test on ``MemoryState`` and on the real
 Redis at ``RELAY_TEST_REDIS_URL`` (never a mock; a missing Redis skips, or fails under ``CI=true``).
-``replicas`` makes several ``RedisState`` objects on one prefix, standing for replicas.
+``new_redis_state`` makes several ``RedisState`` objects on one prefix, standing for replicas.
 ``CountingState`` wraps a real ``MemoryState`` and counts calls, so tests can assert how many state
 round trips a request costs.
 """
@@ -16,7 +16,6 @@ from typing import Any, cast
 from relay.domain.ratelimits import RateLimitRule
 from relay.snapshot import HostKey, Policy
 from relay.state import MemoryState, SharedState
-from tests.fixtures.shared_state import redis_admin, replicas, state  # noqa: F401
 
 
 class CountingState:

@@ -117,8 +117,8 @@ async def test_round_robin_rotates_over_eligible_keys_only(state: SharedState) -
 
 
 @pytest.mark.redis
-async def test_round_robin_counter_is_shared_by_replicas(replicas: Callable[[], RedisState]) -> None:
-    one, two, keys = KeyPool(replicas()), KeyPool(replicas()), host_keys(3)
+async def test_round_robin_counter_is_shared_by_replicas(new_redis_state: Callable[[], RedisState]) -> None:
+    one, two, keys = KeyPool(new_redis_state()), KeyPool(new_redis_state()), host_keys(3)
     firsts = [(await pool.candidates(ROUND_ROBIN, keys, "openai"))[0].name for pool in (one, two, one, two)]
     assert firsts == ["key-1", "key-2", "key-3", "key-1"]
 

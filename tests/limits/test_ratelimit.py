@@ -209,8 +209,10 @@ async def test_one_state_call_per_phase_and_none_when_commit_has_nothing_to_do()
 
 
 @pytest.mark.redis
-async def test_two_replicas_together_admit_exactly_the_limit(replicas: Callable[[], RedisState]) -> None:
-    one, two = RateLimiter(replicas()), RateLimiter(replicas())
+async def test_two_replicas_together_admit_exactly_the_limit(
+    new_redis_state: Callable[[], RedisState],
+) -> None:
+    one, two = RateLimiter(new_redis_state()), RateLimiter(new_redis_state())
     pol = policy([rule("requests", 20), rule("concurrency", 1000)])
 
     async def attempt(i: int) -> Reservation | None:
@@ -226,8 +228,8 @@ async def test_two_replicas_together_admit_exactly_the_limit(replicas: Callable[
 
 
 @pytest.mark.redis
-async def test_replicas_share_concurrency_slots(replicas: Callable[[], RedisState]) -> None:
-    one, two = RateLimiter(replicas()), RateLimiter(replicas())
+async def test_replicas_share_concurrency_slots(new_redis_state: Callable[[], RedisState]) -> None:
+    one, two = RateLimiter(new_redis_state()), RateLimiter(new_redis_state())
     pol = policy([rule("concurrency", 3)])
     held = [await one.reserve(pol, "key_a"), await two.reserve(pol, "key_a"), await one.reserve(pol, "key_b")]
     with pytest.raises(RateLimited):

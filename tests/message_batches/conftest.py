@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.fake_upstream import FakeUpstream
-from tests.fixtures.live import Gateway, Reaper, backend_setup, live_reaper  # noqa: F401
+from tests.fixtures.live import Gateway, Reaper, backend_setup
 from tests.fixtures.relay_server import RelayProcess
 
 MAX_ITEMS = 40
@@ -47,7 +47,7 @@ def mb_gateway(
     request: pytest.FixtureRequest,
     tmp_path_factory: pytest.TempPathFactory,
     fake_upstream: FakeUpstream,
-    live_reaper: Reaper,  # noqa: F811
+    live_reaper: Reaper,
 ) -> Iterator[Gateway]:
     workdir = tmp_path_factory.mktemp(f"mb-{request.param}")
     yield from start_gateway(request.param, workdir, fake_upstream, live_reaper, {})

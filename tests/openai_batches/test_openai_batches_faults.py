@@ -12,11 +12,11 @@ from collections.abc import Callable
 
 import openai
 
-from tests.batches_api.faults_fleet import Fleet, apply_catalog, fleet_for, in_flight, items  # noqa: F401
+from tests.batches_api.faults_fleet import Fleet, apply_catalog, in_flight, items
 from tests.fixtures.fake_upstream import FakeUpstream
 from tests.fixtures.live import uniq
 from tests.fixtures.polling import wait_for
-from tests.fixtures.private_postgres import PrivateCluster, private_postgres  # noqa: F401
+from tests.fixtures.private_postgres import PrivateCluster
 from tests.openai_batches.helpers import ENDED, create, file_lines, line, sdk, wait_ended
 
 CHAT = "/v1/chat/completions"
@@ -24,7 +24,7 @@ CHAT = "/v1/chat/completions"
 
 def test_a_killed_replica_leaves_every_line_in_a_file_once(
     database_url: str,
-    fleet_for: Callable[..., Fleet],  # noqa: F811
+    fleet_for: Callable[..., Fleet],
     fake: FakeUpstream,
 ) -> None:
     n, latency_ms = 16, 600
@@ -54,8 +54,8 @@ def test_a_killed_replica_leaves_every_line_in_a_file_once(
 
 
 def test_a_postgres_restart_mid_batch_loses_no_line(
-    private_postgres: PrivateCluster,  # noqa: F811
-    fleet_for: Callable[..., Fleet],  # noqa: F811
+    private_postgres: PrivateCluster,
+    fleet_for: Callable[..., Fleet],
     fake: FakeUpstream,
 ) -> None:
     """Postgres restarts (``pg_ctl stop -m fast``, then start) while two replicas run a §14 batch: every

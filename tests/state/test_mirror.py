@@ -121,9 +121,9 @@ async def eventually(check: Callable[[], Awaitable[bool]], within_s: float, what
 
 @pytest.mark.redis
 async def test_a_started_replica_reads_its_breakers_once_then_from_memory(
-    replicas: Callable[[], RedisState],
+    new_redis_state: Callable[[], RedisState],
 ) -> None:
-    plain, started = replicas(), await mirroring(replicas())
+    plain, started = new_redis_state(), await mirroring(new_redis_state())
     plain_mgets, started_mgets = count_mgets(plain), count_mgets(started)
     for _ in range(5):
         assert await plain.breakers(["hk_a", "hk_b"]) == {}
@@ -137,9 +137,9 @@ async def test_a_started_replica_reads_its_breakers_once_then_from_memory(
 
 @pytest.mark.redis
 async def test_a_trip_and_a_reset_on_one_replica_reach_the_others_mirror(
-    replicas: Callable[[], RedisState],
+    new_redis_state: Callable[[], RedisState],
 ) -> None:
-    tripper, watcher = replicas(), await mirroring(replicas())
+    tripper, watcher = new_redis_state(), await mirroring(new_redis_state())
     assert await watcher.breakers(["hk_a"]) == {}  # now mirrored as closed
     await tripper.trip("hk_a", reason="upstream_auth_failed", version="v1", permanent=True)
 
@@ -158,10 +158,10 @@ async def test_a_trip_and_a_reset_on_one_replica_reach_the_others_mirror(
 
 @pytest.mark.redis
 async def test_a_killed_subscription_turns_the_mirror_off_and_loses_no_change(
-    replicas: Callable[[], RedisState], redis_admin: tuple[str, Redis]
+    new_redis_state: Callable[[], RedisState], redis_admin: tuple[str, Redis]
 ) -> None:
     prefix, admin = redis_admin
-    tripper, watcher = replicas(), await mirroring(replicas())
+    tripper, watcher = new_redis_state(), await mirroring(new_redis_state())
     assert await watcher.breakers(["hk_a"]) == {}
     watch = [c for c in await admin.client_list() if c.get("name") == prefix + "breaker-watch"]
     assert len(watch) == 1, watch

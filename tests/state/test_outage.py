@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 from relay.state import LimitCheck, RedisState, StateUnavailable
 from tests.fixtures.databases import REDIS_URL
 from tests.fixtures.polling import wait_until
-from tests.fixtures.private_redis import PrivateRedis, private_redis  # noqa: F401
+from tests.fixtures.private_redis import PrivateRedis
 
 TIMEOUT_S = 0.5
 
@@ -51,7 +51,7 @@ async def test_a_full_pool_waits_instead_of_failing(redis_admin: tuple[str, Redi
 
 
 async def test_a_frozen_redis_costs_one_timeout_then_fails_at_once_until_it_answers(
-    private_redis: PrivateRedis,  # noqa: F811
+    private_redis: PrivateRedis,
 ) -> None:
     state = RedisState(private_redis.url, prefix="t:", timeout_s=TIMEOUT_S)
     lease = [LimitCheck("pol:c", "concurrency", 5)]
@@ -103,7 +103,7 @@ async def test_a_frozen_redis_costs_one_timeout_then_fails_at_once_until_it_answ
 
 
 async def test_callers_queued_for_a_connection_fail_with_the_first_timeout(
-    private_redis: PrivateRedis,  # noqa: F811
+    private_redis: PrivateRedis,
 ) -> None:
     """2 connections, 20 callers, Redis frozen: the 18 queued do not each wait their turn and a timeout
     (that would be 10 timeouts in a row); they fail when the first timeout shows Redis is not answering."""

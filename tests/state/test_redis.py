@@ -20,8 +20,8 @@ pytestmark = pytest.mark.redis
 Replicas = Callable[[], RedisState]
 
 
-async def test_replicas_together_admit_exactly_the_limit(replicas: Replicas) -> None:
-    one, two = replicas(), replicas()
+async def test_replicas_together_admit_exactly_the_limit(new_redis_state: Replicas) -> None:
+    one, two = new_redis_state(), new_redis_state()
     checks = [LimitCheck("policy:requests", "window", 20, 1_000_000, 1)]
     verdicts = await asyncio.gather(
         *((one if i % 2 else two).reserve(checks, uuid.uuid4().hex, 30) for i in range(50))
@@ -29,8 +29,8 @@ async def test_replicas_together_admit_exactly_the_limit(replicas: Replicas) -> 
     assert sum(v.admitted for v in verdicts) == 20
 
 
-async def test_replicas_share_concurrency_slots(replicas: Replicas) -> None:
-    one, two = replicas(), replicas()
+async def test_replicas_share_concurrency_slots(new_redis_state: Replicas) -> None:
+    one, two = new_redis_state(), new_redis_state()
     checks = [LimitCheck("policy:concurrency", "concurrency", 7)]
     leases = [uuid.uuid4().hex for _ in range(50)]
     verdicts = await asyncio.gather(
@@ -42,8 +42,8 @@ async def test_replicas_share_concurrency_slots(replicas: Replicas) -> None:
     assert (await two.reserve(checks, "late", 30)).admitted
 
 
-async def test_replicas_share_breakers_and_counters(replicas: Replicas) -> None:
-    one, two = replicas(), replicas()
+async def test_replicas_share_breakers_and_counters(new_redis_state: Replicas) -> None:
+    one, two = new_redis_state(), new_redis_state()
     record = await one.trip("key-1", reason="upstream_5xx", version="v1")
     assert await two.breakers(["key-1"]) == {"key-1": record}
     assert (await two.trip("key-1", reason="upstream_5xx", version="v1")).failures == 2
@@ -55,9 +55,11 @@ async def test_replicas_share_breakers_and_counters(replicas: Replicas) -> None:
     assert await one.pick_state(["key-1"], "rr") == ({}, 3)
 
 
-async def test_scripts_survive_script_flush(replicas: Replicas, redis_admin: tuple[str, Redis]) -> None:
+async def test_scripts_survive_script_flush(
+    new_redis_state: Replicas, redis_admin: tuple[str, Redis]
+) -> None:
     _prefix, admin = redis_admin
-    state = replicas()
+    state = new_redis_state()
     check = [LimitCheck("w", "window", 3, 1_000_000, 1)]
     assert (await state.reserve(check, "a", 30)).admitted
     await admin.script_flush()  # what a Redis restart does to the script cache
@@ -71,9 +73,11 @@ async def test_scripts_survive_script_flush(replicas: Replicas, redis_admin: tup
     assert set((await state.pick_state(["k"], "rr"))[0]) == {"k"}
 
 
-async def test_every_key_is_prefixed_and_expires(replicas: Replicas, redis_admin: tuple[str, Redis]) -> None:
+async def test_every_key_is_prefixed_and_expires(
+    new_redis_state: Replicas, redis_admin: tuple[str, Redis]
+) -> None:
     prefix, admin = redis_admin
-    state = replicas()
+    state = new_redis_state()
     checks = [LimitCheck("req", "window", 5, 60, 1), LimitCheck("conc", "concurrency", 5)]
     assert (await state.reserve(checks, "lease", 30)).admitted
     await state.trip("temp", reason="upstream_5xx", version="v1", retry_after=20)

@@ -15,7 +15,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.store import tables as t
 from tests.fixtures.databases import emptied_engine
-from tests.fixtures.live import gateway, live_reaper  # noqa: F401  (the live plane, for end-to-end tests)
 
 
 @pytest.fixture

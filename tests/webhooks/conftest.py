@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.fake_upstream import FakeUpstream
-from tests.fixtures.live import GATEWAY_ENV, Gateway, Reaper, backend_setup, live_reaper  # noqa: F401
+from tests.fixtures.live import GATEWAY_ENV, Gateway, Reaper, backend_setup
 from tests.fixtures.relay_server import RelayProcess
 from tests.webhooks.receiver import Receiver
 
@@ -36,7 +36,7 @@ def hooked(
     request: pytest.FixtureRequest,
     tmp_path_factory: pytest.TempPathFactory,
     fake_upstream: FakeUpstream,
-    live_reaper: Reaper,  # noqa: F811
+    live_reaper: Reaper,
 ) -> Iterator[Gateway]:
     backend = request.param
     workdir: Path = tmp_path_factory.mktemp(f"webhooks-{backend}")
