@@ -10,6 +10,6 @@ pytest_plugins = [
     "tests.fixtures.shared_state",
     "tests.fixtures.private_postgres",
     "tests.fixtures.private_redis",
-    "tests.batches_api.faults_fleet",
+    "tests.e2e.faults.fleet",
     "tests.fixtures.parallel",
 ]

@@ -1,0 +1,190 @@
+"""Batch fault tests, failing keys and shutdowns (SPEC §10.6, §10.7, §13 "no item is lost or run twice
+concurrently"), against real ``relay serve`` processes, real databases and the real fake upstream: a
+host key that starts failing mid-batch; SIGTERM with a grace long enough to drain, and with one too
+short (items put back).
+
+Every test ends with :func:`settle` and checks from the fake's request log that no item was sent by two
+replicas at once (see ``tests.e2e.faults.fleet``). A shutdown past its grace abandons attempts:
+there the test asserts that a put-back item is sent again only by a replica started after the first
+exited.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.e2e.faults.fleet import (
+    Fleet,
+    Replica,
+    apply_catalog,
+    assert_never_concurrent,
+    in_flight,
+    items,
+    sends,
+    settle,
+    states,
+    view,
+)
+from tests.fixtures.fake_upstream import FakeUpstream
+from tests.fixtures.live import metric_value, uniq
+from tests.fixtures.polling import wait_for
+from tests.integration.batch_api.helpers import batch_events, submit
+
+# ---------------------------------------------------------------------------------------------- 3. key fails
+
+
+def test_key_failing_mid_batch_fails_over_and_every_item_completes(
+    tmp_path: Path,
+    fleet_for: Callable[..., Fleet],
+    fake: FakeUpstream,
+) -> None:
+    """SPEC §6 / §13: a host with two keys (prioritized); partway through the batch the first key starts
+    answering 503. Its breaker opens, items fail over to the second key, and every item still completes
+    with exactly one event; attempts of one item are sequential."""
+    n, latency_ms = 24, 400
+    fleet = fleet_for(f"sqlite:///{tmp_path / 'relay.db'}")
+    replica = fleet.start("solo")
+    primary, backup = uniq("ka"), uniq("kb")
+    gw = fleet.gateway(replica, "")
+    catalog = apply_catalog(gw, [{"value": primary}, {"value": backup}])
+    gw.key = catalog.key
+    primary_id, backup_id = catalog.host_key_ids
+    tag = uniq("key")
+    batch_id = submit(gw, "openai", items(tag, n, catalog.model, latency_ms), key=catalog.key)
+
+    def some_done() -> bool:
+        v = view(gw, batch_id)
+        return v is not None and v["counts"].get("completed", 0) >= 6
+
+    wait_for("the first items to complete", some_done, 30, fleet.logs)
+    failing_since = time.time()
+    fake.configure(key_rules=[{"pattern": primary, "status": 503}])
+
+    done = settle(gw, batch_id, tag, n, fleet)
+    assert done.having("completed") == set(range(n)), f"{done.errors}\n{fleet.logs()}"
+    sent = sends(fake, tag)
+    assert_never_concurrent(sent, latency_ms / 1000)
+    for idx in range(n):
+        answered = [s for s in sent[idx] if s.status == 200]
+        assert len(answered) == 1, (idx, sent[idx])
+    failed = [s for attempts in sent.values() for s in attempts if s.status == 503]
+    assert failed and {s.key for s in failed} == {primary}
+    assert all(s.ts >= failing_since for s in failed)  # the rule is read when a request arrives
+    used = {e["host_key_id"] for e in done.events.values()}
+    assert used == {primary_id, backup_id}, used  # before the failure, then after it
+    failed_over = [e for e in done.events.values() if e["attempts"] >= 2]
+    assert failed_over and all(e["host_key_id"] == backup_id for e in failed_over), failed_over
+    metrics = gw.metrics()
+    assert metric_value(metrics, "relay_breaker_trips_total", host_key=primary_id) >= 1
+    assert metric_value(metrics, "relay_breaker_open", host_key=primary_id) == 1
+    assert metric_value(metrics, "relay_breaker_trips_total", host_key=backup_id) == 0
+
+
+# ---------------------------------------------------------------------------------------------- 4. SIGTERM
+
+
+def _wave_in_flight(fake: FakeUpstream, tag: str, replica: Replica, wave: set[int]) -> Callable[[], bool]:
+    return lambda: in_flight(fake, tag, replica) == wave
+
+
+def test_sigterm_drains_running_items_and_claims_no_more(
+    tmp_path: Path,
+    fleet_for: Callable[..., Fleet],
+    fake: FakeUpstream,
+) -> None:
+    """SPEC §10.6, a grace long enough: SIGTERM while a replica runs 4 items of 8. Those 4 finish as
+    ``completed`` before it exits; it claims nothing after the signal, so the other 4 are still
+    ``available`` (never sent upstream) when it has gone. A cancel then settles them (one event each)."""
+    n, latency_ms = 8, 1500
+    fleet = fleet_for(f"sqlite:///{tmp_path / 'relay.db'}")
+    front = fleet.start("front", RELAY_BATCH_WORKERS="0")
+    worker = fleet.launch("worker", RELAY_SHUTDOWN_GRACE_S="30")
+    catalog = apply_catalog(fleet.gateway(front, ""))
+    fleet.ready()
+    fleet.learn(catalog.key)
+    gw = fleet.gateway(front, catalog.key)
+    tag = uniq("drain")
+    batch_id = submit(gw, "openai", items(tag, n, catalog.model, latency_ms), key=catalog.key)
+    wave = {0, 1, 2, 3}
+
+    wait_for("the first 4 items to be sent", _wave_in_flight(fake, tag, worker, wave), 30, fleet.logs)
+    signalled_at = time.time()
+    assert worker.process.proc is not None
+    worker.process.proc.send_signal(signal.SIGTERM)
+    assert worker.process.proc.wait(timeout=60) == 0, worker.process.logs()
+
+    sent = sends(fake, tag)
+    first_answer = min(s.ts for idx in wave for s in sent[idx]) + latency_ms / 1000
+    after = view(gw, batch_id)
+    assert after is not None
+    left = states(after)
+    assert {left[idx] for idx in wave} == {"completed"}, after["items"]  # drained, not put back
+    if signalled_at < first_answer - 0.5:
+        # No slot was free before the signal, so any claim of the rest came after it.
+        assert {left[idx] for idx in range(4, n)} == {"available"}, after["items"]
+        assert set(sent) == wave, sent
+    else:  # too slow a machine to tell a claim before the signal from one after it
+        warnings.warn("SIGTERM was sent too late to check that no item was claimed after it", stacklevel=1)
+    assert all(len(sent[idx]) == 1 and sent[idx][0].key == worker.upstream_key for idx in wave), sent
+
+    response = gw.post(f"/v1/batches/{batch_id}/cancel", key=catalog.key)
+    assert response.status_code == 200, response.text
+    done = settle(gw, batch_id, tag, n, fleet)
+    assert done.having("completed") == wave
+    assert done.having("cancelled") == set(range(n)) - wave
+    assert_never_concurrent(sent, latency_ms / 1000)
+
+
+def test_sigterm_past_grace_puts_items_back_for_another_replica(
+    postgres_url: str,
+    fleet_for: Callable[..., Fleet],
+    fake: FakeUpstream,
+) -> None:
+    """SPEC §10.6, a grace too short (0.5 s) for 2 s items: at SIGTERM the replica stops its running
+    items and puts them back to ``available`` with no usage event; a replica started afterwards runs
+    them (and the rest) to ``completed``: exactly one event per item, no item run twice at once."""
+    n, latency_ms = 8, 2000
+    fleet = fleet_for(postgres_url)
+    front = fleet.start("front", RELAY_BATCH_WORKERS="0")
+    quitter = fleet.launch("quitter", RELAY_SHUTDOWN_GRACE_S="0.5")
+    catalog = apply_catalog(fleet.gateway(front, ""))
+    fleet.ready()
+    fleet.learn(catalog.key)
+    gw = fleet.gateway(front, catalog.key)
+    tag = uniq("putback")
+    batch_id = submit(gw, "openai", items(tag, n, catalog.model, latency_ms), key=catalog.key)
+    wave = {0, 1, 2, 3}
+
+    wait_for("the first 4 items to be sent", _wave_in_flight(fake, tag, quitter, wave), 30, fleet.logs)
+    assert quitter.process.proc is not None
+    quitter.process.proc.send_signal(signal.SIGTERM)
+    assert quitter.process.proc.wait(timeout=60) == 0, quitter.process.logs()
+    exited_at = time.time()
+
+    after = view(gw, batch_id)
+    assert after is not None
+    left = states(after)
+    assert set(left.values()) <= {"available", "completed"}, after["items"]  # nothing left running
+    put_back = {idx for idx in wave if left[idx] == "available"}
+    assert put_back, f"every running item finished within the 0.5 s grace: {after['items']}"
+    assert {e["batch_idx"] for e in batch_events(gw, batch_id)} == wave - put_back  # none for put-back items
+    assert {left[idx] for idx in range(4, n)} == {"available"}
+
+    rescuer = fleet.start("rescuer", RELAY_BATCH_WORKERS="8")
+    done = settle(gw, batch_id, tag, n, fleet)
+    assert done.having("completed") == set(range(n)), done.errors
+    sent = sends(fake, tag)
+    for idx in range(n):
+        by_rescuer = [s for s in sent[idx] if s.key == rescuer.upstream_key]
+        by_quitter = [s for s in sent[idx] if s.key == quitter.upstream_key]
+        assert by_quitter == [] or (len(by_quitter) == 1 and idx in wave), (idx, sent[idx])
+        if idx in put_back or idx >= 4:
+            # Run again from the start, only once the first replica had gone.
+            assert len(by_rescuer) == 1 and by_rescuer[0].status == 200, (idx, sent[idx])
+            assert by_rescuer[0].ts > exited_at, (idx, sent[idx])
+        else:
+            assert by_rescuer == [], (idx, sent[idx])
