@@ -109,22 +109,20 @@ async def test_callers_queued_for_a_connection_fail_with_the_first_timeout(
     (that would be 10 timeouts in a row); they fail when the first timeout shows Redis is not answering."""
     state = RedisState(private_redis.url, prefix="t:", timeout_s=TIMEOUT_S, max_connections=2)
     lease = [LimitCheck("pol:c", "concurrency", 5)]
-    loop = asyncio.get_running_loop()
     try:
         assert (await state.reserve(lease, "warm", 60)).admitted
         await state.commit([], ["pol:c"], "warm")
         private_redis.freeze()
-        started = loop.time()
         outcomes = await asyncio.gather(
             *(state.reserve(lease, f"q{i}", 60) for i in range(20)), return_exceptions=True
         )
-        elapsed = loop.time() - started
-        print(
-            f"\n20 callers on 2 connections, Redis frozen: all failed after {elapsed:.2f} s "
-            f"(timeout {TIMEOUT_S} s)"
-        )
         assert all(isinstance(outcome, StateUnavailable) for outcome in outcomes), outcomes
-        assert elapsed < 3 * TIMEOUT_S
+        # Only the callers on the 2 connections waited out a socket timeout of their own (each may have
+        # handed its connection to the next in line before the failure was seen: 4 at most); the other
+        # 16 or more failed with them ("did not answer"). Each waiting its turn, all 20 would time out.
+        timed_out = [o for o in outcomes if str(o).startswith("shared state (Redis) failed: TimeoutError")]
+        assert 1 <= len(timed_out) <= 4, outcomes
+        assert all("did not answer" in str(o) for o in outcomes if o not in timed_out), outcomes
         assert state._pool.waiting == 0
     finally:
         private_redis.thaw()

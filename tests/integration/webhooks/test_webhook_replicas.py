@@ -14,6 +14,7 @@ from typing import Any
 from tests.fixtures.databases import create_postgres_database, drop_postgres_database
 from tests.fixtures.fake_upstream import FakeUpstream
 from tests.fixtures.live import Gateway, metric_value
+from tests.fixtures.polling import wait_for
 from tests.integration.batch_api.helpers import chat_item, submit, wait_finished
 from tests.integration.webhooks.conftest import WEBHOOK_ENV
 from tests.integration.webhooks.helpers import deliveries, new_webhook, own_project, wait_deliveries
@@ -125,6 +126,17 @@ def test_an_event_never_acknowledged_is_failed_after_the_window(
     assert metric_value(gw.metrics(), "relay_webhook_deliveries_total", outcome="failed") == 1
 
 
+EXPIRED_LOG = "webhook events marked failed: still pending past the retry window"
+
+
+def queue_gauges(gw: Gateway) -> tuple[float, float]:
+    metrics = gw.metrics()
+    return (
+        metric_value(metrics, "relay_webhook_queue_depth"),
+        metric_value(metrics, "relay_webhook_oldest_pending_seconds"),
+    )
+
+
 def test_a_disabled_webhooks_pending_event_is_failed_after_the_window(
     database_url: str, relay_factory: Factory, fake_upstream: FakeUpstream, receiver: Receiver
 ) -> None:
@@ -136,7 +148,6 @@ def test_a_disabled_webhooks_pending_event_is_failed_after_the_window(
     project, key = own_project(gw)
     path = receiver.path(statuses=[500])
     hook = new_webhook(gw, receiver.url(path), project=project)
-    submitted = time.monotonic()
     wait_finished(gw, submit(gw, "openai", [chat_item(0)], key=key), key=key)
     assert receiver.wait(path, 1)
     gw.control_write("PATCH", f"/api/webhooks/{hook['name']}", {"enabled": False}, 200)
@@ -145,12 +156,13 @@ def test_a_disabled_webhooks_pending_event_is_failed_after_the_window(
     assert attempts[0]["next_attempt_at"] is not None, attempts[:2]  # disabled while still pending
     tried = len(receiver.received(path))
     assert tried == len(attempts)
-    # Once the gauges have been refreshed (every 5 s) they leave it out, before the pass fails it.
-    time.sleep(5.5)
-    assert metric_value(gw.metrics(), "relay_webhook_queue_depth") == 0
-    assert metric_value(gw.metrics(), "relay_webhook_oldest_pending_seconds") == 0
-    assert time.monotonic() < submitted + 8.6 + 7, "too slow: the pass may have failed it already"
-    time.sleep(max(0.0, submitted + 8.6 + 7 + 3 - time.monotonic()))  # window + lease + a pass or two
+    # Once the gauges have been refreshed (every 5 s) they leave it out, before the pass fails it
+    # (8.6 s + the 7 s lease after it was recorded): the pass's log line must not be there yet.
+    wait_for(
+        "the queue gauges to leave the disabled webhook's event out", lambda: queue_gauges(gw) == (0, 0), 30
+    )
+    assert EXPIRED_LOG not in gw.relay.logs(), "the pass failed the event before the gauges were checked"
+    wait_for("the expiry pass to fail the event", lambda: EXPIRED_LOG in gw.relay.logs(), 60, gw.relay.logs)
 
     gw.control_write("PATCH", f"/api/webhooks/{hook['name']}", {"enabled": True}, 200)
     time.sleep(3.0)  # several claim polls: a still-pending event would be attempted now
