@@ -76,19 +76,6 @@ def engine_create(gw: Gateway, like: str, new: NewBatch, key: str | None = None)
     return asyncio.run(go())
 
 
-def db(gw: Gateway, statement: Any) -> Any:
-    async def go() -> Any:
-        engine = create_engine(gw.relay.database_url)
-        try:
-            async with engine.begin() as conn:
-                result = await conn.execute(statement)
-                return result.scalar() if statement.is_select else None
-        finally:
-            await engine.dispose()
-
-    return asyncio.run(go())
-
-
 def listing(gw: Gateway, key: str | None = None, **params: Any) -> dict[str, Any]:
     response = gw.client.get("/v1/batches", headers=gw.auth(key), params=params)
     assert response.status_code == 200, response.text
@@ -168,7 +155,7 @@ def test_list_and_create_refuse_other_methods_with_allow(gateway: Gateway) -> No
 
 
 def owned_count(gw: Gateway, owner: str) -> int:
-    return int(db(gw, select(func.count()).select_from(t.batches).where(t.batches.c.owner == owner)))
+    return int(gw.sql(select(func.count()).select_from(t.batches).where(t.batches.c.owner == owner)))
 
 
 def idem(gw: Gateway, body: Any, key_header: Any, key: str | None = None) -> Any:
@@ -194,8 +181,7 @@ def test_idempotency_key_answers_the_first_answer_and_creates_nothing(gateway: G
     theirs = idem(gateway, body, "order-1", other)
     assert theirs.status_code == 202 and theirs.json()["id"] != first.json()["id"]
     # Past the 24 h window the key creates again.
-    db(
-        gateway,
+    gateway.sql(
         update(t.idempotency_keys)
         .where(t.idempotency_keys.c.owner == owner)
         .values(created_at=datetime.now(UTC) - timedelta(hours=25)),
@@ -270,8 +256,7 @@ def test_expiry_cancels_waiting_and_running_items_as_expired(gateway: Gateway) -
     while status(gateway, batch_id)["counts"].get("running", 0) == 0:
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    db(
-        gateway,
+    gateway.sql(
         update(t.batches)
         .where(t.batches.c.id == batch_id)
         .values(expires_at=datetime.now(UTC) - timedelta(seconds=1)),

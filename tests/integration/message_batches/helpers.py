@@ -3,7 +3,6 @@ relay, raw HTTP for what the SDK hides, and the database for moving a batch's ``
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from typing import Any
@@ -12,7 +11,6 @@ import anthropic
 import httpx
 from anthropic.types.messages import MessageBatch
 
-from relay.store.engine import create_engine
 from tests.fixtures.live import MESSAGES_MODEL, Gateway
 
 PATH = "/anthropic/v1/messages/batches"
@@ -70,19 +68,6 @@ def jsonl(response: httpx.Response) -> list[dict[str, Any]]:
     assert response.status_code == 200, response.text
     assert response.headers["content-type"] == "application/x-jsonl"
     return [json.loads(line) for line in response.text.splitlines() if line]
-
-
-def db(gw: Gateway, statement: Any) -> Any:
-    async def go() -> Any:
-        engine = create_engine(gw.relay.database_url)
-        try:
-            async with engine.begin() as conn:
-                result = await conn.execute(statement)
-                return result.scalar() if statement.is_select else None
-        finally:
-            await engine.dispose()
-
-    return asyncio.run(go())
 
 
 def usage_events(gw: Gateway, batch_id: str, count: int, timeout: float = 15.0) -> list[dict[str, Any]]:

@@ -16,7 +16,7 @@ from sqlalchemy import func, select
 from relay.store import tables as t
 from tests.fixtures.live import Gateway
 from tests.fixtures.relay_server import RELAY_BIN
-from tests.integration.message_batches.helpers import db, params, request, sdk, wait_ended
+from tests.integration.message_batches.helpers import params, request, sdk, wait_ended
 
 
 def cli(gw: Gateway, *args: str) -> subprocess.CompletedProcess[str]:
@@ -55,8 +55,8 @@ def test_a_refused_line_is_named_by_line_and_request(mb_gateway: Gateway, tmp_pa
 
 
 def test_a_file_mixing_both_formats_submits_nothing(mb_gateway: Gateway, tmp_path: Path) -> None:
-    before = int(db(mb_gateway, select(func.count()).select_from(t.batches)))
+    before = int(mb_gateway.sql(select(func.count()).select_from(t.batches)))
     source = write_jsonl(tmp_path / "mixed.jsonl", [request("a", 0), params(1)])
     done = cli(mb_gateway, "batch", "submit", str(source), "--shape", "anthropic")
     assert done.returncode == 1 and "requests[1] mixes formats" in done.stderr, done.stderr
-    assert int(db(mb_gateway, select(func.count()).select_from(t.batches))) == before
+    assert int(mb_gateway.sql(select(func.count()).select_from(t.batches))) == before

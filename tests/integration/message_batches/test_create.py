@@ -12,15 +12,15 @@ from sqlalchemy import func, select
 from relay.store import tables as t
 from tests.fixtures.live import Gateway
 from tests.integration.message_batches.conftest import MAX_BYTES, MAX_ITEMS
-from tests.integration.message_batches.helpers import PATH, db, params, raw, request, sdk, wait_ended
+from tests.integration.message_batches.helpers import PATH, params, raw, request, sdk, wait_ended
 
 
 def batch_count(gw: Gateway) -> int:
-    return int(db(gw, select(func.count()).select_from(t.batches)))
+    return int(gw.sql(select(func.count()).select_from(t.batches)))
 
 
 def item_count(gw: Gateway) -> int:
-    return int(db(gw, select(func.count()).select_from(t.batch_items)))
+    return int(gw.sql(select(func.count()).select_from(t.batch_items)))
 
 
 REFUSALS: list[tuple[Any, str]] = [

@@ -14,7 +14,6 @@ from tests.fixtures.live import Gateway
 from tests.integration.message_batches.helpers import (
     NOT_FOUND,
     PATH,
-    db,
     jsonl,
     raw,
     request,
@@ -72,8 +71,8 @@ def test_a_delete_that_never_removed_its_files_touches_no_other_batch(mb_gateway
     bystander = client.messages.batches.create(requests=[request("b0")])  # type: ignore[list-item]
     for batch in (crashed, later, bystander):
         wait_ended(client, batch.id, 1)
-    db(gw, delete(t.batch_items).where(t.batch_items.c.batch_id == crashed.id))  # the rows only, as a
-    db(gw, delete(t.batches).where(t.batches.c.id == crashed.id))  # delete that crashed after COMMIT
+    gw.sql(delete(t.batch_items).where(t.batch_items.c.batch_id == crashed.id))  # the rows only, as a
+    gw.sql(delete(t.batches).where(t.batches.c.id == crashed.id))  # delete that crashed after COMMIT
     assert raw(gw, "GET", f"{PATH}/{crashed.id}").json() == NOT_FOUND
     left_behind = sorted(p.name for p in payload_dir(gw, crashed.id).iterdir())
 

@@ -17,7 +17,6 @@ from tests.integration.message_batches.helpers import (
     NOT_FOUND,
     PATH,
     counted,
-    db,
     jsonl,
     params,
     raw,
@@ -44,7 +43,7 @@ def test_create_retrieve_and_results_with_every_outcome(mb_gateway: Gateway) -> 
     assert created.request_counts.processing == 4 and counted(created) == 4
     assert created.expires_at - created.created_at == timedelta(hours=24)
     assert created.ended_at is None and created.cancel_initiated_at is None and created.archived_at is None
-    stored = db(gw, select(t.batches.c.expires_at).where(t.batches.c.id == created.id))
+    stored = gw.sql(select(t.batches.c.expires_at).where(t.batches.c.id == created.id))
     stored = stored if stored.tzinfo is not None else stored.replace(tzinfo=UTC)
     assert abs(stored - created.expires_at) < timedelta(seconds=5)  # what the engine's sweep acts on
 
@@ -111,7 +110,7 @@ def test_expiry_ends_the_batch_with_expired_results(mb_gateway: Gateway) -> None
     client = sdk(mb_gateway)
     created = client.messages.batches.create(requests=[slow(f"late-{i}") for i in range(20)])  # type: ignore[misc]
     past = datetime.now(UTC) - timedelta(seconds=1)
-    db(mb_gateway, update(t.batches).where(t.batches.c.id == created.id).values(expires_at=past))
+    mb_gateway.sql(update(t.batches).where(t.batches.c.id == created.id).values(expires_at=past))
     ended = wait_ended(client, created.id, 20)
     assert ended.request_counts.expired == 20 and ended.cancel_initiated_at is None
     assert {r.result.type for r in client.messages.batches.results(created.id)} == {"expired"}

@@ -3,7 +3,6 @@ batch to end, reading its output and error files."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from typing import Any
@@ -12,7 +11,6 @@ import httpx
 from openai import OpenAI
 from openai.types import Batch
 
-from relay.store.engine import create_engine
 from tests.fixtures.live import CHAT_MODEL, EMBED_MODEL, RESPONSES_MODEL, Gateway, uniq
 
 ENDED = ("completed", "failed", "expired", "cancelled")
@@ -76,21 +74,6 @@ def file_lines(client: OpenAI, file_id: str | None) -> list[dict[str, Any]]:
 
 def raw(gw: Gateway, method: str, path: str, key: str | None = None, **kwargs: Any) -> httpx.Response:
     return gw.client.request(method, "/openai/v1" + path, headers=gw.auth(key), **kwargs)
-
-
-def db(gw: Gateway, statement: Any) -> Any:
-    """Run one statement on the relay's database (tests move ``expires_at`` into the past with it)."""
-
-    async def go() -> Any:
-        engine = create_engine(gw.relay.database_url)
-        try:
-            async with engine.begin() as conn:
-                result = await conn.execute(statement)
-                return result.scalar() if statement.is_select else None
-        finally:
-            await engine.dispose()
-
-    return asyncio.run(go())
 
 
 def new_user(gw: Gateway) -> str:

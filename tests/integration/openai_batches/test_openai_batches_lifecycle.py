@@ -19,7 +19,6 @@ from tests.integration.openai_batches.helpers import (
     NOT_FOUND,
     body_for,
     create,
-    db,
     file_lines,
     jsonl,
     line,
@@ -81,7 +80,7 @@ def test_expiry_ends_the_batch_expired_with_batch_expired_lines(gateway: Gateway
     created = create(client, _slow(30, 4000))
     _wait_running(gw, created.id)
     past = datetime.now(UTC) - timedelta(seconds=1)
-    db(gw, update(t.batches).where(t.batches.c.id == created.id).values(expires_at=past))
+    gw.sql(update(t.batches).where(t.batches.c.id == created.id).values(expires_at=past))
     done = wait_ended(client, created.id)
     assert done.status == "expired" and done.expired_at is not None
     assert done.completed_at is None and done.cancelled_at is None and done.cancelling_at is None

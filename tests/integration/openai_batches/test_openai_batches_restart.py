@@ -27,7 +27,6 @@ from tests.integration.batch_api.helpers import item_events, mint_token
 from tests.integration.openai_batches.helpers import (
     body_for,
     create,
-    db,
     file_lines,
     line,
     new_user,
@@ -105,7 +104,7 @@ def stage(
         processes.remove(workers)
         live_reaper.join()
         # A replica that died while writing the files of "claimed" left its claim behind.
-        db(gw, update(t.batches).where(t.batches.c.id == ids["claimed"]).values(api_status="fin@1"))
+        gw.sql(update(t.batches).where(t.batches.c.id == ids["claimed"]).values(api_status="fin@1"))
 
         final.start()
         yield Stage(_switch(gw, final, fake_upstream), ids, readers, seen)
@@ -174,8 +173,7 @@ def test_a_restart_during_finalizing_still_ends_completed_with_its_files(stage: 
     assert done.status == "completed" and done.finalizing_at is not None and done.completed_at is not None
     assert done.output_file_id is not None and done.error_file_id is None
     assert len(file_lines(sdk(stage.gw), done.output_file_id)) == done.request_counts.total  # type: ignore[union-attr]
-    written = db(
-        stage.gw,
+    written = stage.gw.sql(
         select(func.count())
         .select_from(t.files)
         .where(t.files.c.filename == f"{stage.ids[case]}_output.jsonl"),
