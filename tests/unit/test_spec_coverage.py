@@ -3,9 +3,11 @@
 The citation format: a backticked ``<layer>/<path>.py`` (``unit/``, ``integration/`` or ``e2e/``, relative
 to ``tests/``), optionally ``::test_name``; a backticked ``::test_name`` names a test of the file cited
 last in the same table cell or heading; a parametrized test may be cited with its id,
-``::test_name[id]`` (a wildcard path, ``unit/adapters/test_translation_*.py``, must
-match at least one file and cannot be continued). A bare ``test_x.py`` is refused: two layers may hold
-modules of that name. What this does not know: whether a test proves what its row says (review's job).
+``::test_name[id]``. A wildcard path (``unit/adapters/test_translation_*.py``) must match at least one
+file and cannot be continued; a backticked ``<layer>/<dir>/`` (a whole suite) must be a directory. A
+bare ``test_x.py`` is refused: two layers may hold modules of that name.
+
+What this does not know: whether a test proves what its row says (that is review's job).
 """
 
 from __future__ import annotations
@@ -39,6 +41,10 @@ def broken_citations(text: str) -> list[str]:
         for cell in line.split("|"):
             current: Path | None = None
             for token in _CODE.findall(cell):
+                if token.startswith(LAYERS) and token.endswith("/"):
+                    if not (TESTS / token).is_dir():
+                        problems.append(f"line {number}: `{token}`: no such directory")
+                    continue
                 match = _CITATION.match(token)
                 if match is None or not (match["path"] or match["test"]):
                     continue
@@ -83,6 +89,7 @@ def test_the_check_finds_a_missing_file_a_missing_test_and_an_imprecise_path() -
             "| d | `test_spec_coverage.py` |",
             "| e | `::test_every_cited_test_exists` |",
             "| f | `unit/test_nothing_*.py` |",
+            "| g | `integration/no_such_area/` |",
         ]
     )
     assert [problem.split(":")[0] for problem in broken_citations(rows)] == [
@@ -91,4 +98,5 @@ def test_the_check_finds_a_missing_file_a_missing_test_and_an_imprecise_path() -
         "line 4",
         "line 5",
         "line 6",
+        "line 7",
     ]

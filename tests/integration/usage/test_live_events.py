@@ -1,5 +1,6 @@
 """End to end: live requests through a real ``relay serve`` and the real fake upstream leave usage
-events (and, when switched on, payloads) that the usage API returns (SPEC §8, §9)."""
+events (and, when switched on, payloads) that the usage API returns (SPEC §8, §9); batch items are never
+payload-logged (§10.8)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import time
 from typing import Any
 
 import pytest
+from sqlalchemy import func, select
 
 from relay.fake_upstream.token_counts import complete
+from relay.store import tables as t
 from tests.fixtures.live import (
     CHAT_MODEL,
     CHAT_UPSTREAM,
@@ -17,6 +20,7 @@ from tests.fixtures.live import (
     RESPONSES_MODEL,
     Gateway,
 )
+from tests.integration.batch_api.helpers import chat_item, item_events, submit, wait_finished
 
 # The recording path does not depend on the backend (the store tests cover both): one gateway is enough.
 pytestmark = pytest.mark.parametrize("gateway", ["sqlite"], indirect=True)
@@ -137,3 +141,31 @@ def test_the_event_records_the_reasoning_tokens_the_upstream_reports(
     assert event["streamed"] is stream
     assert event["output_tokens"] == expected.output_tokens
     assert event["reasoning_tokens"] == (None if api == "messages" else 7)
+
+
+def test_batch_items_are_never_payload_logged(gateway: Gateway) -> None:
+    """SPEC §10.8: payload logging never captures batch items. With the switch on and the key opted in,
+    a live request with that key is captured, and a batch submitted with it leaves no payload row."""
+    relay = gateway.relay
+    key_id, key = gateway.mint_key()
+    assert relay.api("PATCH", f"/api/keys/{key_id}", {"payload_logging": True}).status_code == 200
+    switch = "/api/settings/payload_logging"
+    payload_rows = select(func.count()).select_from(t.payloads)
+    assert relay.api("PUT", switch, {"enabled": True, "max_bytes": 4096}).status_code == 200
+    try:
+        before = gateway.sql(payload_rows)
+        live = gateway.chat(key=key)
+        live_id = live.headers["x-relay-request-id"]
+        wait_event(gateway, live_id)
+        assert relay.control.get(f"/api/payloads/{live_id}").status_code == 200  # this key IS captured
+
+        batch_id = submit(gateway, "openai", [chat_item(n) for n in range(3)], key=key)
+        wait_finished(gateway, batch_id, key=key)
+        events = item_events(gateway, batch_id, 3)
+        assert {e["status"] for e in events.values()} == {200}
+        for event in events.values():
+            assert event["request_id"], event  # the id a capture would be stored under
+            assert relay.control.get(f"/api/payloads/{event['request_id']}").status_code == 404, event
+        assert gateway.sql(payload_rows) == before + 1  # the live request's, no item's
+    finally:
+        relay.api("PUT", switch, {"enabled": False})
