@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.fake_upstream import FakeUpstream
-from tests.fixtures.live import Gateway, Reaper, backend_setup
-from tests.fixtures.relay_server import RelayProcess
+from tests.fixtures.live import Reaper, start_gateway
 from tests.integration.files.helpers import FilesRelay
 
 MAX_BYTES = 60 * 1024 * 1024  # RELAY_BATCH_MAX_BYTES of these relays: the 50 MB upload fits
@@ -27,22 +26,13 @@ def files_relay(
 ) -> Iterator[FilesRelay]:
     backend, store = request.param
     workdir: Path = tmp_path_factory.mktemp(f"files-{backend}-{store}")
-    database_url, redis_url, env = backend_setup(backend, workdir)
     payload_dir = workdir / "payloads"
-    env.update(
-        {
-            "RELAY_BATCH_PAYLOAD_STORE": store,
-            "RELAY_BATCH_PAYLOAD_DIR": str(payload_dir),
-            "RELAY_BATCH_MAX_BYTES": str(MAX_BYTES),
-            "RELAY_FILES_SWEEP_S": "1",
-            "RELAY_BATCH_WORKERS": "0",
-        }
-    )
-    process = RelayProcess(workdir, database_url, env)
-    try:
-        process.start()
-        gw = Gateway(process, fake_upstream, backend, redis_url)
-        gw.apply_catalog()
-        yield FilesRelay(gw, store, payload_dir, database_url)
-    finally:
-        live_reaper.stop([process], database_url if backend == "postgres" else None)
+    env = {
+        "RELAY_BATCH_PAYLOAD_STORE": store,
+        "RELAY_BATCH_PAYLOAD_DIR": str(payload_dir),
+        "RELAY_BATCH_MAX_BYTES": str(MAX_BYTES),
+        "RELAY_FILES_SWEEP_S": "1",
+        "RELAY_BATCH_WORKERS": "0",
+    }
+    for gw in start_gateway(backend, workdir, fake_upstream, live_reaper, env):
+        yield FilesRelay(gw, store, payload_dir, gw.relay.database_url)

@@ -7,39 +7,24 @@ gateway with small batch limits, so the 413 and the item-count refusal are cheap
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from tests.fixtures.fake_upstream import FakeUpstream
-from tests.fixtures.live import Gateway, Reaper, backend_setup
-from tests.fixtures.relay_server import RelayProcess
+from tests.fixtures.live import Gateway, Reaper, start_gateway
 
 MAX_ITEMS = 40
 MAX_BYTES = 200_000
 
 
-def start_gateway(
-    backend: str, workdir: Path, fake: FakeUpstream, reaper: Reaper, extra_env: dict[str, str]
-) -> Iterator[Gateway]:
-    database_url, redis_url, env = backend_setup(backend, workdir)
-    env.update(
-        {
-            "RELAY_BATCH_HEARTBEAT_S": "1",
-            "RELAY_BATCH_EXPIRY_SWEEP_S": "0.5",  # tests expire batches by moving expires_at back
-            "RELAY_BATCH_MAX_ITEMS": str(MAX_ITEMS),
-            "RELAY_BATCH_MAX_BYTES": str(MAX_BYTES),
-            **extra_env,
-        }
-    )
-    process = RelayProcess(workdir, database_url, env)
-    try:
-        process.start()
-        gw = Gateway(process, fake, backend, redis_url)
-        gw.apply_catalog()
-        yield gw
-    finally:
-        reaper.stop([process], database_url if backend == "postgres" else None)
+#: The message-batch gateways' settings: small batch limits, a quick heartbeat and expiry sweep (tests
+#: expire batches by moving ``expires_at`` back).
+MB_ENV = {
+    "RELAY_BATCH_HEARTBEAT_S": "1",
+    "RELAY_BATCH_EXPIRY_SWEEP_S": "0.5",
+    "RELAY_BATCH_MAX_ITEMS": str(MAX_ITEMS),
+    "RELAY_BATCH_MAX_BYTES": str(MAX_BYTES),
+}
 
 
 @pytest.fixture(scope="package", params=["sqlite", "postgres"])
@@ -50,4 +35,4 @@ def mb_gateway(
     live_reaper: Reaper,
 ) -> Iterator[Gateway]:
     workdir = tmp_path_factory.mktemp(f"mb-{request.param}")
-    yield from start_gateway(request.param, workdir, fake_upstream, live_reaper, {})
+    yield from start_gateway(request.param, workdir, fake_upstream, live_reaper, MB_ENV)

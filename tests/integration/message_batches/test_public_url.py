@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 
 from tests.fixtures.fake_upstream import FakeUpstream
-from tests.fixtures.live import Gateway, Reaper
-from tests.integration.message_batches.conftest import start_gateway
+from tests.fixtures.live import Gateway, Reaper, start_gateway
+from tests.integration.message_batches.conftest import MB_ENV
 from tests.integration.message_batches.helpers import PATH, jsonl, raw, request, sdk, wait_ended
 
 PUBLIC_URL = "https://relay.example.com/gateway"
@@ -22,7 +22,7 @@ def public_gateway(
 ) -> Iterator[Gateway]:
     workdir = tmp_path_factory.mktemp("mb-public-url")
     yield from start_gateway(
-        "sqlite", workdir, fake_upstream, live_reaper, {"RELAY_PUBLIC_URL": PUBLIC_URL + "/"}
+        "sqlite", workdir, fake_upstream, live_reaper, {**MB_ENV, "RELAY_PUBLIC_URL": PUBLIC_URL + "/"}
     )
 
 

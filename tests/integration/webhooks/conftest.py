@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.fake_upstream import FakeUpstream
-from tests.fixtures.live import GATEWAY_ENV, Gateway, Reaper, backend_setup
-from tests.fixtures.relay_server import RelayProcess
+from tests.fixtures.live import GATEWAY_ENV, Gateway, Reaper, start_gateway
 from tests.integration.webhooks.receiver import Receiver
 
 # 5 s, 30 s, 2 min … become 5 ms, 30 ms, 120 ms …; the 24 h window 86 s. Attempts time out after 3 s
@@ -38,14 +37,6 @@ def hooked(
     fake_upstream: FakeUpstream,
     live_reaper: Reaper,
 ) -> Iterator[Gateway]:
-    backend = request.param
-    workdir: Path = tmp_path_factory.mktemp(f"webhooks-{backend}")
-    database_url, redis_url, env = backend_setup(backend, workdir)
-    process = RelayProcess(workdir, database_url, {**env, **GATEWAY_ENV, **WEBHOOK_ENV})
-    try:
-        process.start()
-        gw = Gateway(process, fake_upstream, backend, redis_url)
-        gw.apply_catalog()
-        yield gw
-    finally:
-        live_reaper.stop([process], database_url if backend == "postgres" else None)
+    workdir: Path = tmp_path_factory.mktemp(f"webhooks-{request.param}")
+    env = {**GATEWAY_ENV, **WEBHOOK_ENV}
+    yield from start_gateway(request.param, workdir, fake_upstream, live_reaper, env)
