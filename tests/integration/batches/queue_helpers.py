@@ -1,5 +1,5 @@
-"""Helpers of the batch store tests (``tests/batches/test_queue_*.py`` and the engine tests that build
-on them): batch rows, usage events, one-item finalize, and reads of the raw rows.
+"""Helpers of the batch store tests (``tests/integration/batches/test_queue_*.py`` and the engine tests
+that build on them): batch rows, usage events, one-item finalize, and reads of the raw rows.
 
 Replicas are simulated by several engines on one database (each its own connection pool), claiming,
 finishing and rescuing concurrently with ``asyncio.gather``.
