@@ -11,5 +11,6 @@ pytest_plugins = [
     "tests.fixtures.private_postgres",
     "tests.fixtures.private_redis",
     "tests.e2e.faults.fleet",
+    "tests.integration.webhooks.receiver",
     "tests.fixtures.parallel",
 ]

@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from tests.e2e.dashboard.conftest import shot
 from tests.e2e.dashboard.helpers import audit, message_batch, new_member, openai_batch, sign_in, sign_in_as
@@ -26,13 +23,6 @@ from tests.integration.message_batches.helpers import wait_ended as wait_message
 from tests.integration.openai_batches.helpers import sdk as openai_sdk
 from tests.integration.openai_batches.helpers import wait_ended as wait_openai_batch
 from tests.integration.webhooks.receiver import Receiver
-
-
-@pytest.fixture(scope="module")
-def receiver() -> Iterator[Receiver]:
-    server = Receiver()
-    yield server
-    server.close()
 
 
 def download(page: Any, selector: str) -> list[dict[str, Any]]:

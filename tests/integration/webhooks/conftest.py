@@ -16,18 +16,10 @@ import pytest
 
 from tests.fixtures.fake_upstream import FakeUpstream
 from tests.fixtures.live import GATEWAY_ENV, Gateway, Reaper, start_gateway
-from tests.integration.webhooks.receiver import Receiver
 
 # 5 s, 30 s, 2 min … become 5 ms, 30 ms, 120 ms …; the 24 h window 86 s. Attempts time out after 3 s
 # (short enough for the hanging-receiver test, long enough for a loaded machine's receiver to answer).
 WEBHOOK_ENV = {"RELAY_WEBHOOK_RETRY_SCALE": "0.001", "RELAY_WEBHOOK_TIMEOUT_S": "3"}
-
-
-@pytest.fixture(scope="session")
-def receiver() -> Iterator[Receiver]:
-    server = Receiver()
-    yield server
-    server.close()
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])

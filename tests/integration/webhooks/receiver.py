@@ -4,7 +4,8 @@ Each test uses its own path (``receiver.path()``), and tells the receiver how to
 of statuses (the last one repeats), or to hang for a while before answering — counted per event
 (``webhook-id``), so every event on a path gets the same treatment. Every request is recorded
 with its headers and raw body, so tests verify signatures themselves (:func:`verify`, written from the
-Standard Webhooks description, independently of Relay's signing code).
+Standard Webhooks description, independently of Relay's signing code). The session-scoped
+``receiver`` fixture (registered for every test by the root conftest) is one such server per worker.
 """
 
 from __future__ import annotations
@@ -16,9 +17,12 @@ import json
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+import pytest
 
 
 @dataclass
@@ -130,3 +134,10 @@ def verify(secret: str, headers: dict[str, str], body: bytes) -> bool:
         if version == "v1" and hmac.compare_digest(sig, expected):
             return True
     return False
+
+
+@pytest.fixture(scope="session")
+def receiver() -> Iterator[Receiver]:
+    server = Receiver()
+    yield server
+    server.close()
