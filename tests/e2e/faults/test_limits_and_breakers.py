@@ -123,9 +123,7 @@ def fleet(
         gateways = [first]
         for process in processes[1:]:
             assert process.proc is not None and process.proc.poll() is None, process.logs()
-            gw = Gateway(process, fake_upstream, "postgres", redis.url)
-            gw.key, gw.account, gw.project, gw.policy = first.key, first.account, first.project, first.policy
-            gateways.append(gw)
+            gateways.append(first.sharing(process))
         yield Fleet(gateways, redis, private_postgres)
     finally:
         live_reaper.stop(processes)

@@ -69,9 +69,7 @@ def three_relays(
         with ThreadPoolExecutor(2) as pool:  # a migrated the database: the others start together
             list(pool.map(RelayProcess.start, processes[1:]))
         for process in processes[1:]:
-            gw = Gateway(process, fake_upstream, "postgres", None)
-            gw.key, gw.account, gw.project, gw.policy = first.key, first.account, first.project, first.policy
-            gw.host_key_values = first.host_key_values
+            gw = first.sharing(process)
             gw.wait_until_known(first.key)
             gateways.append(gw)
         yield Replicas(*gateways)

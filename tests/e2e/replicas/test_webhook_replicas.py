@@ -34,11 +34,10 @@ def start(
     # A 10 s attempt timeout (the default): on a loaded machine a 1 s one can expire before the receiver
     # reads the request, which adds a (correct, but unplanned) retry.
     process = relay_factory(database_url, {**WEBHOOK_ENV, "RELAY_WEBHOOK_TIMEOUT_S": "10", **(env or {})})
+    if like is not None:
+        return like.sharing(process)
     gw = Gateway(process, fake, "postgres" if database_url.startswith("postgresql") else "sqlite", None)
-    if like is None:
-        gw.apply_catalog()
-    else:
-        gw.key, gw.account, gw.project, gw.policy = like.key, like.account, like.project, like.policy
+    gw.apply_catalog()
     return gw
 
 

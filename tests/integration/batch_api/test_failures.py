@@ -256,9 +256,7 @@ def stage(
         live_reaper.stop([front])  # it never ran an item; its shutdown overlaps the next start
         processes.remove(front)
         workers.start()
-        gw = Gateway(workers, fake_upstream, backend, redis_url)
-        gw.key, gw.account, gw.project, gw.policy = first.key, first.account, first.project, first.policy
-        gw.host_key_values = first.host_key_values
+        gw = first.sharing(workers)
         for case in staged.values():  # every staged item is final before any test restores anything
             item_events(gw, case.batch_id, STAGED_ITEMS)
         yield Stage(gw, staged)

@@ -58,13 +58,6 @@ def _wait_status(gw: Gateway, batch_id: str, key: str, wanted: str, timeout: flo
         time.sleep(0.1)
 
 
-def _switch(gw: Gateway, process: RelayProcess, fake: FakeUpstream) -> Gateway:
-    nxt = Gateway(process, fake, gw.backend, gw.redis_url)
-    nxt.key, nxt.account, nxt.project, nxt.policy = gw.key, gw.account, gw.project, gw.policy
-    nxt.host_key_values = gw.host_key_values
-    return nxt
-
-
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
 def stage(
     request: pytest.FixtureRequest,
@@ -93,7 +86,7 @@ def stage(
         processes.remove(front)
 
         workers.start()
-        gw = _switch(gw, workers, fake_upstream)
+        gw = gw.sharing(workers)
         slow = body_for(CHAT, 0, fake={"latency_ms": 4000})
         ids["timeout"] = create(sdk(gw), [line("slow", CHAT, slow), line("fast", CHAT, body_for(CHAT, 1))]).id
         readers["timeout"] = gw.key
@@ -107,7 +100,7 @@ def stage(
         gw.sql(update(t.batches).where(t.batches.c.id == ids["claimed"]).values(api_status="fin@1"))
 
         final.start()
-        yield Stage(_switch(gw, final, fake_upstream), ids, readers, seen)
+        yield Stage(gw.sharing(final), ids, readers, seen)
     finally:
         live_reaper.stop(processes, database_url if backend == "postgres" else None)
 
