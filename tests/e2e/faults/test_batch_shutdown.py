@@ -93,12 +93,22 @@ def _wave_in_flight(fake: FakeUpstream, tag: str, replica: Replica, wave: set[in
     return lambda: in_flight(fake, tag, replica) == wave
 
 
-def last_claim(database: Path, batch_id: str) -> datetime:
-    """When a replica last claimed items of the batch: ``batches.last_claimed_at``, stamped by every
-    claim that takes items (on SQLite with the claiming process's clock, the clock this test reads)."""
+def claim_times(database: Path, batch_id: str) -> tuple[datetime, dict[int, datetime | None]]:
+    """When a replica last reserved items of the batch (``batches.last_claimed_at``, stamped by every
+    claim that takes items) and when each item was started (``batch_items.claimed_at``, set again when
+    a reserved item starts running; cleared when one is put back). On SQLite both are the claiming
+    process's clock, the clock this test reads."""
+
+    def utc(stamp: str | None) -> datetime | None:
+        return None if stamp is None else datetime.fromisoformat(stamp).replace(tzinfo=UTC)
+
     with closing(sqlite3.connect(database)) as db:
-        (stamp,) = db.execute("SELECT last_claimed_at FROM batches WHERE id = ?", (batch_id,)).fetchone()
-    return datetime.fromisoformat(stamp).replace(tzinfo=UTC)
+        (last,) = db.execute("SELECT last_claimed_at FROM batches WHERE id = ?", (batch_id,)).fetchone()
+        rows = db.execute("SELECT idx, claimed_at FROM batch_items WHERE batch_id = ?", (batch_id,))
+        started = {idx: utc(stamp) for idx, stamp in rows}
+    last_claim = utc(last)
+    assert last_claim is not None
+    return last_claim, started
 
 
 def test_sigterm_drains_running_items_and_claims_no_more(
@@ -107,9 +117,10 @@ def test_sigterm_drains_running_items_and_claims_no_more(
     fake: FakeUpstream,
 ) -> None:
     """SPEC §10.6, a grace long enough: SIGTERM while a replica runs 4 items of 8. Those 4 finish as
-    ``completed`` before it exits; it claims nothing after the signal (the batch's last claim is older
-    than the signal, however slow the machine), so what it had not claimed is still ``available`` (never
-    sent upstream) when it has gone. A cancel then settles those (one event each)."""
+    ``completed`` before it exits; it claims and starts nothing after the signal (the batch's last claim
+    and every completed item's start are older than the signal, however slow the machine; an item it
+    had reserved but not started is put back), so the rest is still ``available`` (never sent upstream)
+    when it has gone. A cancel then settles those (one event each)."""
     n, latency_ms = 8, 3000
     database = tmp_path / "relay.db"
     fleet = fleet_for(f"sqlite:///{database}")
@@ -129,17 +140,21 @@ def test_sigterm_drains_running_items_and_claims_no_more(
     worker.process.proc.send_signal(signal.SIGTERM)
     assert worker.process.proc.wait(timeout=60) == 0, worker.process.logs()
 
-    assert last_claim(database, batch_id) < signalled_at, "the replica claimed items after SIGTERM"
+    last_claim, started = claim_times(database, batch_id)
+    assert last_claim < signalled_at, "the replica claimed items after SIGTERM"
     after = view(gw, batch_id)
     assert after is not None
     left = states(after)
     assert {left[idx] for idx in wave} == {"completed"}, after["items"]  # drained, not put back
     assert set(left.values()) <= {"available", "completed"}, after["items"]  # nothing left running
-    # Items completed beyond the wave were claimed before the signal (a slot came free before it, on a
-    # slow machine); what was still unclaimed at the signal must remain for the check above to mean
-    # anything: only ``available`` items were there to claim after it.
+    # Items completed beyond the wave started before the signal (a slot came free before it, on a slow
+    # machine). Whatever was not started by then must be left ``available`` for the checks to mean
+    # anything: those are the items a replica still claiming or starting after the signal would run.
     unclaimed = {idx for idx, state in left.items() if state == "available"}
-    assert unclaimed, f"every item was claimed before SIGTERM, none left to test: {after['items']}"
+    ran = {idx: started[idx] for idx in set(left) - unclaimed}
+    late = {idx: at for idx, at in ran.items() if at is None or at >= signalled_at}
+    assert not late, f"items started after SIGTERM: {late}"
+    assert unclaimed, f"every item was started before SIGTERM, none left to test: {after['items']}"
     sent = sends(fake, tag)
     assert unclaimed.isdisjoint(sent), sent
     assert all(len(tries) == 1 and tries[0].key == worker.upstream_key for tries in sent.values()), sent
