@@ -149,7 +149,7 @@ def test_openai_past_expires_at_sends_one_batch_expired(hooked: Gateway, receive
     created = oa.create(client, _slow_lines(20, 4000))
     _wait_running(h, created.id)
     past = datetime.now(UTC) - timedelta(seconds=1)
-    oa.hooked.sql(update(t.batches).where(t.batches.c.id == created.id).values(expires_at=past))
+    hooked.sql(update(t.batches).where(t.batches.c.id == created.id).values(expires_at=past))
 
     body = h.event()
     shown = _openai_view(h, created.id)
@@ -199,7 +199,7 @@ def test_anthropic_past_expires_at_sends_one_batch_expired(hooked: Gateway, rece
     client = mb.sdk(hooked, h.key)
     created = client.messages.batches.create(requests=[mb.slow(f"late-{i}") for i in range(10)])  # type: ignore[misc]
     past = datetime.now(UTC) - timedelta(seconds=1)
-    mb.hooked.sql(update(t.batches).where(t.batches.c.id == created.id).values(expires_at=past))
+    hooked.sql(update(t.batches).where(t.batches.c.id == created.id).values(expires_at=past))
 
     body = h.event()
     ended = client.messages.batches.retrieve(created.id)
