@@ -1,0 +1,1 @@
+"""The batch API over HTTP: real ``relay serve`` processes, the real fake upstream (SPEC §10)."""

@@ -1,4 +1,0 @@
-"""The OpenAI Batches façade over HTTP (SPEC §14 Batches): real ``relay serve`` processes on SQLite and
-Postgres, the real fake upstream, reached with the official ``openai`` SDK and raw ``httpx``."""
-
-from tests.fixtures.live import gateway, live_reaper  # noqa: F401

@@ -1,6 +1,0 @@
-"""Fixtures for the shared-state suite (``tests.fixtures.shared_state``): ``state`` runs each contract
-test on MemoryState and on the real Redis at ``RELAY_TEST_REDIS_URL`` (never a mock), with a key prefix
-of its own; ``replicas`` and ``redis_admin`` for the Redis-only tests.
-"""
-
-from tests.fixtures.shared_state import redis_admin, replicas, state  # noqa: F401

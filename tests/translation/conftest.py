@@ -1,4 +1,0 @@
-"""Cross-shape translation over HTTP (SPEC §7.3): one ``relay serve`` (SQLite: translation does not
-depend on the backend) and the session's fake upstream, driven by the official SDKs."""
-
-from tests.fixtures.live import gateway, live_reaper  # noqa: F401
