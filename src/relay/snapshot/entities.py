@@ -21,6 +21,7 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
+from relay.domain.batch_policy import DEFAULT_BATCH_POLICY, BatchPolicy
 from relay.domain.grants import Grant, parse_grant
 from relay.domain.ratelimits import RateLimitRule
 from relay.pricing import NanoPrices, nano_prices
@@ -180,6 +181,8 @@ class Policy:
     # SPEC §4 step 5: model id → the names of the models to try after it, in order (as written; they
     # are looked up when a request needs them, so a model renamed or deleted since is simply skipped).
     fallbacks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # SPEC §17: how the policy's batch items meet its limits (absent = §10.4's defaults).
+    batch: BatchPolicy = DEFAULT_BATCH_POLICY
 
     @classmethod
     def from_row(cls, row: Row, host_key_ids: tuple[str, ...], model_ids: Mapping[str, str]) -> Policy:
@@ -201,6 +204,7 @@ class Policy:
             row["payload_logging"],
             row["enabled"],
             fallbacks,
+            BatchPolicy.model_validate(batch) if (batch := row.get("batch")) else DEFAULT_BATCH_POLICY,
         )
 
 
