@@ -61,8 +61,8 @@ async def cancel(
     return await _store(engine, hooks).cancel(batch_id, events_for=events_for)
 
 
-async def claim(db: Db, instance_id: str, limit: int) -> list[ClaimedItem]:
-    return await _store(db).claim(instance_id, limit, db=_on(db))
+async def claim(db: Db, instance_id: str, limit: int, skip_policies: Sequence[str] = ()) -> list[ClaimedItem]:
+    return await _store(db).claim(instance_id, limit, db=_on(db), skip_policies=skip_policies)
 
 
 async def start(db: Db, instance_id: str, keys: Sequence[tuple[str, int]]) -> set[tuple[str, int]]:

@@ -132,3 +132,16 @@ async def test_concurrent_finishers_complete_the_batch_once(
         assert all(results)
         assert await completed_at(engine, batch_id) is not None
         assert len(await events(engine, batch_id)) == 30
+
+
+async def test_a_claim_passes_over_the_batches_of_held_policies(engine: AsyncEngine) -> None:
+    """SPEC §17: items of a policy held back by pacing stay available while other policies' run."""
+    held = await submit(engine, 3, policy_id="pol_held")
+    other = await submit(engine, 2, policy_id="pol_free")
+
+    claimed = await queue_ops.claim(engine, "r1", 10, skip_policies=["pol_held"])
+    assert {(c.batch_id, c.idx) for c in claimed} == {(other, 0), (other, 1)}
+    assert await queue_ops.claim(engine, "r1", 10, skip_policies=["pol_held", "pol_free"]) == []
+
+    claimed = await queue_ops.claim(engine, "r1", 10)
+    assert {(c.batch_id, c.idx) for c in claimed} == {(held, 0), (held, 1), (held, 2)}

@@ -59,7 +59,7 @@ Invariants.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -136,9 +136,12 @@ class BatchStore:
 
     # ------------------------------------------------------------------------------------------ hot loop
 
-    async def claim(self, instance_id: str, limit: int, *, db: Db | None = None) -> list[ClaimedItem]:
-        """Reserve up to ``limit`` items of one batch for ``instance_id`` (fair order)."""
-        return await _claims.claim(self._engine if db is None else db, instance_id, limit)
+    async def claim(
+        self, instance_id: str, limit: int, *, db: Db | None = None, skip_policies: Collection[str] = ()
+    ) -> list[ClaimedItem]:
+        """Reserve up to ``limit`` items of one batch for ``instance_id`` (fair order), passing over
+        batches of the policies in ``skip_policies`` (held back by pacing, SPEC §17)."""
+        return await _claims.claim(self._engine if db is None else db, instance_id, limit, skip_policies)
 
     async def start(
         self, instance_id: str, keys: Sequence[tuple[str, int]], *, db: Db | None = None

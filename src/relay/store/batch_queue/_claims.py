@@ -9,7 +9,7 @@ run on a connection the calling task holds (``relay.store.held``) where it keeps
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -85,6 +85,7 @@ def _claim_sql(dialect: str) -> _ClaimSQL:
             B.c.status == literal_column("'queued'"),
             or_(B.c.expires_at.is_(None), B.c.expires_at > now),  # an expired batch starts nothing (§14)
             _unreserved_in(B.c.id),
+            B.c.policy_id.not_in(bindparam("c_skip", expanding=True)),  # held back by pacing (§17)
         )
         .order_by(B.c.last_claimed_at.asc().nulls_first(), B.c.created_at, B.c.id)
         .limit(1)
@@ -119,12 +120,15 @@ def _claim_sql(dialect: str) -> _ClaimSQL:
     return built
 
 
-async def claim(db: Db, instance_id: str, limit: int) -> list[ClaimedItem]:
+async def claim(
+    db: Db, instance_id: str, limit: int, skip_policies: Collection[str] = ()
+) -> list[ClaimedItem]:
     """Reserve up to ``limit`` available items of one batch (fair order, module docstring) for
     ``instance_id`` (committed when this returns). Reserved items stay ``available`` — a cancel on any
     replica cancels them like any waiting item (SPEC §10.2) — and :func:`start` makes them ``running``
     when a worker takes them. ``[]`` when nothing is available unreserved (or, on Postgres, every such
-    batch is being claimed by another replica right now).
+    batch is being claimed by another replica right now). Batches of the policies in ``skip_policies``
+    are passed over: their items wait for room (SPEC §17).
 
     The claimant's heartbeat is refreshed in the same transaction, so an item is never claimed by a
     replica without a worker row (which :func:`rescue` would take for a dead replica).
@@ -136,7 +140,10 @@ async def claim(db: Db, instance_id: str, limit: int) -> list[ClaimedItem]:
         params: dict[str, Any] = {"c_instance": instance_id, "c_limit": limit}
         if conn.dialect.name != "postgresql":
             params["c_now"] = datetime.now(UTC)
-        picked = (await conn.execute(sql.pick, {k: v for k, v in params.items() if k == "c_now"})).first()
+        pick_params = {"c_skip": list(skip_policies)}
+        if "c_now" in params:
+            pick_params["c_now"] = params["c_now"]
+        picked = (await conn.execute(sql.pick, pick_params)).first()
         if picked is None:
             return []
         batch = record_from_row(picked._mapping)
