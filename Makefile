@@ -27,8 +27,11 @@ sbom: $(STAMP)  ## the CycloneDX SBOM of what the image installs (requirements/r
 	$(BIN)/cyclonedx-py requirements requirements/runtime.lock --pyproject pyproject.toml \
 		--of JSON --output-reproducible --validate -o sbom.cdx.json
 
+# `make demo DEMO_ARGS="--upstream-port 9010 --bind 0.0.0.0"` passes flags on to `relay demo`.
+DEMO_ARGS ?=
+
 demo: $(STAMP)  ## Relay on embedded SQLite + a fake upstream + a demo catalog, until Ctrl-C
-	$(BIN)/relay demo
+	$(BIN)/relay demo $(DEMO_ARGS)
 
 lint: $(STAMP)  ## ruff, mypy on src/, import-linter contracts (ARCHITECTURE.md rule 3)
 	$(BIN)/ruff check src tests bench

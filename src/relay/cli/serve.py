@@ -178,7 +178,7 @@ def listening_on(bind: str, port: int) -> str:
     return f"http://{local_host(bind)}:{port}"
 
 
-def listen(host: str, port: int, what: str, setting: str) -> socket.socket:
+def listen(host: str, port: int, what: str, setting: str, hint: str = "") -> socket.socket:
     """A listening TCP socket on ``host:port``; a port in use (or a bad address) is a
     :class:`StartupError` naming the port and the setting that changes it, not uvicorn's traceback."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -192,7 +192,7 @@ def listen(host: str, port: int, what: str, setting: str) -> socket.socket:
         if exc.errno == errno.EADDRINUSE:
             raise StartupError(
                 f"port {port} ({what}) is already in use on {host}: stop what holds it, "
-                f"or {'pass' if setting.startswith('--') else 'set'} {setting} to a free port"
+                f"or {'pass' if setting.startswith('--') else 'set'} {setting} to a free port{hint}"
             ) from None
         raise StartupError(
             f"cannot listen on {host}:{port} ({what}; RELAY_BIND, {setting}): {exc.strerror or exc}"

@@ -5,6 +5,7 @@ and creates only what is missing; a busy port is one line naming the setting tha
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -205,7 +206,21 @@ def test_a_busy_port_is_one_line_naming_what_changes_it(tmp_path: Path) -> None:
             done = run(args, workdir, **env)
             output = (done.stdout + done.stderr).strip()
             assert done.returncode == 1, output
+            hint = " (with make: make demo DEMO_ARGS='--upstream-port <port>')" if "upstream" in what else ""
             assert output == (
                 f"error: port {busy} ({what}) is already in use on 127.0.0.1: stop what holds it, "
-                f"or {fix} to a free port"
+                f"or {fix} to a free port{hint}"
             ), output
+
+
+def test_make_demo_passes_demo_args_to_relay_demo() -> None:
+    """The busy-port error tells a `make demo` user to pass DEMO_ARGS: make must hand them on."""
+    make = shutil.which("make")
+    assert make, "make is needed to check the Makefile"
+    repo = Path(__file__).resolve().parents[3]
+    dry_run = [make, "-n", "demo", "DEMO_ARGS=--upstream-port 9123 --bind 127.0.0.1"]
+    out = subprocess.run(dry_run, cwd=repo, capture_output=True, text=True, timeout=60, check=True).stdout
+    (line,) = [
+        line for line in out.splitlines() if line.endswith("relay demo --upstream-port 9123 --bind 127.0.0.1")
+    ]
+    assert line.startswith(".venv/bin/relay"), out
