@@ -1,4 +1,5 @@
-"""The ``relay`` command: serve, demo, migrate, config, apply, export, keys, batch, fake-upstream.
+"""The ``relay`` command: serve, demo, migrate, config, apply, export, keys, users, tokens, batch,
+fake-upstream.
 
 Server commands load :class:`relay.config.Settings` once and stop with a one-line message on a bad
 value. Client commands (apply, export) talk to the control plane over HTTP with
@@ -15,14 +16,15 @@ from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Any
 
-import httpx
 import typer
 import uvloop
 import yaml
 
+from relay.cli.accounts import tokens_app, users_app
 from relay.cli.batch import batch_app
+from relay.cli.support import admin_call as _call
 from relay.cli.support import err, fail, out, print_table
-from relay.config import ConfigError, Settings, load_client_settings, load_settings, settings_help
+from relay.config import ConfigError, Settings, load_settings, settings_help
 from relay.yaml_documents import DocumentsRefused, load_documents
 
 app = typer.Typer(
@@ -32,6 +34,8 @@ app = typer.Typer(
     help="Relay, a self-hosted LLM gateway.",
 )
 app.add_typer(batch_app, name="batch")
+app.add_typer(users_app, name="users")
+app.add_typer(tokens_app, name="tokens")
 
 
 def _version(value: bool) -> None:
@@ -143,34 +147,6 @@ def _unpriced_bindings(database_url: str) -> str:
     except Exception:  # unreachable, not migrated: config still prints; the URL may hold a password
         return "unknown (the database did not answer)"
     return ", ".join(names) if names else "none"
-
-
-def _admin_client() -> httpx.Client:
-    client = load_client_settings()
-    token = client.admin_token.get_secret_value() if client.admin_token else None
-    if token is None:
-        path = Path(client.data_dir) / "admin.token"
-        if path.exists():
-            token = path.read_text().strip()
-    if not token:
-        fail("RELAY_ADMIN_TOKEN is not set (and no relay-data/admin.token here)")
-    return httpx.Client(base_url=client.control_url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
-
-
-def _call(method: str, path: str, body: Any = None) -> Any:
-    with _admin_client() as http:
-        try:
-            response = http.request(method, path, json=body)
-        except httpx.HTTPError as exc:
-            fail(f"cannot reach the control plane at {http.base_url}: {exc}")
-    try:
-        data = response.json()
-    except ValueError:
-        data = None
-    if response.status_code >= 400:
-        message = (data or {}).get("error", {}).get("message") if isinstance(data, dict) else None
-        fail(f"{response.status_code}: {message or response.text}")
-    return data
 
 
 def _read_documents(path: Path) -> list[Any]:

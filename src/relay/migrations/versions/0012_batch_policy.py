@@ -1,4 +1,4 @@
-"""Reserved for the policy's batch block (SPEC §17) (filled by the change that needs it).
+"""Reserved for the policy's batch block (filled by the change that needs it).
 
 Revision ID: 0012
 Revises: 0011
