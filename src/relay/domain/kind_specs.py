@@ -168,7 +168,11 @@ class PolicySpec(_Named):
     payload_logging: bool = False
     enabled: bool = True
     # SPEC §17: how the policy's batch items meet its limits; absent or null = the defaults (§10.4).
-    batch: BatchPolicy = Field(default_factory=BatchPolicy)
+    batch: BatchPolicy = Field(
+        default_factory=BatchPolicy,
+        description="SPEC §17: how batch items meet the policy's limits (pacing fail|wait, live_reserve "
+        "0.0–0.9, max_concurrency ≥ 1 or null, translate); absent or null = the defaults",
+    )
 
     @field_validator("batch", mode="before")
     @classmethod

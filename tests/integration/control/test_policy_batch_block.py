@@ -141,3 +141,22 @@ def test_export_writes_the_block_only_when_chosen_and_apply_round_trips(
     dropped = relay.api("POST", "/api/apply", {"documents": [{**documents[0], "spec": {}}]}).json()["plan"]
     assert dropped[0]["action"] == "update"
     assert relay.api("GET", f"/api/policies/paced-{s}").json()["batch"] == DEFAULTS
+
+
+def test_the_openapi_document_describes_the_block(relay: RelayProcess) -> None:
+    document = relay.control.get("/api/openapi.json").json()
+    schemas = document["components"]["schemas"]
+    batch = schemas["PolicyObject"]["properties"]["batch"]
+    assert "SPEC §17" in batch["description"]
+    block = schemas["BatchPolicy"]
+    assert block["additionalProperties"] is False
+    assert block["properties"]["pacing"]["enum"] == ["fail", "wait"]
+    assert (
+        block["properties"]["live_reserve"]["minimum"],
+        block["properties"]["live_reserve"]["maximum"],
+    ) == (
+        0.0,
+        0.9,
+    )
+    assert {"minimum": 1, "type": "integer"} in block["properties"]["max_concurrency"]["anyOf"]
+    assert block["properties"]["translate"]["type"] == "boolean"
