@@ -4,14 +4,16 @@ against real ``relay serve`` processes on SQLite and Postgres."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 
-from tests.fixtures.relay_server import RelayProcess
+from tests.fixtures.relay_server import ADMIN_TOKEN, RelayProcess
 from tests.integration.control.test_apply_export import run_cli, write_yaml
 
 DEFAULTS = {"pacing": "fail", "live_reserve": 0.0, "max_concurrency": None, "translate": False}
@@ -160,3 +162,25 @@ def test_the_openapi_document_describes_the_block(relay: RelayProcess) -> None:
     )
     assert {"minimum": 1, "type": "integer"} in block["properties"]["max_concurrency"]["anyOf"]
     assert block["properties"]["translate"]["type"] == "boolean"
+
+
+def test_the_dashboard_catalog_shows_each_policys_batch_block(relay: RelayProcess) -> None:
+    paced, plain = uniq("paced"), uniq("plain")
+    relay.create(
+        "policies", {"name": paced, "batch": {"pacing": "wait", "live_reserve": 0.2, "max_concurrency": 8}}
+    )
+    relay.create("policies", {"name": plain})
+    with httpx.Client(base_url=relay.control_url, timeout=30) as browser:
+        form = browser.get("/ui/signin")
+        csrf = re.search(r'name="csrf" value="([^"]+)"', form.text)
+        assert csrf is not None, form.text
+        signed_in = browser.post("/ui/signin", data={"admin_token": ADMIN_TOKEN, "csrf": csrf.group(1)})
+        assert signed_in.status_code in (200, 303), signed_in.text
+        page = browser.get("/ui/catalog")
+    assert page.status_code == 200
+    assert '<th scope="col">Batches</th>' in page.text
+    cells = dict(
+        re.findall(r'<tr data-policy="([^"]+)">.*?<td data-testid="batches">([^<]*)</td>', page.text)
+    )
+    assert cells[paced] == "wait · live 20% · max 8"
+    assert cells[plain] == "fail"
