@@ -377,6 +377,26 @@ async def test_under_translate_an_upstream_error_is_still_upstream_returned(
     assert fake.requests()[-1]["path"] == "/v1/messages"
 
 
+async def test_under_translate_a_responses_item_to_the_openai_host_is_translated_to_chat(
+    runner: RunnerBench, fake: FakeUpstream
+) -> None:
+    """§10.4's host-``openai`` exception gives way to ``translate: true``: the item is translated to
+    chat and its result is a Responses object."""
+    c = runner.catalog
+    s = c.scenario(host_name="openai")
+    policy = translating(runner, s.policy)
+    item = {"model": s.model.name, "input": "hello there", "max_output_tokens": 16}
+    batch = await runner.batch([item], shape="openai_responses", key=s.relay_key, policy=policy)
+    result = await runner.run(batch)
+    assert result.state == "completed", result.error
+    [sent] = fake.requests()
+    assert sent["path"] == "/v1/chat/completions" and "input" not in sent["body"]
+    assert sent["body"]["max_completion_tokens"] == 16
+    answer = await kept_body(runner, batch, result)
+    assert answer["object"] == "response" and answer["model"] == s.model.name
+    assert answer["status"] == "completed"
+
+
 # ---------------------------------------------------------------------------------------- credential, policy
 
 
