@@ -397,6 +397,42 @@ async def test_under_translate_a_responses_item_to_the_openai_host_is_translated
     assert answer["status"] == "completed"
 
 
+async def test_under_translate_an_item_falls_back_to_a_model_of_another_shape(
+    runner: RunnerBench, fake: FakeUpstream
+) -> None:
+    """SPEC §4 step 5 under ``translate: true``: as for a live request, a fallback bound with another
+    adapter is translated; the result names the model that answered, in the item's shape. Without the
+    flag the same fallback is skipped (a batch item only falls back to models of its own shape)."""
+    c = runner.catalog
+    broken = c.scenario(("fail-503",))
+    fallback = c.scenario(adapter="anthropic")
+    plain = c.build.policy(
+        "falls-across",
+        keys=(*broken.keys, *fallback.keys),
+        fallbacks={broken.model.id: (fallback.model.name,)},
+    )
+    runner.refresh()
+    item = chat(broken.model.name)
+    batch = await runner.batch([item], policy=plain)
+    result = await runner.run(batch)
+    assert result.state == "discarded" and result.error is not None
+    assert result.error.startswith("all keys of host")
+    assert [r["path"] for r in fake.requests()] == ["/v1/chat/completions"]
+
+    policy = translating(runner, plain)
+    batch = await runner.batch([item], policy=policy)
+    result = await runner.run(batch)
+    assert result.state == "completed", result.error
+    assert [r["path"] for r in fake.requests()][-2:] == ["/v1/chat/completions", "/v1/messages"]
+    answer = await kept_body(runner, batch, result)
+    assert answer["object"] == "chat.completion" and answer["model"] == fallback.model.name
+    assert (result.event.model, result.event.requested_model, result.event.adapter) == (
+        fallback.model.name,
+        broken.model.name,
+        "anthropic",
+    )
+
+
 # ---------------------------------------------------------------------------------------- credential, policy
 
 
