@@ -7,11 +7,11 @@ What it knows:
   - ``embeddings`` to another adapter → ``REFUSE_BINDING`` (live: 400 ``unsupported_binding``);
   - ``canonical`` (live only) → ``TRANSLATE``, always (``relay.adapters.canonical``);
   - a provider shape to another adapter: live → ``TRANSLATE`` (§7.3); a batch item under a policy with
-    ``batch.translate: true`` → ``TRANSLATE`` too (SPEC §17: exactly the live rule, §10.4's exception
-    included); any other batch item → ``REFUSE_CROSS_SHAPE`` (``cross-shape dispatch: item shape <s>,
-    binding adapter <a>``) except §10.4's one exception: an ``openai_responses`` item to an ``openai``
-    binding on the host named ``openai`` goes as it is to that host's Chat Completions path
-    (``PASS_THROUGH`` with wire shape ``openai``);
+    ``batch.translate: true`` → ``TRANSLATE`` too (SPEC §17: exactly the live rule; §10.4's host
+    ``openai`` exception gives way to it); any other batch item → ``REFUSE_CROSS_SHAPE``
+    (``cross-shape dispatch: item shape <s>, binding adapter <a>``) except §10.4's one exception: an
+    ``openai_responses`` item to an ``openai`` binding on the host named ``openai`` goes as it is to
+    that host's Chat Completions path (``PASS_THROUGH`` with wire shape ``openai``);
   - an unknown shape or adapter → ``REFUSE_CROSS_SHAPE``.
 
 What it deliberately does not know: how to translate (``relay.adapters.translate``), HTTP statuses.
