@@ -105,6 +105,9 @@ def test_demo_runs_and_restarts_cleanly(tmp_path: Path) -> None:
         assert adapters == {"openai", "anthropic", "openai_responses"}
         counts = control.get("/api/snapshot").json()["counts"]
         assert counts["hosts"] == 3 and counts["policies"] == 1 and counts["service_accounts"] == 1
+        # SPEC §17: the demo policy paces a first big batch and keeps a live share, so it finishes.
+        batch = control.get("/api/policies/demo").json()["batch"]
+        assert batch == {"pacing": "wait", "live_reserve": 0.2, "max_concurrency": None, "translate": False}
         assert httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200
         key = banner.split("export RELAY_API_KEY=")[1].split()[0]
         token = next(line.strip() for line in banner.splitlines() if line.strip().startswith("eyJ"))

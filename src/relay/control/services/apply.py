@@ -24,6 +24,7 @@ from relay.control.kinds import BY_NAME, KINDS, Kind
 from relay.control.services.catalog import CatalogService, with_generated_secret
 from relay.crypto.passwords import verify_password
 from relay.crypto.sealing import SecretBox
+from relay.domain.batch_policy import BatchPolicy
 from relay.errors import InvalidRequest, Unprocessable
 from relay.store import catalog as store
 
@@ -201,5 +202,8 @@ class ApplyService:
 
 
 def _order(kind: Kind, spec: dict[str, Any]) -> dict[str, Any]:
-    """Spec fields in the model's declaration order, dropping nulls, so exports read naturally."""
+    """Spec fields in the model's declaration order, dropping nulls and a policy's default ``batch``
+    block (SPEC §17: written only when chosen), so exports read naturally."""
+    if kind.name == "Policy" and BatchPolicy.model_validate(spec.get("batch") or {}).is_default:
+        spec = {k: v for k, v in spec.items() if k != "batch"}
     return {f: spec[f] for f in kind.spec.model_fields if f in spec and spec[f] is not None}
