@@ -170,7 +170,7 @@ class PolicySpec(_Named):
     # SPEC §17: how the policy's batch items meet its limits; absent or null = the defaults (§10.4).
     batch: BatchPolicy = Field(
         default_factory=BatchPolicy,
-        description="SPEC §17: how batch items meet the policy's limits (pacing fail|wait, live_reserve "
+        description="How batch items meet the policy's limits (pacing fail|wait, live_reserve "
         "0.0–0.9, max_concurrency ≥ 1 or null, translate); absent or null = the defaults",
     )
 
