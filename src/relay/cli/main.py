@@ -81,7 +81,9 @@ def serve() -> None:
 @app.command()
 def migrate() -> None:
     """Run the database migrations to the newest schema, then exit."""
-    from relay.store.engine import create_engine
+    from sqlalchemy.exc import DBAPIError
+
+    from relay.store.engine import create_engine, startup_problem
     from relay.store.migrate import current_revision, upgrade_to_head
 
     settings = _settings()
@@ -96,8 +98,8 @@ def migrate() -> None:
 
     try:
         revision = asyncio.run(run())
-    except OSError as exc:
-        fail(f"cannot reach the database: {exc}")
+    except (OSError, DBAPIError) as exc:
+        fail(startup_problem(exc, str(settings.masked()["RELAY_DATABASE_URL"])))
     out.print(f"database at revision {revision}")
 
 
