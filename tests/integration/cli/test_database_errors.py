@@ -65,3 +65,14 @@ def test_serve_names_a_missing_database_in_one_line(postgres_url: str, tmp_path)
     with pytest.raises(StartupError) as refused:
         asyncio.run(serve(settings))
     _assert_names_the_database(str(refused.value), name)
+
+
+@pytest.mark.parametrize("scheme", ["postgres://", "postgres+asyncpg://"])
+def test_postgres_scheme_urls_are_accepted_and_migrate(postgres_url: str, scheme: str) -> None:
+    url = scheme + postgres_url.removeprefix("postgresql://")
+    assert load_settings(_env(url)).database_url == postgres_url.replace(
+        "postgresql://", scheme.replace("postgres", "postgresql", 1)
+    )
+    result = CliRunner().invoke(app, ["migrate"], env=_env(url))
+    assert result.exit_code == 0, result.output
+    assert "database at revision" in result.output
