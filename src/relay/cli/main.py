@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
+from collections.abc import Callable
 from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,7 @@ import yaml
 from relay.cli.batch import batch_app
 from relay.cli.support import err, fail, out, print_table
 from relay.config import ConfigError, Settings, load_client_settings, load_settings, settings_help
-from relay.yaml_documents import DocumentsRefused, load_documents
+from relay.yaml_documents import DocumentsRefused, load_documents_with_lines, yaml_problem
 
 app = typer.Typer(
     add_completion=False,
@@ -159,7 +161,9 @@ def _admin_client() -> httpx.Client:
     return httpx.Client(base_url=client.control_url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
 
 
-def _call(method: str, path: str, body: Any = None) -> Any:
+def _call(method: str, path: str, body: Any = None, *, explain: Callable[[str], str] = str) -> Any:
+    """The control plane's JSON answer; an error answer stops the command with one line, its message
+    passed through ``explain`` (``relay apply`` points ``documents[i]`` at the file's line)."""
     with _admin_client() as http:
         try:
             response = http.request(method, path, json=body)
@@ -171,19 +175,20 @@ def _call(method: str, path: str, body: Any = None) -> Any:
         data = None
     if response.status_code >= 400:
         message = (data or {}).get("error", {}).get("message") if isinstance(data, dict) else None
-        fail(f"{response.status_code}: {message or response.text}")
+        fail(explain(f"{response.status_code}: {message or response.text}"))
     return data
 
 
-def _read_documents(path: Path) -> list[Any]:
+def _read_documents(path: Path) -> tuple[list[Any], list[int]]:
+    """The documents of ``path`` and the line each starts on."""
     if not path.exists():
         fail(f"{path}: no such file")
     try:
-        return load_documents(path)  # bounded: sizes, aliases (SPEC §11; billion laughs → one line)
+        return load_documents_with_lines(path)  # bounded: sizes, aliases (billion laughs → one line)
     except DocumentsRefused as exc:
         fail(f"{path}: refused: {exc}")
     except yaml.YAMLError as exc:
-        fail(f"{path}: not valid YAML ({str(exc).splitlines()[0] if str(exc) else exc})")
+        fail(f"{path}: not valid YAML: {yaml_problem(exc)}")
 
 
 @app.command()
@@ -193,8 +198,19 @@ def apply(
     prune: bool = typer.Option(False, "--prune", help="Delete objects of the applied kinds not in the file"),
 ) -> None:
     """Create or update catalog objects from a YAML file, all or nothing."""
-    documents = _read_documents(file)
-    result = _call("POST", "/api/apply", {"documents": documents, "dry_run": dry_run, "prune": prune})
+    documents, lines = _read_documents(file)
+
+    def explain(message: str) -> str:
+        """``documents[i]`` in a refusal, pointed at the line of ``file`` where that document starts."""
+
+        def at_line(found: re.Match[str]) -> str:
+            index = int(found.group(1))
+            return f"{found.group(0)} at line {lines[index]}" if index < len(lines) else found.group(0)
+
+        return f"{file}: " + _DOCUMENT_INDEX.sub(at_line, message, count=1)
+
+    body = {"documents": documents, "dry_run": dry_run, "prune": prune}
+    result = _call("POST", "/api/apply", body, explain=explain)
     rows = [
         [step["kind"], step["name"], step["action"], _changes_text(step.get("changes"))]
         for step in result["plan"]
@@ -208,6 +224,9 @@ def apply(
             typer.echo(
                 f"{step['kind']} {step['name']}: secret {step['secret']} (shown once: store it now)", err=True
             )
+
+
+_DOCUMENT_INDEX = re.compile(r"\bdocuments\[(\d+)\]")
 
 
 def _changes_text(changes: dict[str, dict[str, Any]] | None) -> str:
