@@ -34,6 +34,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from relay.adapters.json_codec import JsonRefused, loads_input
 from relay.crypto.sealing import constant_time_equal
+from relay.domain.credentials import KEY_PREFIX
 from relay.errors import RelayError, Unauthenticated
 from relay.http.errors import control_error_body
 from relay.http.wire import ClientDisconnected, read_body
@@ -43,6 +44,11 @@ log = logging.getLogger("relay.control")
 LOGIN_PATH = "/api/auth/login"
 LOGIN_MAX_BYTES = 4096
 """An email and a password fit in far less; argon2 is never asked to hash megabytes."""
+
+RELAY_KEY_REFUSED = (
+    "invalid admin token: this is a relay key, which works on the inference plane only; the control "
+    "plane needs RELAY_ADMIN_TOKEN"
+)
 
 INFERENCE_PREFIXES = ("/v1/", "/openai/", "/anthropic/")
 """Paths only the inference plane serves (live inference, the batch APIs and their façades)."""
@@ -136,6 +142,8 @@ class ControlGuard:
         if scheme.lower() != "bearer" or not credential.strip():
             raise Unauthenticated("missing admin bearer token")
         if not constant_time_equal(credential.strip(), self._token):
+            if credential.strip().startswith(KEY_PREFIX):
+                raise Unauthenticated(RELAY_KEY_REFUSED)
             raise Unauthenticated("invalid admin token")
 
 
