@@ -239,7 +239,9 @@ def test_item_failures(gateway: Gateway) -> None:
     assert got[3]["error"].startswith("routing: ")
     events = {e["batch_idx"]: e for e in wait_events(gateway, batch_id, 5)}
     assert len(events) == 5
-    assert events[1]["status"] == 400 and events[1]["error_message"] == "upstream returned 400: Invalid request."
+    assert (
+        events[1]["status"] == 400 and events[1]["error_message"] == "upstream returned 400: Invalid request."
+    )
     assert events[1]["cost_nanos"] is None
     assert events[2]["status"] == 0 and events[2]["error_message"].startswith("routing: ")
 

@@ -79,7 +79,10 @@ def test_create_retrieve_and_results_with_every_outcome(mb_gateway: Gateway) -> 
             "type": "errored",
             "error": {
                 "type": "error",
-                "error": {"type": "invalid_request_error", "message": "upstream returned 400: Invalid request."},
+                "error": {
+                    "type": "invalid_request_error",
+                    "message": "upstream returned 400: Invalid request.",
+                },
             },
         },
     }
