@@ -5,7 +5,6 @@ the snapshot the way ``relay serve`` wires it), on SQLite, its apps over httpx's
 
 from __future__ import annotations
 
-import base64
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,10 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from relay.boot import Runtime, build_runtime
-from relay.config import Settings
-
-TOKEN = "hints-admin-token-0123456789"
+from tests.fixtures.runtime import ADMIN_TOKEN as TOKEN
+from tests.fixtures.runtime import running
 
 
 @dataclass
@@ -28,44 +25,8 @@ class Planes:
 
 @pytest.fixture
 async def planes(tmp_path: Path) -> AsyncIterator[Planes]:
-    settings = Settings(
-        database_url=f"sqlite:///{tmp_path / 'relay.db'}",
-        data_dir=str(tmp_path / "data"),
-        admin_token=TOKEN,
-        master_key=base64.b64encode(bytes(range(32))).decode(),
-        batch_workers=0,
-        batch_payload_dir=str(tmp_path / "payloads"),
-    )
-    runtime: Runtime = build_runtime(settings)
-    await runtime.start()
-    try:
-        inference = httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=runtime.inference_app), base_url="http://relay:8080"
-        )
-        control = httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=runtime.control_app),
-            base_url="http://relay:8081",
-            headers={"Authorization": f"Bearer {TOKEN}"},
-        )
-        async with inference, control:
-            key = await _a_relay_key(control)
-            yield Planes(inference, control, key)
-    finally:
-        await runtime.stop()
-
-
-async def _a_relay_key(control: httpx.AsyncClient) -> str:
-    for plural, body in (
-        ("teams", {"name": "t"}),
-        ("policies", {"name": "p", "models": ["*"]}),
-        ("projects", {"name": "prj", "team": "t", "default_policy": "p"}),
-        ("service-accounts", {"name": "sa", "project": "prj"}),
-    ):
-        created = await control.post(f"/api/{plural}", json=body)
-        assert created.status_code == 201, created.text
-    made = await control.post("/api/keys", json={"principal_kind": "serviceaccount", "principal": "sa"})
-    assert made.status_code == 201, made.text
-    return str(made.json()["plaintext"])
+    async with running(tmp_path) as relay:
+        yield Planes(relay.inference, relay.control, await relay.relay_key())
 
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
