@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import orjson
 
 from relay.adapters import EMBEDDINGS, Dispatch, admit, translate_request, translate_response
+from relay.adapters.translate import provider_error_message
 from relay.crypto.tokens import TokenClaims
 from relay.domain.batch_record import CANCELLED_ERROR, BatchRecord, FinalState
 from relay.domain.batches import OPENAI_EMBEDDINGS
@@ -147,7 +148,7 @@ class ItemRunner:
             )
             return ItemResult("discarded", failure.status or None, failure.message, event)
         if outcome.error_kind is not None or not 200 <= outcome.status < 300:
-            message = f"upstream returned {outcome.status}"
+            message = upstream_returned(outcome.status, outcome.body)
             event = item_event(
                 batch,
                 idx,
@@ -332,6 +333,14 @@ def _in_item_shape(
         return translate_response(adapter, inbound, body, model=answered)
     except ValueError:
         return None
+
+
+def upstream_returned(status: int, body: bytes | None) -> str:
+    """§10.4's ``upstream returned <status>``, followed by the provider's error message when its body
+    has one (``upstream returned 400: Invalid 'messages[0].role' …``): the status alone does not tell a
+    user what to fix. Only that message is kept, bounded; the body itself never is (SPEC §10.3)."""
+    provider = provider_error_message(body)
+    return f"upstream returned {status}" + (f": {provider}" if provider else "")
 
 
 def response_lost(result: ItemResult, exc: OSError) -> ItemResult:

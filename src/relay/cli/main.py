@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 from importlib.metadata import version as package_version
 from pathlib import Path
@@ -25,7 +26,7 @@ from relay.cli.batch import batch_app
 from relay.cli.support import admin_call as _call
 from relay.cli.support import err, fail, out, print_table
 from relay.config import ConfigError, Settings, load_settings, settings_help
-from relay.yaml_documents import DocumentsRefused, load_documents
+from relay.yaml_documents import DocumentsRefused, load_documents_with_lines, yaml_problem
 
 app = typer.Typer(
     add_completion=False,
@@ -85,7 +86,9 @@ def serve() -> None:
 @app.command()
 def migrate() -> None:
     """Run the database migrations to the newest schema, then exit."""
-    from relay.store.engine import create_engine
+    from sqlalchemy.exc import DBAPIError
+
+    from relay.store.engine import create_engine, startup_problem
     from relay.store.migrate import current_revision, upgrade_to_head
 
     settings = _settings()
@@ -100,8 +103,8 @@ def migrate() -> None:
 
     try:
         revision = asyncio.run(run())
-    except OSError as exc:
-        fail(f"cannot reach the database: {exc}")
+    except (OSError, DBAPIError) as exc:
+        fail(startup_problem(exc, str(settings.masked()["RELAY_DATABASE_URL"])))
     out.print(f"database at revision {revision}")
 
 
@@ -149,15 +152,16 @@ def _unpriced_bindings(database_url: str) -> str:
     return ", ".join(names) if names else "none"
 
 
-def _read_documents(path: Path) -> list[Any]:
+def _read_documents(path: Path) -> tuple[list[Any], list[int]]:
+    """The documents of ``path`` and the line each starts on."""
     if not path.exists():
         fail(f"{path}: no such file")
     try:
-        return load_documents(path)  # bounded: sizes, aliases (SPEC §11; billion laughs → one line)
+        return load_documents_with_lines(path)  # bounded: sizes, aliases (billion laughs → one line)
     except DocumentsRefused as exc:
         fail(f"{path}: refused: {exc}")
     except yaml.YAMLError as exc:
-        fail(f"{path}: not valid YAML ({str(exc).splitlines()[0] if str(exc) else exc})")
+        fail(f"{path}: not valid YAML: {yaml_problem(exc)}")
 
 
 @app.command()
@@ -167,8 +171,19 @@ def apply(
     prune: bool = typer.Option(False, "--prune", help="Delete objects of the applied kinds not in the file"),
 ) -> None:
     """Create or update catalog objects from a YAML file, all or nothing."""
-    documents = _read_documents(file)
-    result = _call("POST", "/api/apply", {"documents": documents, "dry_run": dry_run, "prune": prune})
+    documents, lines = _read_documents(file)
+
+    def explain(message: str) -> str:
+        """``documents[i]`` in a refusal, pointed at the line of ``file`` where that document starts."""
+
+        def at_line(found: re.Match[str]) -> str:
+            index = int(found.group(1))
+            return f"{found.group(0)} at line {lines[index]}" if index < len(lines) else found.group(0)
+
+        return f"{file}: " + _DOCUMENT_INDEX.sub(at_line, message, count=1)
+
+    body = {"documents": documents, "dry_run": dry_run, "prune": prune}
+    result = _call("POST", "/api/apply", body, explain=explain)
     rows = [
         [step["kind"], step["name"], step["action"], _changes_text(step.get("changes"))]
         for step in result["plan"]
@@ -182,6 +197,9 @@ def apply(
             typer.echo(
                 f"{step['kind']} {step['name']}: secret {step['secret']} (shown once: store it now)", err=True
             )
+
+
+_DOCUMENT_INDEX = re.compile(r"\bdocuments\[(\d+)\]")
 
 
 def _changes_text(changes: dict[str, dict[str, Any]] | None) -> str:

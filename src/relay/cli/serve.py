@@ -24,6 +24,7 @@ from relay.config import Settings, unknown_variables
 from relay.http.errors import control_error_body, error_body
 from relay.http.protocol import Bounds, Render, protocol_class, sweep
 from relay.inference.app import error_shape_for
+from relay.store.engine import startup_problem
 
 log = logging.getLogger("relay.serve")
 
@@ -149,16 +150,7 @@ class StartupError(ValueError):
 
 
 def _startup_problem(settings: Settings, exc: BaseException) -> str:
-    detail = str(getattr(exc, "orig", None) or exc).splitlines()[0]
-    if isinstance(exc, OSError) or "connect" in detail.lower():
-        return f"cannot reach the database at RELAY_DATABASE_URL ({_masked_url(settings)}): {detail}"
-    if "no such table" in detail or "does not exist" in detail:
-        return "the database schema is missing or old: run `relay migrate` (or let boot migrate)"
-    return f"database error at start: {detail}"
-
-
-def _masked_url(settings: Settings) -> str:
-    return str(settings.masked()["RELAY_DATABASE_URL"])
+    return startup_problem(exc, str(settings.masked()["RELAY_DATABASE_URL"]))
 
 
 def local_host(bind: str) -> str:

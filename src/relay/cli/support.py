@@ -8,6 +8,7 @@ same conventions without importing the whole command tree.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -56,8 +57,17 @@ def admin_client() -> httpx.Client:
     return httpx.Client(base_url=client.control_url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
 
 
-def admin_call(method: str, path: str, body: Any = None, params: dict[str, Any] | None = None) -> Any:
-    """One control-plane call; an HTTP error or an unreachable plane is a one-line :func:`fail`."""
+def admin_call(
+    method: str,
+    path: str,
+    body: Any = None,
+    params: dict[str, Any] | None = None,
+    *,
+    explain: Callable[[str], str] = str,
+) -> Any:
+    """One control-plane call; an HTTP error or an unreachable plane is a one-line :func:`fail`, an
+    error answer's message passed through ``explain`` (``relay apply`` points ``documents[i]`` at the
+    file's line)."""
     with admin_client() as http:
         try:
             response = http.request(method, path, json=body, params=params)
@@ -69,5 +79,5 @@ def admin_call(method: str, path: str, body: Any = None, params: dict[str, Any] 
         data = None
     if response.status_code >= 400:
         message = (data or {}).get("error", {}).get("message") if isinstance(data, dict) else None
-        fail(f"{response.status_code}: {message or response.text}")
+        fail(explain(f"{response.status_code}: {message or response.text}"))
     return data

@@ -119,9 +119,25 @@ async def test_a_non_failover_status_is_upstream_returned(runner: RunnerBench) -
     """§10.4 ``upstream returned <status>``: a 400 is the upstream's answer, not a failover."""
     batch = await runner.batch([chat(fake={"status": 400})])
     result = await runner.run(batch)
-    event = assert_discarded(result, "upstream returned 400", "upstream_status", status=400)
+    event = assert_discarded(result, "upstream returned 400: Invalid request.", "upstream_status", status=400)
     assert (result.status, event.attempts, event.host) == (400, 1, "plane-openai")
     assert_attributed(event, batch, 0)
+
+
+async def test_upstream_returned_carries_the_providers_message_bounded(runner: RunnerBench) -> None:
+    """The status alone does not say what to fix: the provider's ``error.message`` follows it (one
+    line, at most 300 characters), never the rest of the body."""
+    batch = await runner.batch([chat(fake={"no_such_knob": 1}), chat(fake={"x\n\ty" * 200: 1})])
+    said = await runner.run(batch, 0)
+    assert_discarded(
+        said, "upstream returned 400: unknown fake knob(s): no_such_knob", "upstream_status", status=400
+    )
+    long = await runner.run(batch, 1)
+    assert long.error is not None and long.error.startswith(
+        "upstream returned 400: unknown fake knob(s): x yx yx y"
+    )
+    assert len(long.error) == len("upstream returned 400: ") + 300 and long.error.endswith("…")
+    assert "\n" not in long.error and "\t" not in long.error
 
 
 async def test_every_key_failed(runner: RunnerBench, fake: FakeUpstream) -> None:
@@ -266,7 +282,9 @@ async def test_a_responses_item_to_the_openai_host_is_sent_as_it_is(
     runner.refresh()
     item = {"model": s.model.name, "input": "hello there", "max_output_tokens": 16, "fake": {"status": 400}}
     batch = await runner.batch([item], shape="openai_responses", key=s.relay_key, policy=s.policy)
-    assert_discarded(await runner.run(batch), "upstream returned 400", "upstream_status", status=400)
+    assert_discarded(
+        await runner.run(batch), "upstream returned 400: Invalid request.", "upstream_status", status=400
+    )
     [sent] = fake.requests()
     assert (sent["path"], sent["status"], sent["body"]) == (
         "/v1/chat/completions",
