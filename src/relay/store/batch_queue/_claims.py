@@ -138,10 +138,13 @@ def _claim_sql(dialect: str) -> _ClaimSQL:
     )
     stamp = update(B).where(B.c.id == batch_id).values(last_claimed_at=now)
     insert = pg_insert if dialect == "postgresql" else sqlite_insert
+    # Postgres' now() is the transaction's start: of concurrent claims, the one started last may commit
+    # first, and its turn must not be moved back by an earlier-started one (SQLite's claims are serial).
+    latest = func.greatest(T.c.last_claimed_at, now) if dialect == "postgresql" else now
     turn = (
         insert(T)
         .values(project_id=bindparam("c_project", type_=ID), last_claimed_at=now)
-        .on_conflict_do_update(index_elements=[T.c.project_id], set_={"last_claimed_at": now})
+        .on_conflict_do_update(index_elements=[T.c.project_id], set_={"last_claimed_at": latest})
     )
     values = {"instance_id": bindparam("c_instance", type_=ID), "started_at": now, "heartbeat_at": now}
     heartbeat = (
