@@ -3,7 +3,8 @@
 On a fresh Postgres database (created through ``--postgres``, an admin URL, dropped at the end),
 migrated to head, for each ``--sizes`` N (default 10 000, 100 000, 1 000 000): empty the queue's
 tables, submit one batch of N items (the batch row through ``BatchStore.insert_batch``, its items with
-one ``INSERT … SELECT generate_series``) and ``--others`` small batches (5 items each) spread over
+one ``INSERT … SELECT generate_series``), the first ``--done`` share of them (0.5) already completed as
+in a batch half way through, and ``--others`` small batches (5 items each) spread over
 ``--projects`` projects, so the claim's pick walks many open batches; ``ANALYZE`` (what autovacuum does
 soon after a big insert; ``--no-analyze`` measures before it). Then:
 
@@ -11,15 +12,17 @@ soon after a big insert; ``--no-analyze`` measures before it). Then:
   on one held connection, as the worker pool's dispatcher runs them): median and p95 latency;
 - **pick plan**: ``EXPLAIN (ANALYZE)`` of the claim's batch pick (in a transaction rolled back), its
   execution time and whether any node scans ``batch_items`` sequentially;
-- **EXISTS pick** (for reference): the same pick with the "has an unreserved item" test written as the
-  ``EXISTS`` it was before, timed the same way.
+- **EXISTS pick** (for reference): the same for the pick as it was before fair share, with its "has an
+  unreserved item" test written as an ``EXISTS``, which Postgres may flatten into a semi-join over
+  every waiting item.
 
 The baseline is the first size (10 000): the table shows each figure's ratio to it. A benchmark, not a
 test: it prints figures and exits 0. About 1 minute with the defaults (the 1 000 000-item insert takes
 most of it).
 
     .venv/bin/python bench/claim_at_scale.py [--postgres postgresql://postgres@127.0.0.1:5432/test]
-        [--sizes 10000,100000,1000000] [--claims 50] [--limit 16] [--others 200] [--projects 20]
+        [--sizes 10000,100000,1000000] [--done 0.5] [--claims 50] [--limit 16] [--others 200]
+        [--projects 20] [--no-analyze]
 """
 
 from __future__ import annotations
@@ -70,7 +73,9 @@ def batch_row(batch_id: str, project_id: str) -> dict[str, Any]:
     }
 
 
-async def fill(engine: AsyncEngine, store: BatchStore, size: int, others: int, projects: int) -> None:
+async def fill(
+    engine: AsyncEngine, store: BatchStore, size: int, done: float, others: int, projects: int
+) -> None:
     async with engine.begin() as conn:
         for table in QUEUE_TABLES:
             await conn.execute(text(f"DELETE FROM {table}"))
@@ -79,12 +84,22 @@ async def fill(engine: AsyncEngine, store: BatchStore, size: int, others: int, p
     async with engine.begin() as conn:
         await conn.execute(
             text(
-                "INSERT INTO batch_items (batch_id, idx, state)"
-                " SELECT :b, g, 'available' FROM generate_series(1, :last) AS g"
+                "INSERT INTO batch_items (batch_id, idx, state, finished_at, status)"
+                " SELECT :b, g, CASE WHEN g < :done THEN 'completed' ELSE 'available' END,"
+                " CASE WHEN g < :done THEN now() END, CASE WHEN g < :done THEN 200 END"
+                " FROM generate_series(1, :last) AS g"
             ),
-            {"b": big, "last": size - 1},
+            {"b": big, "last": size - 1, "done": int(size * done)},
         )
         await conn.execute(text("UPDATE batches SET total_items = :n WHERE id = :b"), {"n": size, "b": big})
+        if done > 0:  # item 0 too, which the submit wrote
+            await conn.execute(
+                text(
+                    "UPDATE batch_items SET state = 'completed', finished_at = now(), status = 200"
+                    " WHERE batch_id = :b AND idx = 0"
+                ),
+                {"b": big},
+            )
     for n in range(others):
         await store.insert_batch(batch_row(f"b_small_{n}_{uuid.uuid4().hex[:6]}", f"prj_{n % projects}"), 5)
 
@@ -101,6 +116,10 @@ def exists_pick() -> Any:
         .limit(1)
         .with_for_update(skip_locked=True, key_share=True)
     )
+
+
+def scans_items(plan: list[str]) -> bool:
+    return any("Seq Scan on batch_items" in line for line in plan)
 
 
 def literal_sql(statement: Any) -> str:
@@ -122,18 +141,6 @@ async def explain(conn: AsyncConnection, sql: str) -> tuple[float, list[str]]:
     return executed, lines
 
 
-async def time_pick(conn: AsyncConnection, sql: str, runs: int) -> float:
-    """Median ms of ``runs`` executions of ``sql`` (each rolled back)."""
-    took = []
-    for _ in range(runs):
-        trans = await conn.begin()
-        started = time.perf_counter()
-        await conn.exec_driver_sql(sql)
-        took.append((time.perf_counter() - started) * 1000)
-        await trans.rollback()
-    return statistics.median(took)
-
-
 async def measure(url: str, args: argparse.Namespace) -> None:
     engine = create_engine(url)
     store = BatchStore(engine)
@@ -141,19 +148,21 @@ async def measure(url: str, args: argparse.Namespace) -> None:
     old_pick = literal_sql(exists_pick())
     rows: list[dict[str, Any]] = []
     plans: dict[int, list[str]] = {}
+    exists_plans: dict[int, list[str]] = {}
     try:
         await upgrade_to_head(engine)
         for size in args.sizes:
             started = time.perf_counter()
-            await fill(engine, store, size, args.others, args.projects)
+            await fill(engine, store, size, args.done, args.others, args.projects)
             if args.analyze:
                 async with engine.begin() as conn:
                     await conn.exec_driver_sql("ANALYZE batches, batch_items")
             filled_s = time.perf_counter() - started
             async with engine.connect() as conn:
                 pick_ms, plan = await explain(conn, new_pick)
-                exists_ms = await time_pick(conn, old_pick, args.exists_runs)
+                exists_ms, exists_plan = await explain(conn, old_pick)
             plans[size] = plan
+            exists_plans[size] = exists_plan
             held = store.held()
             latencies = []
             try:
@@ -173,8 +182,9 @@ async def measure(url: str, args: argparse.Namespace) -> None:
                     "claim_p50": statistics.median(latencies),
                     "claim_p95": latencies[max(0, round(0.95 * len(latencies)) - 1)],
                     "pick_ms": pick_ms,
-                    "seq_items": any("Seq Scan on batch_items" in line for line in plan),
+                    "seq_items": scans_items(plan),
                     "exists_ms": exists_ms,
+                    "exists_seq_items": scans_items(exists_plan),
                 }
             )
             print(f"{size:>9} items: filled in {filled_s:.1f} s, measured", file=sys.stderr)
@@ -189,12 +199,14 @@ async def measure(url: str, args: argparse.Namespace) -> None:
             f"{r['pick_ms']:.2f} ({r['pick_ms'] / base['pick_ms']:.1f}×)",
             "yes" if r["seq_items"] else "no",
             f"{r['exists_ms']:.2f} ({r['exists_ms'] / base['exists_ms']:.1f}×)",
+            "yes" if r["exists_seq_items"] else "no",
         ]
         for r in rows
     ]
     print(machine_line())
     print(
-        f"one batch of N items + {args.others} batches of 5 items over {args.projects} projects; "
+        f"one batch of N items ({args.done:.0%} of them completed) + {args.others} batches of 5 items "
+        f"over {args.projects} projects; "
         f"{args.claims} claims of {args.limit}; ANALYZE {'on' if args.analyze else 'off'}; "
         f"baseline = {base['size']:,} items"
     )
@@ -204,13 +216,16 @@ async def measure(url: str, args: argparse.Namespace) -> None:
         "claim p50 ms (× baseline)",
         "claim p95 ms",
         "pick ms, EXPLAIN ANALYZE (×)",
-        "seq scan on items",
+        "pick: seq scan on items",
         "EXISTS pick ms (×)",
+        "EXISTS: seq scan on items",
     ]
     print(markdown_table(headers, table, right=[True] * len(headers)))
     largest = max(plans)
     print(f"\nThe pick's plan at {largest:,} items:\n")
     print("\n".join(f"    {line}" for line in plans[largest]))
+    print(f"\nThe EXISTS pick's plan at {largest:,} items:\n")
+    print("\n".join(f"    {line}" for line in exists_plans[largest]))
 
 
 def main() -> None:
@@ -219,9 +234,9 @@ def main() -> None:
     parser.add_argument("--sizes", default="10000,100000,1000000")
     parser.add_argument("--claims", type=int, default=50)
     parser.add_argument("--limit", type=int, default=16)
+    parser.add_argument("--done", type=float, default=0.5, help="share of the big batch already completed")
     parser.add_argument("--others", type=int, default=200)
     parser.add_argument("--projects", type=int, default=20)
-    parser.add_argument("--exists-runs", type=int, default=3, help="timed runs of the EXISTS pick")
     parser.add_argument("--no-analyze", dest="analyze", action="store_false")
     args = parser.parse_args()
     args.sizes = [int(s) for s in args.sizes.split(",")]
