@@ -159,7 +159,8 @@ def _claim_sql(dialect: str) -> _ClaimSQL:
 async def claim(
     db: Db, instance_id: str, limit: int, skip_policies: Collection[str] = ()
 ) -> list[ClaimedItem]:
-    """Reserve up to ``limit`` available items of one batch (fair order, module docstring) for
+    """Reserve up to ``limit`` available items of one batch (fair order: the project served least
+    recently, then its batch served least recently, ``relay.store.batch_queue`` docstring) for
     ``instance_id`` (committed when this returns). Reserved items stay ``available`` — a cancel on any
     replica cancels them like any waiting item (SPEC §10.2) — and :func:`start` makes them ``running``
     when a worker takes them. ``[]`` when nothing is available unreserved (or, on Postgres, every such
