@@ -179,6 +179,16 @@ batch_workers = Table(
     _ts("heartbeat_at"),
 )
 
+# Fair share across projects (SPEC §17): when a claim last served each project. The claim serves the
+# project whose turn is oldest (never-served first); a row outlives the project's batches, so a project
+# whose batch just finished does not jump the queue with its next one. One small row per project.
+batch_project_turns = Table(
+    "batch_project_turns",
+    metadata,
+    Column("project_id", ID, primary_key=True),
+    _ts("last_claimed_at"),
+)
+
 # The Files API's files (SPEC §14): uploads (purpose ``batch``) and the output and error files Relay
 # writes (``batch_output``). The bytes live in the payload store the row names (``files``: a file under
 # the payload directory; ``database``: ``payload_chunks`` kind ``file``). A row is ``uploading`` while

@@ -320,6 +320,7 @@ CATALOG_TABLES = (
 # ``tables.<name>`` and the Alembic target keep covering every table.
 from relay.store.batch_tables import (  # noqa: E402
     batch_items,
+    batch_project_turns,
     batch_workers,
     batches,
     files,
@@ -334,6 +335,7 @@ __all__ = [
     "JSONType",
     "UTCDateTime",
     "batch_items",
+    "batch_project_turns",
     "batch_workers",
     "batches",
     "files",

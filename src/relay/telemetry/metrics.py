@@ -133,7 +133,7 @@ class BatchMetrics:
     """Batch items by state and the worker pool's use (SPEC §12), registered only on replicas that run
     a worker pool. ``open`` (available/running, every replica's items) is read from the database by
     the batch liveness loop (``relay.batches.liveness``); ``finished`` counts the final states this
-    replica wrote."""
+    replica wrote; ``started`` the items it started per project (SPEC §17's fair share, made visible)."""
 
     def __init__(self, registry: CollectorRegistry, size: int) -> None:
         self.finished = Counter(
@@ -146,6 +146,12 @@ class BatchMetrics:
             "relay_batch_items",
             "Batch items waiting (available) or running, in the whole database",
             ["state"],
+            registry=registry,
+        )
+        self.started = Counter(
+            "relay_batch_items_started_total",
+            "Batch items this replica started running, by the submitting project's id (fair share)",
+            ["project"],
             registry=registry,
         )
         self.workers = Gauge(

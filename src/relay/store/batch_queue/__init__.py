@@ -22,10 +22,14 @@ and the grouping loops that batch many calls into one statement (``relay.batches
 ``relay.batches.finalizer``). The façades' own rows (§14, §15) are in ``relay.store.facade_batches``
 and ``relay.store.message_batches``.
 
-Fair order (SPEC §10.6). A claim serves one batch: among queued batches with available items, the one
-served least recently (never-served first, then the oldest), and takes its lowest available idxs. Each
-claim stamps the batch's ``last_claimed_at``, so batches take turns: a small batch submitted after a
-large one is served by the next claim, and items of one batch start in idx order.
+Fair order (SPEC §10.6, §17's fair share). A claim serves one batch: among queued batches with
+unreserved available items, one of the project served least recently (``batch_project_turns``; a
+project never served first), and of that project's batches the one served least recently (never-served
+first, then the oldest); it takes the batch's lowest available idxs. Each claim stamps the project's
+turn and the batch's ``last_claimed_at``, so projects take turns, then their batches: with P projects
+waiting each one's next claim comes within P claims, a small batch submitted after a large one is
+served within a claim or two, and items of one batch start in idx order. The pick costs one index
+probe per open batch, never a walk over items (``_claims._has_unreserved``).
 
 Invariants.
 * No item is claimed twice: Postgres claims with ``FOR UPDATE SKIP LOCKED`` (the batch row, then the
@@ -44,7 +48,8 @@ Invariants.
   updates its items, then takes a transaction-level advisory lock per batch, then checks: whichever
   checks second sees the other's commit. Lock order is items → advisory lock → batch row everywhere
   (cancel takes the advisory lock first but touches only available items, which only a start, a
-  single statement holding no other lock, also locks), and claims never wait. Should a start and a
+  single statement holding no other lock, also locks), and claims wait only for each other, on their
+project's turn row (the last statement of a claim). Should a start and a
   cancel still lock one batch's rows in different orders, Postgres fails one: a start is retried by
   its caller, a cancel here.
 * Liveness uses one clock: on Postgres every timestamp this package compares (``claimed_at``,
