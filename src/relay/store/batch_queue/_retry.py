@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, func, insert, literal, literal_column, or_, select
+from sqlalchemy import ColumnElement, and_, func, insert, literal, literal_column, or_, select, true
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.domain.batch_retry import RetrySelection
@@ -109,19 +109,26 @@ async def insert_retry_batch(
         if copied.rowcount != total_items:
             raise RetryRaced(f"expected {total_items} items to retry, found {copied.rowcount}")
         if copy_request_chunks:
-            new = I.alias("new")
-            chunks = (
-                select(literal(batch_id, ID), literal_column(f"'{REQUEST}'"), new.c.idx, P.c.seq, P.c.data)
-                .select_from(
-                    new.join(
-                        P,
-                        and_(
-                            P.c.owner_id == source_id,
-                            P.c.kind == literal_column(f"'{REQUEST}'"),
-                            P.c.idx == new.c.source_idx,
-                        ),
-                    )
-                )
-                .where(new.c.batch_id == batch_id)
-            )
-            await conn.execute(insert(P).from_select(["owner_id", "kind", "idx", "seq", "data"], chunks))
+            await conn.execute(_copy_chunks(conn.dialect.name, source_id, batch_id, chosen))
+
+
+def _copy_chunks(dialect: str, source_id: str, batch_id: str, chosen: RetrySelection) -> Any:
+    """``INSERT … SELECT`` of the selected items' request chunks under the retry batch, numbered as the
+    items are. On Postgres each item's chunks are a LATERAL lookup by primary key: a plain join lets a
+    planner that has no statistics yet for a new batch's rows (it guesses one row) compare every item
+    with every chunk, 10 000 items then costing 10^8 comparisons (~30 s) instead of 10^4 lookups."""
+    picked = (
+        select(I.c.idx, (func.row_number().over(order_by=I.c.idx) - 1).label("new_idx"))
+        .where(selection(source_id, chosen))
+        .subquery("picked")
+    )
+    request: ColumnElement[str] = literal_column(f"'{REQUEST}'")
+    of_item = and_(P.c.owner_id == source_id, P.c.kind == request, P.c.idx == picked.c.idx)
+    if dialect == "postgresql":
+        # OFFSET 0 keeps the planner from pulling the lateral subquery up into a plain join again.
+        lateral = select(P.c.seq, P.c.data).where(of_item).offset(0).lateral("chunk")
+        seq, data, joined = lateral.c.seq, lateral.c.data, picked.join(lateral, true())
+    else:  # SQLite looks every item's chunks up by primary key on its own
+        seq, data, joined = P.c.seq, P.c.data, picked.join(P, of_item)
+    rows = select(literal(batch_id, ID), request, picked.c.new_idx, seq, data).select_from(joined)
+    return insert(P).from_select(["owner_id", "kind", "idx", "seq", "data"], rows)
