@@ -79,7 +79,7 @@ def refused(response: httpx.Response, status_code: int, code: str | None, words:
     assert words in error["message"], error
 
 
-def mixed_batch(gw: Gateway) -> tuple[str, str]:
+def mixed_batch(gw: Gateway, key: str | None = None) -> tuple[str, str]:
     """A finished batch of 6: 0, 2, 4 complete; 1 and 5 name a model that does not exist yet
     (``routing: ``); 3 is answered 400 by the upstream. Returns (batch id, the missing model's name)."""
     later = uniq("later")
@@ -91,8 +91,8 @@ def mixed_batch(gw: Gateway) -> tuple[str, str]:
         chat_item(4),
         chat_item(5, model=later),
     ]
-    batch_id = submit(gw, "openai", requests)
-    view = wait_finished(gw, batch_id)
+    batch_id = submit(gw, "openai", requests, key=key)
+    view = wait_finished(gw, batch_id, key)
     assert view["counts"] == {"completed": 3, "discarded": 3}, view
     return batch_id, later
 
@@ -131,6 +131,20 @@ def test_retry_copies_the_failed_items_in_order_and_never_changes_the_original(g
     assert status(gateway, batch_id) == before_view
     assert results(gateway, batch_id) == before_results
     assert "RetryOf" not in before_view
+
+
+def test_the_retry_runs_under_the_policy_governing_the_caller_now(gateway: Gateway) -> None:
+    key_id, key = gateway.mint_key()
+    batch_id, _later = mixed_batch(gateway, key)
+    before = status(gateway, batch_id, key)
+    policy = gateway.new_policy(host_keys=[f"{HOST_OPENAI}-k1"])
+    gateway.patch("keys", key_id, {"policy": policy["name"]})
+    answer = retried(gateway, batch_id, key=key)
+    view = status(gateway, answer["id"], key)
+    assert view["PolicyID"] == policy["id"] != before["PolicyID"]
+    assert view["RelayKeyHash"] == before["RelayKeyHash"] and view["CredentialID"] == key_id
+    assert status(gateway, batch_id, key) == before  # the original keeps the policy it was submitted under
+    wait_finished(gateway, answer["id"], key)
 
 
 def test_states_and_error_prefixes_select_the_items(gateway: Gateway) -> None:
