@@ -37,7 +37,7 @@ from relay.adapters.json_codec import JsonRefused, loads_input
 from relay.batches.service import Answer, BatchService, IdempotencyHook, NewBatch, batch_row
 from relay.domain.batch_retry import BatchNotFinished, NothingToRetry, RetrySelection, parse_retry_body
 from relay.domain.batches import mint_batch_id
-from relay.errors import InvalidRequest
+from relay.errors import InvalidRequest, Unavailable
 from relay.payloads.base import PayloadStore
 from relay.request.auth import Principal
 from relay.store.batch_queue import InTransaction
@@ -70,8 +70,14 @@ class BatchRetries:
         if not in_database:
             try:
                 written = await target.write_requests(new_id, self._copied(source, original.id, chosen))
-            except BaseException:
+            except BaseException as exc:
                 await service.discard(target, new_id)
+                if isinstance(exc, FileNotFoundError):  # SPEC §10.7: a payload directory not shared
+                    raise Unavailable(
+                        f"the request bodies of batch {original.id} cannot be read on this replica"
+                        " (is RELAY_BATCH_PAYLOAD_DIR shared by every replica?)",
+                        code="payload_unavailable",
+                    ) from None
                 raise
             if written != total:
                 await service.discard(target, new_id)

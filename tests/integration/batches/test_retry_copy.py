@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from relay.batches.retry import COPY_PAGE, BatchRetries
 from relay.batches.service import BatchService, NewBatch
 from relay.domain.batch_retry import RetrySelection
+from relay.errors import Unavailable
 from relay.payloads.base import PayloadStores
 from relay.payloads.database import DatabaseStore
 from relay.payloads.files import FileStore
@@ -122,3 +123,32 @@ async def test_postgres_copies_chunks_by_primary_key_lookups(clean: AsyncEngine,
         files.close()
     assert not any("Join Filter" in step for step in plan), plan
     assert any("Index Cond" in step and "idx =" in step for step in plan), plan
+
+
+@pytest.mark.parametrize("target", ["files", "database"])
+async def test_bodies_this_replica_cannot_read_refuse_the_retry_and_write_nothing(
+    clean: AsyncEngine, tmp_path: Path, target: str
+) -> None:
+    """SPEC §10.7: with an unshared payload directory the original's bodies may be missing here: a 503
+    that says so, and no batch, item or body of the retry."""
+    files, database = FileStore(tmp_path / "payloads"), DatabaseStore(clean)
+    store = BatchStore(clean)
+    submitted_under = BatchService(store, PayloadStores(files, database, "files"), max_items=10)  # type: ignore[arg-type]
+    now = BatchService(store, PayloadStores(files, database, target), max_items=10)  # type: ignore[arg-type]
+    try:
+        answer = await submitted_under.create(
+            principal(), NewBatch("relay", "openai", [{"n": 1}, {"n": 2}]), render
+        )
+        batch_id = answer.body.decode()
+        await submitted_under.cancel_record(await submitted_under.record(batch_id))
+        (tmp_path / "payloads" / batch_id / "requests.jsonl").unlink()
+        with pytest.raises(Unavailable) as refused:
+            await BatchRetries(now).retry(principal(), batch_id, b"")
+        assert refused.value.status == 503 and refused.value.code == "payload_unavailable"
+        assert "RELAY_BATCH_PAYLOAD_DIR" in refused.value.message
+        async with clean.connect() as conn:
+            assert (await conn.execute(select(func.count()).select_from(t.batches))).scalar_one() == 1
+            assert (await conn.execute(select(func.count()).select_from(t.payload_chunks))).scalar_one() == 0
+        assert sorted(p.name for p in (tmp_path / "payloads").iterdir()) == [batch_id]
+    finally:
+        files.close()
