@@ -18,6 +18,7 @@ from tests.fixtures.live import GATEWAY_ENV, HOST_OPENAI, MESSAGES_MODEL, Gatewa
 from tests.fixtures.relay_server import RELAY_BIN
 from tests.integration.batch_api.helpers import (
     chat_item,
+    mint_token,
     not_found,
     results,
     status,
@@ -145,6 +146,24 @@ def test_the_retry_runs_under_the_policy_governing_the_caller_now(gateway: Gatew
     assert view["RelayKeyHash"] == before["RelayKeyHash"] and view["CredentialID"] == key_id
     assert status(gateway, batch_id, key) == before  # the original keeps the policy it was submitted under
     wait_finished(gateway, answer["id"], key)
+
+
+def test_another_token_of_the_same_user_retries_and_owns_the_retry(gateway: Gateway) -> None:
+    """Owners as in §10.8: any token of the submitting user may retry; the retry is recorded under the
+    retrying token, and a relay key (another owner) gets 404."""
+    user = uniq("retrier")
+    spec = {"email": f"{user}@example.com", "memberships": [{"project": gateway.project}]}
+    gateway.control_write(
+        "POST", "/api/apply", {"documents": [{"kind": "User", "name": user, "spec": spec}]}, 200
+    )
+    first, second = (mint_token(gateway, user, gateway.project) for _ in range(2))
+    batch_id, _later = mixed_batch(gateway, first["token"])
+    not_found(retry(gateway, batch_id))  # the module's relay key is another owner
+    answer = retried(gateway, batch_id, {"errors": ["routing: "]}, key=second["token"])
+    view = status(gateway, answer["id"], first["token"])  # one user's tokens are one owner
+    assert view["CredentialKind"] == "token" and view["CredentialID"] == second["jti"]
+    assert view["RelayKeyHash"] == status(gateway, batch_id, second["token"])["RelayKeyHash"]
+    wait_finished(gateway, answer["id"], second["token"])
 
 
 def test_states_and_error_prefixes_select_the_items(gateway: Gateway) -> None:
