@@ -12,7 +12,8 @@ batch was submitted under, so switching the setting keeps existing batches reada
 The contract (one test suite runs it against both: tests/integration/payloads/test_contract.py):
 
 * :meth:`~PayloadStore.write_requests` stores every item's request body, durably, before the batch
-  row commits; :meth:`~PayloadStore.read_request` gives one back or raises ``FileNotFoundError``.
+  row commits; :meth:`~PayloadStore.read_request` gives one back or raises ``FileNotFoundError``;
+  :meth:`~PayloadStore.read_requests` gives a group back in one read (a retry copying them).
 * A completed item's response is kept in two steps around the transaction that completes it:
   :meth:`~PayloadStore.keep_response` (while it runs; the file store appends it to its file) then
   :meth:`~PayloadStore.flush` (before that transaction: the appended bytes reach the disk) and
@@ -71,6 +72,10 @@ class PayloadStore(Protocol):
     async def remove_batch(self, batch_id: str) -> None: ...  # a deleted batch, once its rows are gone
 
     async def read_request(self, batch_id: str, idx: int) -> bytes: ...
+
+    # Many items' bodies at once (a retry copying them, SPEC §17): one read for the group, every body
+    # present, else FileNotFoundError.
+    async def read_requests(self, batch_id: str, idxs: Sequence[int]) -> dict[int, bytes]: ...
 
     def prefetch_requests(self, batch_id: str, idxs: Sequence[int]) -> Prefetched: ...
 

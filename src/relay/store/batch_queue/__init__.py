@@ -9,10 +9,11 @@ worker takes them (no transaction is held while an item runs); :meth:`~BatchStor
 gives running items their final states with their usage events; :meth:`~BatchStore.cancel` cancels a
 batch's available items with their events. Replica liveness (heartbeats, rescue, put back, release),
 the expiry's statements and the reads (record, status view, result rows) are methods too. The private
-modules hold the statements: ``_submit`` (insert, cancel), ``_claims`` (claim, start, the worker
-row), ``_finish`` (finalize), ``_liveness`` (heartbeats, rescue, put back), ``_expiry``, ``_views``
-(reads), ``_rows`` (tables, the record mapping) and ``_txn`` (write transactions, the clock, advisory
-locks, and the completion check that runs the finish hooks inside the finishing transaction).
+modules hold the statements: ``_submit`` (insert, cancel), ``_retry`` (a retry batch, SPEC §17),
+``_claims`` (claim, start, the worker row), ``_finish`` (finalize), ``_liveness`` (heartbeats, rescue,
+put back), ``_expiry``, ``_views`` (reads), ``_rows`` (tables, the record mapping) and ``_txn`` (write
+transactions, the clock, advisory locks, and the completion check that runs the finish hooks inside
+the finishing transaction).
 
 What it deliberately does not know. What an item is or how it runs (``relay.batches.runner``), how
 usage events are built (callers pass them, or a callback that builds them for the idxs this module
@@ -70,12 +71,14 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.domain.batch_record import BatchRecord, BatchView, ResultRow
+from relay.domain.batch_retry import RetrySelection
 from relay.store import batches as admin_reads
-from relay.store.batch_queue import _claims, _expiry, _finish, _liveness, _submit, _views
+from relay.store.batch_queue import _claims, _expiry, _finish, _liveness, _retry, _submit, _views
 from relay.store.batch_queue._claims import ClaimedItem
 from relay.store.batch_queue._expiry import ExpiryEvents
 from relay.store.batch_queue._finish import FinalItem, SaveResponses
 from relay.store.batch_queue._liveness import RescuedItem
+from relay.store.batch_queue._retry import RetryRaced
 from relay.store.batch_queue._rows import record_from_row
 from relay.store.batch_queue._submit import InTransaction
 from relay.store.batch_queue._txn import NO_HOOKS, BatchEvent, RunsFinishHooks
@@ -91,6 +94,7 @@ __all__ = [
     "HeldConnection",
     "InTransaction",
     "RescuedItem",
+    "RetryRaced",
     "RunsFinishHooks",
     "SaveResponses",
     "record_from_row",
@@ -138,6 +142,32 @@ class BatchStore:
     ) -> list[int]:
         """Cancel the batch and its available items with one event each (SPEC §10.5); the idxs."""
         return await _submit.cancel(self._engine, batch_id, events_for=events_for, hooks=self._hooks)
+
+    # ------------------------------------------------------------------------------------------ retry
+
+    async def count_retry(self, batch_id: str, chosen: RetrySelection) -> int:
+        """How many items of the batch a retry with ``chosen`` takes (SPEC §17)."""
+        return await _retry.count_selected(self._engine, batch_id, chosen)
+
+    async def retry_idxs(
+        self, batch_id: str, chosen: RetrySelection, *, after_idx: int, limit: int
+    ) -> list[int]:
+        """A page of the idxs a retry takes, ascending, above ``after_idx``."""
+        return await _retry.selected_idxs(self._engine, batch_id, chosen, after_idx=after_idx, limit=limit)
+
+    async def insert_retry_batch(
+        self,
+        row: Mapping[str, Any],
+        chosen: RetrySelection,
+        total_items: int,
+        *,
+        copy_request_chunks: bool,
+        first: InTransaction | None = None,
+    ) -> None:
+        """The retry batch and its items copied server side in one transaction (``_retry``)."""
+        await _retry.insert_retry_batch(
+            self._engine, row, chosen, total_items, copy_request_chunks=copy_request_chunks, first=first
+        )
 
     # ------------------------------------------------------------------------------------------ hot loop
 
