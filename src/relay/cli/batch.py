@@ -343,7 +343,7 @@ def batch_retry(
     states: list[str] = typer.Option([], "--state", help="discarded | cancelled (repeatable; default both)"),
     wait: bool = typer.Option(False, "--wait", help="Show progress on stderr until every item is final"),
 ) -> None:
-    """Retry a finished batch's failed items as a new batch (SPEC §17); prints only the new id."""
+    """Retry a finished batch's failed items as a new batch; prints only the new id."""
     body: dict[str, Any] = {}
     if states:
         body["states"] = states
