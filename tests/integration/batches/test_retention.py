@@ -295,3 +295,21 @@ async def test_claims_go_on_while_a_sweep_deletes_many_batches(
     assert deleted is not None and deleted.batches == total
     assert during >= 3, f"only {during} claims ran while the sweep was deleting"
     assert await setup.count(t.batch_items, t.batch_items.c.batch_id == open_batch) == 500
+
+
+async def test_the_service_sweeps_soon_after_start_not_a_whole_interval_later(setup: Setup) -> None:
+    """SPEC §17: the first sweep within 60 s of the start (the interval here is an hour)."""
+    assert retention_module.FIRST_SWEEP_AFTER_S <= 60
+    old = await setup.batch(2)
+    sweeper = setup.sweeper()
+    await sweeper.start()
+    try:
+        for _ in range(600):  # polls for up to 60 s; the sweep is due about 5 s after the start
+            if setup.deleted("batches") == 1:  # counted once the whole deletion is done
+                break
+            await asyncio.sleep(0.1)
+        assert await setup.count(t.batches, t.batches.c.id == old) == 0
+        assert setup.deleted("batches") == 1
+    finally:
+        await sweeper.stop()
+        await sweeper.stop()  # idempotent, like every service
