@@ -116,7 +116,7 @@ class BatchDeleter:
         while leftover == CHUNK_ROWS:  # none, unless an item's chunks outlived it (a past crash)
             leftover = await store.delete_leftover_chunks(self._engine, target.id, CHUNK_ROWS)
         deleted.idempotency_keys = await idempotency.delete_answers_naming(
-            self._engine, target.owner, target.id
+            self._engine, target.owner, target.id, target.created_at
         )
         if await store.delete_batch_row(self._engine, target.id):
             deleted.batches = 1

@@ -92,12 +92,18 @@ async def delete_older(engine: AsyncEngine, cutoff: datetime, limit: int) -> int
     return int(result.rowcount or 0)
 
 
-async def delete_answers_naming(engine: AsyncEngine, owner: str, batch_id: str) -> int:
+async def delete_answers_naming(engine: AsyncEngine, owner: str, batch_id: str, created_at: datetime) -> int:
     """Delete ``owner``'s rows whose stored answer is the create of ``batch_id`` (its top-level ``id``:
-    a retry's answer names its original as ``retry_of`` and is kept); how many went. An owner holds
-    the rows of at most 24 h of creates (older ones are purged), read in one query."""
+    a retry's answer names its original as ``retry_of`` and is kept); how many went. The create wrote
+    its row with the batch's own ``created_at``, so only the owner's rows of that second are read."""
+    near = (created_at - timedelta(seconds=1), created_at + timedelta(seconds=1))
+    query = select(K.c.key, K.c.body).where(
+        K.c.owner == owner,
+        K.c.created_at >= literal(near[0], t.UTCDateTime()),
+        K.c.created_at <= literal(near[1], t.UTCDateTime()),
+    )
     async with engine.connect() as conn:
-        rows = (await conn.execute(select(K.c.key, K.c.body).where(K.c.owner == owner))).all()
+        rows = (await conn.execute(query)).all()
     keys = [key for key, body in rows if _answer_id(bytes(body)) == batch_id]
     if not keys:
         return 0

@@ -57,6 +57,7 @@ class DeletionTarget:
     payload_store: str
     api_data: Mapping[str, Any] | None  # the façade's own fields, handed to the façade untouched
     finished: bool
+    created_at: datetime  # its idempotency row, if any, was written with this instant
 
 
 def finished() -> ColumnElement[bool]:
@@ -76,12 +77,16 @@ def _writer(engine: AsyncEngine) -> AsyncEngine:
 
 
 async def deletion_target(engine: AsyncEngine, batch_id: str) -> DeletionTarget | None:
-    query = select(B.c.id, B.c.owner, B.c.api, B.c.payload_store, B.c.api_data, finished().label("done"))
+    query = select(
+        B.c.id, B.c.owner, B.c.api, B.c.payload_store, B.c.api_data, finished().label("done"), B.c.created_at
+    )
     async with engine.connect() as conn:
         row = (await conn.execute(query.where(B.c.id == batch_id))).first()
     if row is None:
         return None
-    return DeletionTarget(row.id, row.owner, row.api, row.payload_store, row.api_data, bool(row.done))
+    return DeletionTarget(
+        row.id, row.owner, row.api, row.payload_store, row.api_data, bool(row.done), row.created_at
+    )
 
 
 async def finished_before(engine: AsyncEngine, cutoff: datetime, limit: int) -> list[str]:

@@ -47,7 +47,11 @@ def test_delete_answers_204_404_and_409_batch_not_finished(kept_gw: Gateway) -> 
     assert status(gw, slow)["TotalItems"] == 40  # untouched
     assert gw.relay.control.post(f"/api/batches/{slow}/cancel").status_code == 200
 
-    done = submit(gw, "openai", [chat_item(0), chat_item(1)])
+    idempotent = {"shape": "openai", "requests": [chat_item(0), chat_item(1)]}
+    key = {**gw.auth(None), "Idempotency-Key": f"retention-{slow}"}
+    created = gw.post("/v1/batches", idempotent, headers=key)
+    assert created.status_code == 202, created.text
+    done = created.json()["id"]
     wait_finished(gw, done)
     wait_finished(gw, slow)
     for batch_id in (done, slow):
@@ -57,6 +61,8 @@ def test_delete_answers_204_404_and_409_batch_not_finished(kept_gw: Gateway) -> 
         assert gw.client.get(f"/v1/batches/{batch_id}", headers=gw.auth(None)).status_code == 404
     events = gw.relay.control.get("/api/usage/events", params={"batch_id": done}).json()["events"]
     assert len(events) == 2  # usage events are the record of what ran: kept
+    again = gw.post("/v1/batches", idempotent, headers=key)  # its idempotency row went with it
+    assert again.status_code == 202 and again.json()["id"] != done, again.text
     missing = gw.relay.control.delete(f"/api/batches/{done}")
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
     anonymous = httpx.delete(f"{gw.relay.control_url}/api/batches/{done}", timeout=10)

@@ -126,11 +126,15 @@ class Setup:
             return await self.count(t.payload_chunks, t.payload_chunks.c.owner_id == batch_id) > 0
         return (self.root / batch_id).exists()
 
-    async def remember_answer(self, batch_id: str, key: str, body: dict[str, Any]) -> None:
+    async def remember_answer(self, created_with: str, key: str, body: dict[str, Any]) -> None:
+        """An idempotency row written as the create of ``created_with`` writes it (its created_at)."""
+        async with self.engine.connect() as conn:
+            query = select(t.batches.c.created_at).where(t.batches.c.id == created_with)
+            created_at = (await conn.execute(query)).scalar_one()
         answer = idempotency.StoredAnswer("f" * 64, 202, orjson.dumps(body))
         async with self.engine.begin() as conn:
             await idempotency.record_answer(
-                conn, KEY_HASH, key, answer, created_at=datetime.now(UTC), window=timedelta(hours=24)
+                conn, KEY_HASH, key, answer, created_at=created_at, window=timedelta(hours=24)
             )
 
     async def file_exists(self, file_id: str) -> bool:
@@ -155,7 +159,8 @@ async def test_the_sweep_deletes_old_finished_batches_and_keeps_everything_else(
     unfinished = await setup.batch(4, finish=False, created_at=datetime.now(UTC) - OLD)
     await setup.remember_answer(old, "create", {"id": old, "status": "queued", "total_items": 20})
     retry_of_old = mint_id("b")
-    await setup.remember_answer(retry_of_old, "retry", {"id": retry_of_old, "retry_of": old})
+    # Written in the same instant (the worst case): its answer names the old batch only as retry_of.
+    await setup.remember_answer(old, "retry", {"id": retry_of_old, "retry_of": old})
     assert await setup.bodies_stored(old) and await setup.bodies_stored(young)
 
     deleted = await setup.sweeper(batch_days=3).sweep()
