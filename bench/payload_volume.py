@@ -28,6 +28,7 @@ import asyncio
 import os
 import sys
 import tempfile
+import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -175,7 +176,9 @@ async def measure(url: str, store_name: str, workdir: Path, args: argparse.Names
         db_after = await database_bytes(engine, sqlite_file)
         disk = blocks(payload_dir / batch_id) if (payload_dir / batch_id).exists() else 0
         deleter = BatchDeleter(engine, stores, RetentionMetrics(CollectorRegistry()))
+        started = time.perf_counter()
         await deleter.delete(batch_id)
+        delete_s = time.perf_counter() - started
         await deleter.delete(warm)
         db_deleted = await database_bytes(engine, sqlite_file)
         left = sum(1 for p in payload_dir.iterdir() if p.name.startswith("b_")) if payload_dir.exists() else 0
@@ -189,6 +192,7 @@ async def measure(url: str, store_name: str, workdir: Path, args: argparse.Names
             "raw_per_item": (args.request_bytes + args.response_bytes),
             "after_delete_files": left,
             "after_delete_db_smaller": db_after - db_deleted,
+            "deleted_per_s": args.items / delete_s,
         }
     finally:
         await engine.dispose()
@@ -232,13 +236,13 @@ async def main() -> None:
     print(f"load average: {os.getloadavg()[0]:.2f} (1 min)")
     print(
         "store     database  bytes/item  (database  files)  raw bodies"
-        "  after delete: batch dirs, db smaller by"
+        "  after delete: batch dirs, db smaller by  deleted items/s"
     )
     for r in rows:
         print(
             f"{r['store']:<9} {r['database']:<9} {r['per_item']:>10.0f}  ({r['db_per_item']:>8.0f} "
             f"{r['files_per_item']:>6.0f})  {r['raw_per_item']:>10}  {r['after_delete_files']:>10}, "
-            f"{r['after_delete_db_smaller'] / args.items:>6.0f} B/item"
+            f"{r['after_delete_db_smaller'] / args.items:>6.0f} B/item  {r['deleted_per_s']:>8.0f}"
         )
 
 
