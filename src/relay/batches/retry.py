@@ -58,7 +58,9 @@ class BatchRetries:
         original = await service.owned(principal.owner, batch_id)  # the owner before any other work
         chosen = parse_retry_body(_load(raw))
         if original.completed_at is None:
-            raise BatchNotFinished()
+            raise BatchNotFinished(
+                "the batch is not finished: only a batch whose every item is final can be retried"
+            )
         total = await store.count_retry(original.id, chosen)
         if total == 0:
             raise NothingToRetry()

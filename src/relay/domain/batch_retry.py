@@ -37,10 +37,10 @@ class RetrySelection:
 
 
 class BatchNotFinished(Conflict):
-    code = "batch_not_finished"
+    """409 ``batch_not_finished``: what needs every item of a batch final (a retry, a delete) and
+    found one that is not. The one class for both, so clients branch on one code."""
 
-    def __init__(self) -> None:
-        super().__init__("the batch is not finished: only a batch whose every item is final can be retried")
+    code = "batch_not_finished"
 
 
 class NothingToRetry(Conflict):

@@ -20,9 +20,9 @@ The contract (one test suite runs it against both: tests/integration/payloads/te
   :meth:`~PayloadStore.save_responses` (inside it: the database store inserts the body, so state and
   body commit together). :meth:`~PayloadStore.read_responses` reads them back by idx, ``None`` where
   this replica cannot.
-* :meth:`~PayloadStore.remove_batch` removes what a deleted batch (SPEC §15 ``DELETE``) left in the
-  store once its rows are gone: the file store's directory (the database store's chunks went with the
-  rows); nothing of another batch.
+* :meth:`~PayloadStore.remove_batch` removes what a deleted batch (SPEC §17 retention, §15 ``DELETE``:
+  ``relay.batches.deleter``) left in the store once its rows are gone: the file store's directory (the
+  database store's chunks went with the item rows); nothing of another batch.
 * The Files API's files (SPEC §14): :meth:`~PayloadStore.open_file` gives a :class:`FileSink` that
   takes the bytes a chunk at a time (nothing whole in memory) and ends with ``commit`` (the bytes are
   durable and whole) or ``discard`` (nothing stays); :meth:`~PayloadStore.read_file` streams them back

@@ -199,3 +199,26 @@ class WebhookMetrics:
         )
         for outcome in self.OUTCOMES:
             self.deliveries.labels(outcome)
+
+
+class RetentionMetrics:
+    """What retention deleted (SPEC §17), by ``what``: the sweeps and ``DELETE /api/batches/{id}`` of
+    this replica. ``items`` went with their request and response bodies; ``files`` are the §14 output
+    and error files of deleted batches; ``payloads`` are captured live payloads (SPEC §9)."""
+
+    WHAT = ("batches", "items", "files", "idempotency_keys", "usage_events", "payloads")
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.deleted = Counter(
+            "relay_retention_deleted_total",
+            "Rows this replica's retention deleted (sweeps and DELETE /api/batches/{id}), by what",
+            ["what"],
+            registry=registry,
+        )
+        for what in self.WHAT:
+            self.deleted.labels(what)
+
+    def count(self, counts: dict[str, int]) -> None:
+        for what, n in counts.items():
+            if n:
+                self.deleted.labels(what).inc(n)
