@@ -94,11 +94,22 @@ class Metrics:
                 registry=registry,
             )
         )
+        # Breaker and upstream-error series carry the host key's name beside its id (SPEC §6): the id
+        # stays stable across renames, the name is what an on-call reads.
         self.breaker_trips = Children(
             Counter(
                 "relay_breaker_trips_total",
-                "Upstream failures recorded against a host key",
-                ["host_key", "kind"],
+                "Upstream failures recorded against a host key (by the breaker's kind of failure)",
+                ["host_key", "host_key_name", "kind"],
+                registry=registry,
+            )
+        )
+        self.upstream_errors = Children(
+            Counter(
+                "relay_upstream_errors_total",
+                "Upstream attempts that failed, by host, host key name and status (an HTTP status, "
+                "or connection / timeout when no answer came), live and batch",
+                ["host", "host_key_name", "status"],
                 registry=registry,
             )
         )
@@ -123,7 +134,7 @@ class Metrics:
             Gauge(
                 "relay_breaker_open",
                 "1 while a host key's breaker is open (as last seen by this replica)",
-                ["host_key"],
+                ["host_key", "host_key_name"],
                 registry=registry,
             )
         )
