@@ -212,6 +212,20 @@ class BatchService:
         except BaseException:
             await self._discard(store, batch_id)  # unless the commit happened after all
             raise
+        log.info(
+            "batch %s submitted: %d items (%s API)",
+            batch_id,
+            total,
+            new.api,
+            extra={
+                "event": "batch_submitted",
+                "batch_id": batch_id,
+                "items": total,
+                "api": new.api,
+                "policy_id": principal.policy.id,
+                "project_id": principal.project_id,
+            },
+        )
         return answer
 
     async def _discard(self, store: PayloadStore, batch_id: str) -> None:
@@ -351,6 +365,17 @@ class BatchService:
         )
         if cancelled and self._on_cancelled is not None:
             self._on_cancelled(len(cancelled))
+        log.info(
+            "batch %s cancelled: %d waiting items cancelled, running ones stopping",
+            record.id,
+            len(cancelled),
+            extra={
+                "event": "batch_cancelled",
+                "batch_id": record.id,
+                "items": len(cancelled),
+                "project_id": record.project_id,
+            },
+        )
         if self._stop_running is not None:
             await self._stop_running(record.id)
         return {"status": "cancelled"}

@@ -211,7 +211,8 @@ class WorkerPool:
         """The finalizer wrote (or found already settled elsewhere) this item."""
         self._items.pop(key, None)
         if not finalized:
-            log.info("batch item %s/%d was no longer ours to finish", key[0], key[1])
+            # Per item, so DEBUG: a cancel or a rescue settles thousands at once and logs its own line.
+            log.debug("batch item %s/%d was no longer ours to finish", key[0], key[1])
         elif self._metrics is not None:
             self._metrics.finished.labels(result.state).inc()
 

@@ -31,7 +31,7 @@ from relay.batch_apis.openai import OpenAIBatchesApp
 from relay.batch_apis.openai_finalizer import EndEvents, OpenAIFinalizer, finalizing_hook
 from relay.batch_apis.openai_service import OpenAIBatches
 from relay.batches.expiry import ExpirySweeper
-from relay.batches.hooks import FinishHooks
+from relay.batches.hooks import FinishHooks, log_finished
 from relay.batches.liveness import Liveness
 from relay.batches.runner import ItemRunner
 from relay.batches.service import BatchService
@@ -75,7 +75,7 @@ def build_batch_plane(shared: Shared) -> BatchPlane:
     # OpenAI-API batch waits for its files. The §14 batches' webhook events are stored in the
     # transaction of their end state (after files): the façade's end events.
     end_events = EndEvents(outbox.enqueue)
-    hooks = FinishHooks(outbox.finish_hook, finalizing_hook(end_events))
+    hooks = FinishHooks(outbox.finish_hook, finalizing_hook(end_events), log_finished)  # the log line last
     batch_store = BatchStore(shared.engine, hooks)  # every batch SQL statement, with those hooks
     workers = (
         _worker_pool(shared, batch_store, payloads, batch_metrics) if settings.batch_workers > 0 else None

@@ -1,0 +1,80 @@
+"""What on-call reads from a real ``relay serve`` (SPEC §12, §18 log format, issue #28): JSON log lines
+without uvicorn's ``color_message`` or duplicated lines, one INFO line per batch submitted, cancelled
+and finished (never one per item), on SQLite and Postgres."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from tests.fixtures.live import Gateway
+from tests.integration.batch_api.helpers import chat_item, submit, wait_finished
+
+
+def events(gateway: Gateway, event: str, batch_id: str) -> list[dict[str, Any]]:
+    return [r for r in gateway.log_records() if r.get("event") == event and r.get("batch_id") == batch_id]
+
+
+def wait_event(gateway: Gateway, event: str, batch_id: str, timeout: float = 10.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while not (found := events(gateway, event, batch_id)):
+        assert time.monotonic() < deadline, f"no {event} line for {batch_id}"
+        time.sleep(0.05)
+    return found[0]
+
+
+def test_json_lines_carry_no_color_message_and_no_duplicates(gateway: Gateway) -> None:
+    text = gateway.relay.logs()
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert lines, "the relay wrote nothing"
+    records = [json.loads(line) for line in lines]  # every line is one JSON object
+    for record in records:
+        assert {"ts", "level", "logger", "message"} <= set(record), record
+        assert "color_message" not in record
+    assert "\x1b" not in text and "\\u001b" not in text  # no ANSI escapes anywhere
+    started = [
+        r for r in records if r["logger"].startswith("uvicorn") and r["message"].startswith("Started server")
+    ]
+    assert len(started) == 1, started  # two servers (inference, control), one line
+
+
+def test_a_batch_logs_one_line_when_submitted_and_one_when_finished(gateway: Gateway) -> None:
+    batch_id = submit(
+        gateway, "openai", [chat_item(i) for i in range(3)] + [chat_item(9, fake={"status": 400})]
+    )
+    wait_finished(gateway, batch_id)
+    submitted = wait_event(gateway, "batch_submitted", batch_id)
+    assert (submitted["level"], submitted["items"], submitted["api"]) == ("info", 4, "relay")
+    assert submitted["message"] == f"batch {batch_id} submitted: 4 items (relay API)"
+    assert submitted["project_id"] and submitted["policy_id"]
+    finished = wait_event(gateway, "batch_finished", batch_id)
+    assert (finished["level"], finished["ended"]) == ("info", "completed")
+    assert (finished["items_completed"], finished["items_discarded"]) == (3, 1)
+    assert finished["message"] == f"batch {batch_id} finished (completed): completed 3, discarded 1"
+    assert len(events(gateway, "batch_submitted", batch_id)) == 1
+    assert len(events(gateway, "batch_finished", batch_id)) == 1
+
+
+def test_a_cancel_logs_one_line_not_one_per_item(gateway: Gateway) -> None:
+    n = 200
+    batch_id = submit(gateway, "openai", [chat_item(i, fake={"latency_ms": 3000}) for i in range(n)])
+    wait_event(gateway, "batch_submitted", batch_id)
+    deadline = time.monotonic() + 10  # wait until some items run, so the cancel stops running ones too
+    while (
+        not gateway.client.get(f"/v1/batches/{batch_id}", headers=gateway.auth(None))
+        .json()["counts"]
+        .get("running")
+    ):
+        assert time.monotonic() < deadline, "no item of the batch started"
+        time.sleep(0.05)
+    cancelled = gateway.post(f"/v1/batches/{batch_id}/cancel")
+    assert cancelled.status_code == 200, cancelled.text
+    wait_finished(gateway, batch_id)
+    line = wait_event(gateway, "batch_cancelled", batch_id)
+    assert line["level"] == "info" and 0 < line["items"] < n  # the waiting ones; the running ones stop
+    finished = wait_event(gateway, "batch_finished", batch_id)
+    assert finished["ended"] == "cancelled" and finished["items_cancelled"] >= line["items"]
+    mentioning = [r for r in gateway.log_records() if batch_id in str(r.get("message", ""))]
+    assert len(mentioning) <= 3, [r["message"] for r in mentioning]  # submitted, cancelled, finished
+    assert not [r for r in gateway.log_records() if "no longer ours" in str(r.get("message", ""))]
