@@ -41,6 +41,7 @@ from relay.request.routing import Plan
 from relay.snapshot import Snapshot
 from relay.store.batch_queue import ClaimedItem
 from relay.store.engine import Connection
+from relay.telemetry.metrics import Metrics
 from relay.usage.event import UsageEvent, cancelled_event, item_event
 
 log = logging.getLogger("relay.batches")
@@ -76,12 +77,14 @@ class ItemRunner:
         snapshot: Callable[[], Snapshot],
         instance_id: str,
         item_timeout_s: float,
+        metrics: Metrics | None = None,
     ) -> None:
         self._payloads = payloads
         self._pipeline = pipeline
         self._snapshot = snapshot
         self._instance_id = instance_id
         self._timeout_s = item_timeout_s
+        self._metrics = metrics  # the live plane's families: upstream latency, tokens, cost (SPEC §12)
 
     def prefetch(self, batch: BatchRecord, idxs: Sequence[int]) -> Prefetched:
         """Start reading these claimed items' request bodies ahead, if the batch's store does that
@@ -144,6 +147,8 @@ class ItemRunner:
                 attempts=failure.attempts,
             )
             return ItemResult("discarded", failure.status or None, failure.message, event)
+        if self._metrics is not None and plan is not None:
+            self._metrics.upstream_latency.labels(plan.host.name, "batch").observe(outcome.upstream_ms / 1000)
         if outcome.error_kind is not None or not 200 <= outcome.status < 300:
             message = f"upstream returned {outcome.status}"
             event = item_event(
@@ -160,6 +165,8 @@ class ItemRunner:
         event = item_event(
             batch, idx, status=outcome.status, plan=plan, outcome=outcome, latency_ms=elapsed()
         )
+        if self._metrics is not None:
+            self._metrics.used(event)
         completed = ItemResult("completed", outcome.status, None, event, None, batch.payload_store)
         try:
             completed.response = self._payloads.of(batch.payload_store).keep_response(

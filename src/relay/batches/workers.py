@@ -215,6 +215,8 @@ class WorkerPool:
             log.debug("batch item %s/%d was no longer ours to finish", key[0], key[1])
         elif self._metrics is not None:
             self._metrics.finished.labels(result.state).inc()
+            if result.state != "cancelled":  # ran to an answer or a failure: how long it took
+                self._metrics.duration.labels(result.state).observe(result.event.latency_ms / 1000)
 
     async def _run(self, item: ClaimedItem, body: Body | None) -> None:
         key = (item.batch_id, item.idx)

@@ -128,6 +128,7 @@ def _worker_pool(
         snapshot=shared.snapshot,
         instance_id=settings.instance_id,
         item_timeout_s=settings.batch_item_timeout_s,
+        metrics=shared.metrics,  # upstream latency (source="batch"), tokens and cost, as live requests
     )
     pool = WorkerPool(
         store=batch_store,

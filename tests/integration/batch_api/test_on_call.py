@@ -1,6 +1,8 @@
 """What on-call reads from a real ``relay serve`` (SPEC §12, §18 log format, issue #28): JSON log lines
 without uvicorn's ``color_message`` or duplicated lines, one INFO line per batch submitted, cancelled
-and finished (never one per item), on SQLite and Postgres."""
+and finished (never one per item), and the metrics a batch and a live request leave on ``/metrics``
+(item durations, upstream latency by source, upstream errors by key name, requests by model, tokens
+and cost, no ``_created`` series), on SQLite and Postgres."""
 
 from __future__ import annotations
 
@@ -8,8 +10,8 @@ import json
 import time
 from typing import Any
 
-from tests.fixtures.live import Gateway
-from tests.integration.batch_api.helpers import chat_item, submit, wait_finished
+from tests.fixtures.live import Gateway, metric_value
+from tests.integration.batch_api.helpers import batch_events, chat_item, submit, wait_finished
 
 
 def events(gateway: Gateway, event: str, batch_id: str) -> list[dict[str, Any]]:
@@ -54,6 +56,52 @@ def test_a_batch_logs_one_line_when_submitted_and_one_when_finished(gateway: Gat
     assert finished["message"] == f"batch {batch_id} finished (completed): completed 3, discarded 1"
     assert len(events(gateway, "batch_submitted", batch_id)) == 1
     assert len(events(gateway, "batch_finished", batch_id)) == 1
+
+
+def test_metrics_after_a_batch_and_a_live_request(gateway: Gateway) -> None:
+    sc = gateway.scenario(["ok"])  # a host, key and model of this test's own: exact counts
+    key_name = sc.host_keys[0]["name"]
+    before = gateway.metrics()
+    items = [chat_item(i, model=sc.model) for i in range(3)] + [
+        chat_item(9, model=sc.model, fake={"status": 400})
+    ]
+    batch_id = submit(gateway, "openai", items, key=sc.key)
+    wait_finished(gateway, batch_id, sc.key)
+    live = gateway.chat(sc.model, key=sc.key)
+    assert live.status_code == 200, live.text
+    gateway.wait_log_line(live.headers["x-relay-request-id"])  # recorded (after the last byte)
+    after = gateway.metrics()
+
+    def grew(name: str, **labels: str) -> float:
+        return metric_value(after, name, **labels) - metric_value(before, name, **labels)
+
+    assert "_created" not in after  # no counter exports its creation time
+    assert grew("relay_batch_item_duration_seconds_count", state="completed") == 3
+    assert grew("relay_batch_item_duration_seconds_count", state="discarded") == 1
+    assert grew("relay_batch_item_duration_seconds_bucket", state="completed", le="+Inf") == 3
+    latency = "relay_upstream_latency_seconds_count"
+    assert metric_value(after, latency, host=sc.host, source="batch") == 4  # the 400 was answered too
+    assert metric_value(after, latency, host=sc.host, source="live") == 1
+    errors = {"host": sc.host, "host_key_name": key_name}
+    assert metric_value(after, "relay_upstream_errors_total", **errors, status="400") == 1
+    assert metric_value(after, "relay_upstream_errors_total", **errors) == 1  # nothing else failed
+    assert metric_value(after, "relay_requests_total", model=sc.model, status="200") == 1
+    assert metric_value(after, "relay_requests_total", model=sc.model) == 1  # batch items are not requests
+
+    usage = live.json()["usage"]
+    events = [e for e in batch_events(gateway, batch_id) if e["status"] == 200]
+    assert len(events) == 3
+    for kind, field, live_tokens in (
+        ("input", "input_tokens", usage["prompt_tokens"]),
+        ("output", "output_tokens", usage["completion_tokens"]),
+    ):
+        expected = sum(e[field] for e in events) + live_tokens
+        assert expected > 0
+        assert metric_value(after, "relay_tokens_total", model=sc.model, kind=kind) == expected
+    cost = metric_value(after, "relay_cost_usd_total", model=sc.model)
+    assert cost > 0
+    batch_cost = sum(e["cost_nanos"] for e in events) / 1e9  # the batch's share, as its events say
+    assert batch_cost > 0 and cost > batch_cost * 0.999  # plus the live request's
 
 
 def test_a_cancel_logs_one_line_not_one_per_item(gateway: Gateway) -> None:
