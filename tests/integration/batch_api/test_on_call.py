@@ -1,6 +1,7 @@
 """What on-call reads from a real ``relay serve`` (SPEC §12, §18 log format, issue #28): JSON log lines
 without uvicorn's ``color_message`` or duplicated lines, one INFO line per batch submitted, cancelled
-and finished (never one per item), and the metrics a batch and a live request leave on ``/metrics``
+and finished (never one per item), one line per breaker opening and closing of a tuned host, and the
+metrics a batch and a live request leave on ``/metrics``
 (item durations, upstream latency by source, upstream errors by key name, requests by model, tokens
 and cost, no ``_created`` series), on SQLite and Postgres."""
 
@@ -126,3 +127,53 @@ def test_a_cancel_logs_one_line_not_one_per_item(gateway: Gateway) -> None:
     mentioning = [r for r in gateway.log_records() if batch_id in str(r.get("message", ""))]
     assert len(mentioning) <= 3, [r["message"] for r in mentioning]  # submitted, cancelled, finished
     assert not [r for r in gateway.log_records() if "no longer ours" in str(r.get("message", ""))]
+
+
+def test_a_tuned_host_logs_one_line_per_opening_and_closing(gateway: Gateway) -> None:
+    """SPEC §6 tuning through the control plane and the log of a real relay (with Redis on Postgres):
+    the flaky key opens on its second failure, for at most ``max_open_s``, and closes when it answers."""
+    sc = gateway.scenario(["flaky", "ok"])
+    flaky, flaky_name = sc.value(0), sc.host_keys[0]["name"]
+    gateway.patch("hosts", sc.host, {"breaker": {"threshold": 2, "window_s": 60, "max_open_s": 1}})
+
+    def lines(event: str) -> list[dict[str, Any]]:
+        return [r for r in gateway.log_records() if r.get("event") == event and r.get("host") == sc.host]
+
+    gateway.fake.configure(key_rules=[{"pattern": flaky, "status": 503}])
+    try:
+        assert gateway.chat(sc.model, key=sc.key).status_code == 200  # failed over; below the threshold
+        assert gateway.chat(sc.model, key=sc.key).status_code == 200  # the second failure opens it
+        deadline = time.monotonic() + 10
+        while not lines("breaker_opened"):
+            assert time.monotonic() < deadline, "no breaker_opened line"
+            time.sleep(0.05)
+        assert gateway.fake.stats()["by_key"].get(flaky) == 2  # the first failure left it in the pool
+        gateway.fake.configure(key_rules=[])
+        deadline = time.monotonic() + 15
+        while not lines("breaker_closed"):  # half-open after 1 s: a request probes it and closes it
+            assert time.monotonic() < deadline, "no breaker_closed line"
+            assert gateway.chat(sc.model, key=sc.key).status_code == 200
+            time.sleep(0.1)
+    finally:
+        gateway.fake.configure(key_rules=[])
+    [opened], [closed] = lines("breaker_opened"), lines("breaker_closed")
+    assert (opened["level"], opened["host_key_name"], opened["reason"]) == (
+        "warning",
+        flaky_name,
+        "upstream_5xx",
+    )
+    assert 0 < opened["open_for_s"] <= 1  # max_open_s caps the opening
+    expected = f'breaker opened: key "{flaky_name}" of host "{sc.host}" (upstream_5xx)'
+    assert opened["message"] == f"{expected}, for {opened['open_for_s']:g} s"
+    assert (closed["level"], closed["host_key_name"], closed["host_key_id"]) == (
+        "info",
+        flaky_name,
+        opened["host_key_id"],
+    )
+    assert flaky not in gateway.relay.logs()  # never a key value
+    metrics = gateway.metrics()
+    labels = {"host_key": opened["host_key_id"], "host_key_name": flaky_name}
+    assert metric_value(metrics, "relay_breaker_open", **labels) == 0
+    assert metric_value(metrics, "relay_breaker_trips_total", **labels, kind="server") == 2
+    errors = {"host": sc.host, "host_key_name": flaky_name, "status": "503"}
+    assert metric_value(metrics, "relay_upstream_errors_total", **errors) == 2
