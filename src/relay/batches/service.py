@@ -207,7 +207,22 @@ class BatchService:
         async def insert(first: InTransaction | None) -> None:
             await self._store.insert_batch(row, total, custom_ids=new.custom_ids, first=first)
 
-        return await self.commit_once(store, batch_id, insert, answer, created_at, idempotency)
+        answered = await self.commit_once(store, batch_id, insert, answer, created_at, idempotency)
+        log.info(
+            "batch %s submitted: %d items (%s API)",
+            batch_id,
+            total,
+            new.api,
+            extra={
+                "event": "batch_submitted",
+                "batch_id": batch_id,
+                "items": total,
+                "api": new.api,
+                "policy_id": principal.policy.id,
+                "project_id": principal.project_id,
+            },
+        )
+        return answered
 
     async def commit_once(
         self,
@@ -388,6 +403,17 @@ class BatchService:
         )
         if cancelled and self._on_cancelled is not None:
             self._on_cancelled(len(cancelled))
+        log.info(
+            "batch %s cancelled: %d waiting items cancelled, running ones stopping",
+            record.id,
+            len(cancelled),
+            extra={
+                "event": "batch_cancelled",
+                "batch_id": record.id,
+                "items": len(cancelled),
+                "project_id": record.project_id,
+            },
+        )
         if self._stop_running is not None:
             await self._stop_running(record.id)
         return {"status": "cancelled"}

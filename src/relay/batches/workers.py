@@ -226,9 +226,12 @@ class WorkerPool:
         """The finalizer wrote (or found already settled elsewhere) this item."""
         self._items.pop(key, None)
         if not finalized:
-            log.info("batch item %s/%d was no longer ours to finish", key[0], key[1])
+            # Per item, so DEBUG: a cancel or a rescue settles thousands at once and logs its own line.
+            log.debug("batch item %s/%d was no longer ours to finish", key[0], key[1])
         elif self._metrics is not None:
             self._metrics.finished.labels(result.state).inc()
+            if result.state != "cancelled":  # ran to an answer or a failure: how long it took
+                self._metrics.duration.labels(result.state).observe(result.event.latency_ms / 1000)
 
     async def _run(self, item: ClaimedItem, body: Body | None) -> None:
         key = (item.batch_id, item.idx)

@@ -38,7 +38,7 @@ from relay.batch_apis.openai_finalizer import (
 from relay.batch_apis.openai_service import OpenAIBatches
 from relay.batches.deleter import BatchDeleter
 from relay.batches.expiry import ExpirySweeper
-from relay.batches.hooks import FinishHooks
+from relay.batches.hooks import FinishHooks, log_finished
 from relay.batches.liveness import Liveness
 from relay.batches.retention import RetentionSweeper
 from relay.batches.runner import ItemRunner
@@ -84,7 +84,7 @@ def build_batch_plane(shared: Shared) -> BatchPlane:
     # OpenAI-API batch waits for its files. The §14 batches' webhook events are stored in the
     # transaction of their end state (after files): the façade's end events.
     end_events = EndEvents(outbox.enqueue)
-    hooks = FinishHooks(outbox.finish_hook, finalizing_hook(end_events))
+    hooks = FinishHooks(outbox.finish_hook, finalizing_hook(end_events), log_finished)  # the log line last
     batch_store = BatchStore(shared.engine, hooks)  # every batch SQL statement, with those hooks
     workers = (
         _worker_pool(shared, batch_store, payloads, batch_metrics) if settings.batch_workers > 0 else None
@@ -147,6 +147,7 @@ def _worker_pool(
         instance_id=settings.instance_id,
         item_timeout_s=settings.batch_item_timeout_s,
         translate_max_tokens=settings.translate_default_max_tokens,
+        metrics=shared.metrics,  # upstream latency (source="batch"), tokens and cost, as live requests
     )
     pool = WorkerPool(
         store=batch_store,

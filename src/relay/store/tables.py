@@ -95,6 +95,7 @@ hosts = Table(
     *_common(),
     Column("base_url", String(2048), nullable=False),
     Column("enabled", Boolean, nullable=False, server_default="1"),
+    Column("breaker", JSONType, nullable=True),  # {"threshold", "window_s", "max_open_s"}; NULL: untuned
 )
 
 host_keys = Table(
