@@ -232,8 +232,13 @@ class MessageBatches:
         return await self._render(await self.owned(owner, batch_id), base_url)
 
     async def cancel(self, owner: str, batch_id: str, base_url: str) -> dict[str, Any]:
-        """Idempotent; the answer always reads ``canceling`` (SPEC §15)."""
-        await self._batches.cancel_record(await self.owned(owner, batch_id))
+        """Idempotent; the answer reads ``canceling`` (SPEC §15), a repeat included, but for a batch
+        that had ended without a cancel: the cancel changes nothing there, and the answer shows it as
+        it is (``ended``), as the OpenAI façade does."""
+        record = await self.owned(owner, batch_id)
+        if record.completed_at is not None and record.cancel_requested_at is None:
+            return await self._render(record, base_url)
+        await self._batches.cancel_record(record)
         return await self._render(await self.owned(owner, batch_id), base_url, canceling=True)
 
     async def _render(self, record: BatchRecord, base_url: str, *, canceling: bool = False) -> dict[str, Any]:
