@@ -357,7 +357,11 @@ class BatchService:
 
 
 def _result(row: ResultRow, response: bytes | None) -> bytes:
+    """One §10.3 result object; an item of a §14 or §15 batch also carries its ``custom_id`` (the
+    caller's name for it), so its results read through this API can be matched to the input."""
     out: dict[str, Any] = {"idx": row.idx, "state": row.state}
+    if row.custom_id is not None:
+        out["custom_id"] = row.custom_id
     if row.state == COMPLETED and response is not None:
         try:
             out["response"] = orjson.loads(response)

@@ -11,7 +11,9 @@ one format or the other, never a mix) is checked here line by line, then uploade
 the OpenAI-compatible API (``/openai/v1/files``, ``/openai/v1/batches``; SPEC §14), so its custom ids
 are kept; it prints the ``batch_…`` id. ``list`` prints the caller's batches of every API (§10.10).
 ``results --format openai`` writes OpenAI-format lines (the output file, then the error file, of a
-§14 batch; converted results of a §10 batch, ``custom_id`` null).
+§14 batch; converted results of another batch, with its items' ``custom_id`` if they have one, else
+null); ``--format anthropic`` Message Batches result lines (a §15 batch's own results; another
+batch's final items converted, ``custom_id`` the item's own or ``<batch id>-<idx>``).
 
 ``status`` prints a derived state a person can read at a glance — ``waiting`` (nothing started yet),
 ``running``, ``finished`` or ``cancelled`` — with the item counts by state, because the API's ``Status``
@@ -31,6 +33,7 @@ goes on). Reads ``RELAY_URL`` and ``RELAY_API_KEY``.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -44,6 +47,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from relay.cli.batch_files import message_batch_format, openai_format, read_batch_file, with_lines
 from relay.cli.support import fail
 from relay.config import load_client_settings
+from relay.domain.batch_record import ResultRow
+from relay.domain.message_batches import result_line
 from relay.domain.openai_batches import ENDPOINT_SHAPES, error_line
 
 batch_app = typer.Typer(
@@ -54,6 +59,7 @@ batch_app = typer.Typer(
 err = Console(stderr=True)
 SHAPES = ("openai", "anthropic", "openai_responses")
 FINAL = ("completed", "discarded", "cancelled")
+UPSTREAM_STATUS = re.compile(r"^upstream returned (\d{3})")
 POLL_S = 0.5
 #: How long `results --format openai` waits for a §14 batch's output files (FINALIZING_POLLS × POLL_S).
 FINALIZING_POLLS = 120
@@ -311,12 +317,60 @@ def _openai_results(http: httpx.Client, batch_id: str, sink: Any) -> None:
                 continue
             result = json.loads(text)
             line_id = f"{batch_id}-{result['idx']}"
+            custom_id = result.get("custom_id")  # a §15 batch's items have one
             if result["state"] == "completed":
                 answer = {"status_code": 200, "request_id": None, "body": result.get("response")}
-                line: Any = {"id": line_id, "custom_id": None, "response": answer, "error": None}
+                line: Any = {"id": line_id, "custom_id": custom_id, "response": answer, "error": None}
                 sink.write(json.dumps(line).encode() + b"\n")
             elif "error" in result:
-                sink.write(error_line(line_id, None, result["error"], None, "") + b"\n")
+                status = UPSTREAM_STATUS.match(result["error"])
+                code = int(status.group(1)) if status else None
+                sink.write(error_line(line_id, custom_id, result["error"], code, "") + b"\n")
+
+
+def _anthropic_results(http: httpx.Client, batch_id: str, sink: Any) -> None:
+    """Anthropic Message Batches result lines: a §15 batch's own results (once it has ended); any other
+    batch's final items converted (``custom_id`` the item's own, else ``<batch id>-<idx>``)."""
+    if batch_id.startswith("msgbatch_"):
+        with http.stream("GET", f"/anthropic/v1/messages/batches/{batch_id}/results") as response:
+            if response.status_code >= 400:
+                response.read()
+                fail(f"{response.status_code}: {_error_message(response)}")
+            for chunk in response.iter_bytes():
+                sink.write(chunk)
+        return
+    with http.stream("GET", f"/v1/batches/{batch_id}/results", params={"format": "jsonl"}) as response:
+        if response.status_code >= 400:
+            response.read()
+            fail(f"{response.status_code}: {response.text}")
+        for text in response.iter_lines():
+            if not text:
+                continue
+            result = json.loads(text)
+            if result["state"] not in FINAL:
+                continue  # Anthropic's results list final requests only
+            error = result.get("error")
+            status = UPSTREAM_STATUS.match(error or "")
+            row = ResultRow(
+                result["idx"],
+                result["state"],
+                error,
+                None,
+                result.get("custom_id") or f"{batch_id}-{result['idx']}",
+                int(status.group(1)) if status else None,
+            )
+            body = json.dumps(result["response"]).encode() if "response" in result else None
+            sink.write(result_line(row, body))
+
+
+def _error_message(response: httpx.Response) -> str:
+    try:
+        data = response.json()
+    except ValueError:
+        return response.text
+    error = data.get("error") if isinstance(data, dict) else None
+    message = error.get("message") if isinstance(error, dict) else None
+    return str(message) if message else response.text
 
 
 @batch_app.command("results")
@@ -325,17 +379,20 @@ def batch_results(
     output: Path | None = typer.Option(None, "-o", "--output", help="Write to this file, not stdout"),
     failed: bool = typer.Option(False, "--failed", help="Only the failed (discarded) items, with why"),
     fmt: str = typer.Option(
-        "relay", "--format", help="relay (result objects) | openai (OpenAI output and error lines)"
+        "relay",
+        "--format",
+        help="relay (result objects) | openai (OpenAI output and error lines) | anthropic (Message "
+        "Batches result lines)",
     ),
 ) -> None:
     """A batch's results as JSONL, one result object per line."""
-    if fmt not in ("relay", "openai"):
-        fail(f"unknown format {fmt!r}: use relay or openai")
-    if fmt == "openai":
+    if fmt not in ("relay", "openai", "anthropic"):
+        fail(f"unknown format {fmt!r}: use relay, openai or anthropic")
+    if fmt in ("openai", "anthropic"):
         with _client() as http:
             sink = output.open("wb") if output is not None else sys.stdout.buffer
             try:
-                _openai_results(http, batch_id, sink)
+                (_openai_results if fmt == "openai" else _anthropic_results)(http, batch_id, sink)
             except httpx.HTTPError as exc:
                 fail(f"cannot read the results from {http.base_url}: {exc}")
             finally:
