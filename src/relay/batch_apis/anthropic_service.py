@@ -4,7 +4,8 @@ look like (pure functions), and :class:`MessageBatches`, the façade's service o
 What it does. :func:`validate_create` turns a parsed create body into its items (``params``, each an
 ``anthropic``-shape engine item) and their ``custom_id``s, or raises :class:`BatchRejected` naming the
 request (``requests[3].custom_id: …``); :func:`message_batch` renders the MessageBatch object from a
-batch's record and its request counts; :func:`result_line` renders one line of the results JSONL.
+batch's record and its request counts; ``relay.domain.message_batches.result_line`` renders one line
+of the results JSONL.
 
 :class:`MessageBatches` creates (validation in a worker thread, then :meth:`BatchService.create`),
 reads, lists, cancels and deletes the caller's §15 batches, and streams an ended batch's results. A
@@ -43,8 +44,9 @@ from relay.batches.service import (
     NewBatch,
     load_batch_body,
 )
-from relay.domain.batch_record import BatchRecord, ResultRow
-from relay.domain.batches import CANCELLED, COMPLETED, DISCARDED, BatchRejected
+from relay.domain.batch_record import BatchRecord
+from relay.domain.batches import BatchRejected
+from relay.domain.message_batches import result_line
 from relay.domain.times import rfc3339
 from relay.errors import InvalidRequest
 from relay.request.auth import Principal
@@ -52,7 +54,7 @@ from relay.store import message_batches as store
 from relay.store.batch_queue import record_from_row
 from relay.store.batches import owner_page
 from relay.store.engine import Engine
-from relay.store.message_batches import COUNT_KEYS, EXPIRED_PREFIX
+from relay.store.message_batches import COUNT_KEYS
 
 EXPIRES_AFTER: Final = timedelta(hours=24)
 CUSTOM_ID_RE: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -155,30 +157,6 @@ def created_batch(batch_id: str, created_at: datetime, total: int) -> dict[str, 
     }
 
 
-def result_line(row: ResultRow, body: bytes | None) -> bytes:
-    """One JSONL line (with its ``\\n``) of an ended batch's results: ``succeeded`` with the upstream's
-    message, ``errored`` (``invalid_request_error`` when an upstream answered 4xx, ``api_error`` for
-    every other cause, the item's §10.4 error text), ``canceled`` or ``expired``."""
-    result: dict[str, Any]
-    if row.state == COMPLETED and body is not None:
-        try:
-            message: Any = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            message = body.decode("utf-8", "replace")  # a non-JSON 2xx body, kept as text
-        result = {"type": "succeeded", "message": message}
-    elif row.state == CANCELLED:
-        expired = (row.error or "").startswith(EXPIRED_PREFIX)
-        result = {"type": "expired" if expired else "canceled"}
-    else:
-        if row.state == DISCARDED:
-            client_error = row.status is not None and 400 <= row.status < 500
-            kind, text = ("invalid_request_error" if client_error else "api_error"), row.error or ""
-        else:  # completed, but its body is not readable on this replica (SPEC §10.7, files store)
-            kind, text = "api_error", "load output: the response body is not readable on this replica"
-        result = {"type": "errored", "error": {"type": "error", "error": {"type": kind, "message": text}}}
-    return orjson.dumps({"custom_id": row.custom_id, "result": result}) + b"\n"
-
-
 class MessageBatches:
     """The §15 service: the owner's batches of ``api`` ``anthropic``; anything else (unknown, foreign,
     another API's) is the same 404 ``batch not found``, decided before any other work (SPEC §10.8)."""
@@ -233,8 +211,13 @@ class MessageBatches:
         return await self._render(await self.owned(owner, batch_id), base_url)
 
     async def cancel(self, owner: str, batch_id: str, base_url: str) -> dict[str, Any]:
-        """Idempotent; the answer always reads ``canceling`` (SPEC §15)."""
-        await self._batches.cancel_record(await self.owned(owner, batch_id))
+        """Idempotent; the answer reads ``canceling`` (SPEC §15), a repeat included, but for a batch
+        that had ended without a cancel: the cancel changes nothing there, and the answer shows it as
+        it is (``ended``), as the OpenAI façade does."""
+        record = await self.owned(owner, batch_id)
+        if record.completed_at is not None and record.cancel_requested_at is None:
+            return await self._render(record, base_url)
+        await self._batches.cancel_record(record)
         return await self._render(await self.owned(owner, batch_id), base_url, canceling=True)
 
     async def _render(self, record: BatchRecord, base_url: str, *, canceling: bool = False) -> dict[str, Any]:

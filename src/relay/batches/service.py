@@ -420,6 +420,8 @@ class BatchService:
 
 
 def _result(row: ResultRow, response: bytes | None) -> bytes:
+    """One §10.3 result object; an item of a §14 or §15 batch also carries its ``custom_id`` (the
+    caller's name for it), so its results read through this API can be matched to the input."""
     out: dict[str, Any] = {"idx": row.idx, "state": row.state}
     if row.source_idx is not None:  # an item of a retry batch (SPEC §17): where it came from
         out["source_idx"] = row.source_idx

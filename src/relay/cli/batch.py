@@ -331,6 +331,10 @@ def batch_cancel(batch_id: str = typer.Argument(..., help="The batch id (b_…)"
     """Cancel a batch (idempotent): waiting items are cancelled at once, running ones stopped."""
     with inference_client() as http:
         inference_call(http, "POST", f"/v1/batches/{batch_id}/cancel")
+        view = inference_call(http, "GET", f"/v1/batches/{batch_id}", params={"items": "false"})
+    if view["Status"] != "cancelled":  # it had finished first: a finished batch stays as it is
+        print(f"{batch_id} had already finished ({counts_text(view['counts'])}): nothing to cancel")
+        return
     print(f"cancelled {batch_id}")
 
 

@@ -8,6 +8,7 @@ stream, so nothing is held in memory.
 from __future__ import annotations
 
 import json
+import re
 import time
 from typing import Any
 
@@ -15,12 +16,16 @@ import httpx
 
 from relay.cli.inference import error_message, inference_call, json_or_none
 from relay.cli.support import fail
+from relay.domain.batch_record import ResultRow
+from relay.domain.message_batches import result_line
 from relay.domain.openai_batches import error_line
 
 POLL_S = 0.5
 #: How long `results --format openai` waits for a §14 batch's output files (FINALIZING_POLLS × POLL_S).
 FINALIZING_POLLS = 120
 MESSAGE_BATCHES_PATH = "/anthropic/v1/messages/batches"
+FINAL = ("completed", "discarded", "cancelled")
+UPSTREAM_STATUS = re.compile(r"^upstream returned (\d{3})")
 
 
 def openai_results(http: httpx.Client, batch_id: str, sink: Any) -> None:
@@ -60,15 +65,18 @@ def openai_results(http: httpx.Client, batch_id: str, sink: Any) -> None:
                 line: Any = {"id": line_id, "custom_id": custom_id, "response": answer, "error": None}
                 sink.write(json.dumps(line).encode() + b"\n")
             elif "error" in result:
-                sink.write(error_line(line_id, result.get("custom_id"), result["error"], None, "") + b"\n")
+                error = result["error"]
+                sink.write(
+                    error_line(line_id, result.get("custom_id"), error, upstream_status(error), "") + b"\n"
+                )
 
 
 def anthropic_results(http: httpx.Client, batch_id: str, sink: Any) -> None:
-    """Anthropic Message Batches result lines: a §15 batch's own results (once it has ended); any
-    other batch's results converted (``custom_id`` as it was given, else the item's idx as text)."""
+    """Anthropic Message Batches result lines: a §15 batch's own results (once it has ended); any other
+    batch's final items converted by the §15 API's own renderer (``custom_id`` the item's own, else
+    ``<batch id>-<idx>``)."""
     if batch_id.startswith("msgbatch_"):
-        path = f"{MESSAGE_BATCHES_PATH}/{batch_id}/results"
-        with http.stream("GET", path) as response:
+        with http.stream("GET", f"{MESSAGE_BATCHES_PATH}/{batch_id}/results") as response:
             if response.status_code >= 400:
                 response.read()
                 fail(f"{response.status_code}: {error_message(json_or_none(response)) or response.text}")
@@ -80,16 +88,25 @@ def anthropic_results(http: httpx.Client, batch_id: str, sink: Any) -> None:
             response.read()
             fail(f"{response.status_code}: {response.text}")
         for text in response.iter_lines():
-            if text:
-                sink.write(json.dumps(anthropic_line(json.loads(text))).encode() + b"\n")
+            if not text:
+                continue
+            result = json.loads(text)
+            if result["state"] not in FINAL:
+                continue  # Anthropic's results list final requests only
+            error = result.get("error")
+            row = ResultRow(
+                result["idx"],
+                result["state"],
+                error,
+                None,
+                result.get("custom_id") or f"{batch_id}-{result['idx']}",
+                upstream_status(error),
+            )
+            body = json.dumps(result["response"]).encode() if "response" in result else None
+            sink.write(result_line(row, body))
 
 
-def anthropic_line(result: dict[str, Any]) -> dict[str, Any]:
-    """One §10.3 result object as an Anthropic Message Batches result line."""
-    custom_id = result.get("custom_id") or str(result["idx"])
-    if result["state"] == "completed":
-        return {"custom_id": custom_id, "result": {"type": "succeeded", "message": result.get("response")}}
-    if result["state"] == "cancelled":
-        return {"custom_id": custom_id, "result": {"type": "canceled"}}
-    error = {"type": "error", "error": {"type": "api_error", "message": result.get("error") or ""}}
-    return {"custom_id": custom_id, "result": {"type": "errored", "error": error}}
+def upstream_status(error: str | None) -> int | None:
+    """The upstream's HTTP status named by a §10.4 ``upstream returned <status>`` error, else None."""
+    status = UPSTREAM_STATUS.match(error or "")
+    return int(status.group(1)) if status else None

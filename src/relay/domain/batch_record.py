@@ -49,7 +49,7 @@ class BatchRecord:
     payload_store: str = "files"  # where its bodies are (SPEC §10.7): "files" | "database"
     api: str = "relay"  # the API that created it (§10.10); the runner never looks at it
     expires_at: datetime | None = None
-    cancel_requested_at: datetime | None = None  # set by every cancel
+    cancel_requested_at: datetime | None = None  # set by a cancel that came before the batch finished
     api_status: str | None = None  # façade-owned (e.g. OpenAI's "validating"); the engine only stores it
     retry_of: str | None = None  # a retry batch (SPEC §17): the id of the batch it was made from
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -59,6 +59,23 @@ MODEL_LIST_ROUTES = frozenset(("/v1/models", "/openai/v1/models"))
 def error_shape_for(path: str) -> str:
     """The error shape of a path no route table names: Anthropic's below ``/anthropic/``, else OpenAI's."""
     return ANTHROPIC if path.startswith("/anthropic/") else OPENAI
+
+
+CONTROL_PATHS: Final = ("/api/", "/ui/")
+"""Paths only the control plane serves (with ``/ui`` and ``/metrics``)."""
+
+
+def unmatched(method: str, path: str) -> RelayError:
+    """The 404 of a path no route serves; a control-plane path (an admin client or a browser pointed
+    at the inference port) is told where the control plane is (``wrong_plane``)."""
+    if path.startswith(CONTROL_PATHS) or path in ("/ui", "/metrics"):
+        return RelayError(
+            f"this is Relay's inference plane: {method} {path[:200]} is served by the control plane "
+            "(RELAY_CONTROL_PORT, default 8081)",
+            code="wrong_plane",
+            status=404,
+        )
+    return RelayError(f"no route for {method} {path}", code="not_found", status=404)
 
 
 class InferenceApp:
@@ -150,14 +167,7 @@ class InferenceApp:
                 return
         shape = error_shape_for(path)
         # Unknown paths share one label: the route label must not grow with whatever clients send.
-        await self._error(
-            send,
-            shape,
-            RelayError(f"no route for {method} {path}", code="not_found", status=404),
-            request_id,
-            "unmatched",
-            started,
-        )
+        await self._error(send, shape, unmatched(method, path), request_id, "unmatched", started)
 
     async def _models(self, scope: Scope, send: Send, request_id: str, started: float) -> None:
         snap = self._snapshot()

@@ -98,19 +98,33 @@ def resolve(policy: Policy, requested: str, snapshot: Snapshot) -> Plan:
 
 SUGGEST_MAX_CHARS = 128
 """Longer names get no suggestion: comparing strings costs their product, and no model name is that long."""
+SUGGEST_MAX_CANDIDATES = 1000
+"""A policy granting more names than this gets no suggestion: about 15 µs per name compared."""
+SUGGEST_MEMO_SIZE = 1024
+"""Suggestions remembered per snapshot (a new snapshot starts empty); past that, each is computed."""
 
 
 def closest_granted(policy: Policy, name: str, snapshot: Snapshot) -> str | None:
     """The granted model name or alias closest to an unknown ``name`` (difflib's ratio ≥ 0.6), for a
     "did you mean" on ``model_not_found``. Only what ``policy`` grants is a candidate, so the answer
-    never names a model the caller cannot use (nor reveals that one exists). Paid on that error only."""
+    never names a model the caller cannot use (nor reveals that one exists). Paid on that error only,
+    once per snapshot, policy and name (``Snapshot.suggestions``): about 3 ms for 200 granted names."""
     if not name or len(name) > SUGGEST_MAX_CHARS:
         return None
+    memo = snapshot.suggestions
+    key = (policy.id, name)
+    if key in memo:
+        return memo[key]
     candidates = [
         alias for model in granted_models(policy, snapshot) for alias in (model.name, *model.aliases)
     ]
-    found = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
-    return found[0] if found else None
+    found = None
+    if len(candidates) <= SUGGEST_MAX_CANDIDATES:
+        close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
+        found = close[0] if close else None
+    if len(memo) < SUGGEST_MEMO_SIZE:
+        memo[key] = found
+    return found
 
 
 def _granted_anywhere(policy: Policy, model: Model, pinned: str | None) -> bool:

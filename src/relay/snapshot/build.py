@@ -75,6 +75,9 @@ class Snapshot:
     # sha256 of RELAY_ADMIN_TOKEN: never a credential of the inference plane, only recognised there so
     # that an admin token sent for inference is told why it fails (not just "invalid api key").
     admin_token_hash: str | None = None
+    # routing's "did you mean" per (policy id, unknown model name), worked out once per snapshot: a
+    # batch of 50 000 items naming one mistyped model compares names once, not 50 000 times.
+    suggestions: dict[tuple[str, str], str | None] = field(default_factory=dict, compare=False, repr=False)
 
     def counts(self) -> dict[str, int]:
         return {

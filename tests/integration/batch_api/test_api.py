@@ -250,7 +250,13 @@ def test_the_owner_reads_and_cancels_without_a_usable_policy(gateway: Gateway) -
     for r in got:
         if r["state"] == "discarded":
             assert r["error"] == f'policy unavailable: policy "{own.policy}" is disabled'
-    assert view["Status"] == "cancelled"
+    # The disabled policy discards the waiting items fast: the batch may have finished before the
+    # cancel arrived, and a finished batch stays as it is (SPEC §10.2). A cancel that cancelled items
+    # came first, so the batch reads cancelled.
+    if any(r["state"] == "cancelled" for r in got):
+        assert view["Status"] == "cancelled"
+    else:
+        assert view["Status"] in ("cancelled", "queued")
     not_found(gateway.client.get(f"/v1/batches/{batch_id}", headers=gateway.auth(None)))  # another key
 
 

@@ -151,6 +151,31 @@ async def test_cancel_with_nothing_running_completes_the_batch(engine: AsyncEngi
     assert await queue_ops.cancel(engine, "b_" + "0" * 26, events_for=cancel_events("x")) == []
 
 
+async def test_cancelling_a_finished_batch_changes_nothing(engine: AsyncEngine) -> None:
+    """SPEC §10.2: ``Status`` turns ``cancelled`` only by a cancel that comes before the batch finished,
+    and ``CompletedAt`` is set once. A cancel after the last item ended answers (idempotent) and
+    writes nothing: no status, no cancel time, no event."""
+    batch_id = await submit(engine, 2)
+    for item in await claim_run(engine, "r1", 2):
+        assert await complete(engine, "r1", item)
+    finished = await queue_ops.batch_record(engine, batch_id)
+    assert finished is not None and finished.completed_at is not None and finished.status == "queued"
+
+    def must_not_be_called(idxs: list[int]) -> list[UsageEvent]:
+        raise AssertionError(idxs)
+
+    for _ in range(2):
+        assert await queue_ops.cancel(engine, batch_id, events_for=must_not_be_called) == []
+    after = await queue_ops.batch_record(engine, batch_id)
+    assert after is not None
+    assert (after.status, after.completed_at, after.cancel_requested_at) == (
+        "queued",
+        finished.completed_at,
+        None,
+    )
+    assert await events(engine, batch_id) == [(0, None), (1, None)]
+
+
 async def test_cancel_writes_nothing_when_the_events_cannot_be_built(engine: AsyncEngine) -> None:
     batch_id = await submit(engine, 3)
 

@@ -110,6 +110,13 @@ def test_wait_shows_counts_and_ends_with_a_summary_naming_failures(demo: Demo, t
     status = status_lines(demo, batch_id)
     assert status["state"] == "finished" and status["items"] == "6 (completed 1, discarded 5)"
     assert status["5"] == f"failed: see them with: relay batch results {batch_id} --failed"
+    # A cancel now comes too late: the batch stays as it is, and the CLI says so.
+    late = demo.cli("batch", "cancel", batch_id)
+    assert late.returncode == 0, late.stderr
+    assert late.stdout.strip() == (
+        f"{batch_id} had already finished (completed 1, discarded 5): nothing to cancel"
+    ), late.stdout
+    assert status_lines(demo, batch_id)["state"] == "finished"
 
 
 def test_wait_reacts_to_a_cancel_and_every_cancelled_item_is_counted(demo: Demo, tmp_path: Path) -> None:

@@ -89,3 +89,67 @@ def test_anthropic_batch_lines_are_not_taken_for_openai_ones(tmp_path: Path) -> 
     assert openai_format(anthropic) is None
     openai_file = write(tmp_path / "oa.jsonl", [openai_line("a", body(0))])
     assert openai_format(openai_file) == CHAT
+
+
+def message(n: int, **extra: Any) -> dict[str, Any]:
+    return {
+        "model": "claude-haiku",
+        "max_tokens": 16,
+        "messages": [{"role": "user", "content": f"item {n}"}],
+        **extra,
+    }
+
+
+def test_results_in_anthropic_format_and_custom_ids_in_relay_results(demo: Demo, tmp_path: Path) -> None:
+    """``--format anthropic``: a Message Batch's own result lines; another batch's final items
+    converted (its custom ids when it has them, else ``<batch id>-<idx>``). And the relay-format
+    results of a §15 batch carry each item's ``custom_id``."""
+    lines = [
+        {"custom_id": "hello", "params": message(0)},
+        {"custom_id": "refused", "params": message(1, fake={"status": 400})},
+    ]
+    done = demo.cli(
+        "batch", "submit", str(write(tmp_path / "mb.jsonl", lines)), "--shape", "anthropic", "--wait"
+    )
+    assert done.returncode == 2, done.stderr  # one item failed
+    batch_id = done.stdout.strip()
+    assert batch_id.startswith("msgbatch_"), done.stdout
+
+    own = demo.cli("batch", "results", batch_id, "--format", "anthropic")
+    assert own.returncode == 0, own.stderr
+    results = [json.loads(text) for text in own.stdout.splitlines()]
+    assert [(r["custom_id"], r["result"]["type"]) for r in results] == [
+        ("hello", "succeeded"),
+        ("refused", "errored"),
+    ]
+    refused = results[1]["result"]["error"]["error"]
+    assert refused["type"] == "invalid_request_error" and refused["message"].startswith(
+        "upstream returned 400"
+    )
+
+    relay_format = demo.cli("batch", "results", batch_id)
+    rows = [json.loads(text) for text in relay_format.stdout.splitlines()]
+    assert [(r["idx"], r["custom_id"], r["state"]) for r in rows] == [
+        (0, "hello", "completed"),
+        (1, "refused", "discarded"),
+    ]
+
+    plain = demo.cli(
+        "batch",
+        "submit",
+        str(write(tmp_path / "plain.jsonl", [body(0), body(1, fake={"status": 400})])),
+        "--shape",
+        "openai",
+        "--wait",
+    )
+    native = plain.stdout.strip()
+    converted = demo.cli("batch", "results", native, "--format", "anthropic")
+    assert converted.returncode == 0, converted.stderr
+    got = [json.loads(text) for text in converted.stdout.splitlines()]
+    assert [(r["custom_id"], r["result"]["type"]) for r in got] == [
+        (f"{native}-0", "succeeded"),
+        (f"{native}-1", "errored"),
+    ]
+    assert got[0]["result"]["message"]["choices"]  # the item's own (OpenAI-shaped) response
+    assert got[1]["result"]["error"]["error"]["type"] == "invalid_request_error"
+    assert "custom_id" not in json.loads(demo.cli("batch", "results", native).stdout.splitlines()[0])

@@ -65,7 +65,7 @@ def test_a_native_batch_converts_to_anthropic_lines_named_by_idx(demo: Demo, tmp
     assert waited.returncode == 0, waited.stderr
     converted = demo.cli("batch", "results", waited.stdout.strip(), "--format", "anthropic")
     (line,) = [json.loads(text) for text in converted.stdout.splitlines()]
-    assert line["custom_id"] == "0" and line["result"]["type"] == "succeeded", line
+    assert line["custom_id"] == f"{waited.stdout.strip()}-0" and line["result"]["type"] == "succeeded", line
 
     plain = write(tmp_path / "bodies.jsonl", [body])
     refused = demo.cli("batch", "submit", str(plain))

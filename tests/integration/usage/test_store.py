@@ -178,7 +178,7 @@ async def test_summary_per_group(engine: AsyncEngine) -> None:
     assert a["cached_input_tokens"] == 20 and a["cost_nanos"] == 19_000 and type(a["cost_nanos"]) is int
     assert a["p50_latency_ms"] == pytest.approx(10.5) and a["p95_latency_ms"] == pytest.approx(19.05)
     b = teams["tm_b"]
-    assert (b["requests"], b["errors"], b["cost_nanos"]) == (2, 0, None)
+    assert (b["requests"], b["errors"], b["cancelled"], b["cost_nanos"]) == (2, 0, 0, None)
     assert b["p50_latency_ms"] == b["p95_latency_ms"] == 7.0
 
     days = await rows("day", team_id="tm_a")
@@ -193,6 +193,25 @@ async def test_summary_per_group(engine: AsyncEngine) -> None:
     ):
         assert (await rows(group_by))[key]["requests"] == 22
     assert await rows("team", project_id="nothing") == {}
+
+
+async def test_cancelled_batch_items_are_not_errors(engine: AsyncEngine) -> None:
+    """A batch cancelled at 768 of 3 000 items is not a 74 % error rate: its cancelled items (error_kind
+    ``cancelled``, status 0, as ``cancelled_event`` writes them) count apart, never as errors; an item
+    that failed or expired still is one."""
+    done = [batch_event("bat_c", i, team_id="tm_c") for i in range(3)]
+    failed = batch_event("bat_c", 3, team_id="tm_c", status=400, error_kind="upstream_status")
+    expired = batch_event("bat_c", 4, team_id="tm_c", status=0, error_kind="expired", cost_nanos=None)
+    cancelled = [
+        batch_event("bat_c", i, team_id="tm_c", status=0, error_kind="cancelled", cost_nanos=None)
+        for i in range(5, 12)
+    ]
+    await insert(engine, [*done, failed, expired, *cancelled])
+    async with engine.connect() as conn:
+        [row] = await store.summary(conn, "team", store.EventFilter(team_id="tm_c"))
+    assert (row["requests"], row["errors"], row["cancelled"]) == (12, 2, 7)
+    assert set(await query(engine, batch_id="bat_c", error=True)) == {failed.id, expired.id}
+    assert len(await query(engine, batch_id="bat_c", error=False)) == 3 + 7
 
 
 async def test_day_is_the_utc_date(engine: AsyncEngine) -> None:

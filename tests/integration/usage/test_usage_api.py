@@ -168,6 +168,7 @@ def test_summary_for_every_group(relay: RelayProcess) -> None:
         "group": "live",
         "requests": 10,
         "errors": 1,
+        "cancelled": 0,
         "input_tokens": 100,
         "output_tokens": 50,
         "cached_input_tokens": 0,

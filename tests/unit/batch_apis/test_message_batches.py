@@ -9,9 +9,10 @@ from datetime import UTC, datetime, timedelta
 import orjson
 import pytest
 
-from relay.batch_apis.anthropic_service import message_batch, processing_status, result_line, results_url
+from relay.batch_apis.anthropic_service import message_batch, processing_status, results_url
 from relay.domain.batch_record import BatchRecord, ResultRow
 from relay.domain.batches import expired_error
+from relay.domain.message_batches import result_line
 
 CREATED = datetime(2026, 12, 2, 1, 0, tzinfo=UTC)
 RECORD = BatchRecord(

@@ -68,6 +68,16 @@ async def test_unknown_route_is_404(plane: LivePlane, path: str) -> None:
     openai_error(await plane.client.get(path), 404, "not_found")
 
 
+@pytest.mark.parametrize("path", ["/api/teams", "/api/usage/summary", "/ui", "/ui/batches", "/metrics"])
+async def test_a_control_plane_path_says_where_the_control_plane_is(plane: LivePlane, path: str) -> None:
+    """An admin client or a browser pointed at the inference port learns where to go instead."""
+    error = openai_error(await plane.client.get(path), 404, "wrong_plane", "not_found_error")
+    assert error["message"] == (
+        f"this is Relay's inference plane: GET {path} is served by the control plane "
+        "(RELAY_CONTROL_PORT, default 8081)"
+    )
+
+
 @pytest.mark.parametrize("path", ["/v1/models", "/openai/v1/models"])
 async def test_model_list_shows_what_the_credential_may_use(plane: LivePlane, path: str) -> None:
     c = plane.catalog

@@ -54,6 +54,21 @@ def test_a_typo_is_answered_with_the_closest_granted_model(catalog: CoreCatalog)
     assert str(refusal(catalog, "core-caht" * 20)).endswith("not found")  # too long to compare
 
 
+def test_a_suggestion_is_worked_out_once_per_snapshot_policy_and_name(catalog: CoreCatalog) -> None:
+    """A batch of thousands of items naming one mistyped model compares the names once."""
+    snapshot = catalog.snapshot()
+    policy = catalog.policy
+    for _ in range(3):
+        with pytest.raises(RelayError):
+            resolve(policy, "core-caht", snapshot)
+    assert snapshot.suggestions == {(policy.id, "core-caht"): CHAT_MODEL}
+    snapshot.suggestions[(policy.id, "core-caht")] = "remembered"  # the memo is what answers now
+    with pytest.raises(RelayError) as caught:
+        resolve(policy, "core-caht", snapshot)
+    assert str(caught.value).endswith('did you mean "remembered"?')
+    assert catalog.snapshot().suggestions == {}  # a new snapshot starts afresh
+
+
 def test_a_suggestion_never_names_a_model_the_caller_is_not_granted(catalog: CoreCatalog) -> None:
     secret = catalog.build.model("core-secret-model")
     catalog.build.bind(secret, catalog.host)

@@ -17,8 +17,8 @@ from typing import Any, Final
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 
-from relay.batch_apis.anthropic_service import result_line
 from relay.control.dashboard.web import HEADERS, Dashboard, PageRoutes, Refused
+from relay.domain.message_batches import result_line
 
 OPENAI_FILES = ("output", "error")
 

@@ -87,7 +87,8 @@ def per_minute(
         if key not in series["requests"] or ts < start:
             continue
         series["requests"][key] += 1
-        if event.get("error_kind") or not 200 <= int(event.get("status") or 0) < 300:
+        cancelled = event.get("error_kind") == "cancelled"  # a batch item its owner stopped: no error
+        if not cancelled and (event.get("error_kind") or not 200 <= int(event.get("status") or 0) < 300):
             series["errors"][key] += 1
         series["tokens"][key] += int(event.get("input_tokens") or 0) + int(event.get("output_tokens") or 0)
         series["cost"][key] += (event.get("cost_nanos") or 0) / 1e9

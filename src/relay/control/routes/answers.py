@@ -156,7 +156,8 @@ class SummaryRow(Answer):
     group: str
     name: str | None = Field(None, description="project, team, policy and credential groups only")
     requests: int
-    errors: int
+    errors: int = Field(description="failed events; cancelled batch items are not errors")
+    cancelled: int = Field(description="batch items a cancel stopped or never started")
     input_tokens: int
     output_tokens: int
     cached_input_tokens: int

@@ -111,8 +111,12 @@ async def cancel(
     ``"cancelled"``) with one usage event each, built by ``events_for(idxs)`` (one
     event per idx, in the order given), all in one transaction; returns the idxs cancelled, ascending.
 
-    Idempotent: a second call cancels nothing and writes no event. Running items are left alone (the
-    replica running them decides: it stops them and finalizes them ``cancelled``, or lets them finish).
+    A batch that already finished (``completed_at`` set: every item final) stays exactly as it is: its
+    ``status``, ``completed_at`` and ``cancel_requested_at`` do not change, so a late cancel never turns
+    a finished batch into a cancelled one (SPEC §10.2: ``completed_at`` is set once, by whichever came
+    first). Idempotent: a second call cancels nothing and writes no event. Running items are left alone
+    (the replica running them decides: it stops them and finalizes them ``cancelled``, or lets them
+    finish).
     ``completed_at`` is set when nothing is running. An unknown batch id cancels nothing (``[]``); the
     service answers 404 before calling this. If ``events_for`` raises, nothing is cancelled.
     """
@@ -136,7 +140,11 @@ async def _cancel(
         await lock_batches(conn, [batch_id])
         await conn.execute(
             update(B)
-            .where(B.c.id == batch_id, B.c.status == literal_column("'queued'"))
+            .where(
+                B.c.id == batch_id,
+                B.c.status == literal_column("'queued'"),
+                B.c.completed_at.is_(None),  # finished first: the cancel comes too late to change it
+            )
             .values(status="cancelled", cancel_requested_at=db_now(conn))
         )
         cancelled = await conn.execute(
