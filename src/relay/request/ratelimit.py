@@ -39,6 +39,7 @@ from __future__ import annotations
 import itertools
 import logging
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -112,6 +113,16 @@ def _tokens(meter: str, usage: Usage, cost: int) -> int:
     if meter == "tokens":
         return usage.input_tokens + usage.output_tokens
     return usage.input_tokens if meter == "input_tokens" else usage.output_tokens
+
+
+def _until_reset(rule: CompiledRule, reported: float) -> float:
+    """When a refused batch item may be tried again: the store's answer (at least 1 s, as a live
+    ``Retry-After`` is), or sooner when the rule's window resets sooner (SPEC §17: an item waits at
+    most until the window's reset). Windows are epoch-aligned, so this clock tells; a concurrency
+    lease has no reset (its 1 s stands)."""
+    if rule.kind == "concurrency":
+        return reported
+    return min(reported, rule.window_s - time.time() % rule.window_s)
 
 
 def _json_usd(nanos: int) -> int | float:
@@ -243,7 +254,8 @@ class RateLimiter:
         if failed.meter == "cost_usd":
             raise BudgetExceeded(failed.message, retry_after=retry_after)
         if batch:
-            raise BatchRefused(failed.message, retry_after=retry_after, meter=failed.meter)
+            wait_s = _until_reset(failed, retry_after)
+            raise BatchRefused(failed.message, retry_after=wait_s, meter=failed.meter)
         raise RateLimited(failed.message, retry_after=retry_after)
 
     async def commit(self, reservation: Reservation, usage: Usage, cost_nanos: int | None = 0) -> None:

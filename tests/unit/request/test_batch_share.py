@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from collections.abc import Callable
 
 import pytest
@@ -52,7 +53,26 @@ async def test_batch_items_stop_at_the_share_and_live_keeps_the_rest(state: Shar
     assert (error.status, error.code, error.meter) == (429, "rate_limit_exceeded", "requests")
     assert error.message.startswith('rate limit exceeded: policy "shared" allows 10 requests per 9999999s')
     assert "batch items get 7" in error.message
-    assert 1.0 <= error.retry_after <= 9_999_999
+    assert 0 < error.retry_after <= 9_999_999
+
+
+async def test_a_refused_item_may_retry_at_the_window_reset_even_within_a_second(state: SharedState) -> None:
+    limiter = RateLimiter(state)
+    pol = paced(policy([rule("requests", 2, "2s")]), live_reserve=0.5)  # share 1
+    # Epoch-aligned windows: refuse late in one (0.4–0.7 s left), where a live Retry-After says 1 s.
+    position = time.time() % 2
+    await asyncio.sleep((1.3 - position) % 2)
+    await limiter.reserve_batch(pol, "key_a")
+    with pytest.raises(BatchRefused) as refused:
+        await limiter.reserve_batch(pol, "key_a")
+    wait_s = refused.value.retry_after
+    assert 0 < wait_s < 1.0
+    await limiter.reserve(pol, "key_a")  # live takes the one the share left
+    with pytest.raises(RateLimited) as live:
+        await limiter.reserve(pol, "key_a")
+    assert live.value.retry_after == 1.0  # a live Retry-After is never under 1 s
+    await asyncio.sleep(wait_s + 0.02)
+    await limiter.reserve_batch(pol, "key_a")  # the next window has room again
 
 
 async def test_live_use_counts_against_the_batch_share(state: SharedState) -> None:
