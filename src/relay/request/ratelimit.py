@@ -189,8 +189,24 @@ class RateLimiter:
         self._batch_plans[id(policy)] = (policy, plan)
         return plan
 
-    async def reserve(
+    async def reserve_batch(
         self, policy: Policy, credential_id: str, *, project_id: str = "", team_id: str = ""
+    ) -> Reservation:
+        """Admit one batch item of ``policy`` (SPEC §17): every rule at its batch share, on the counters
+        live requests use, and the ``batch.max_concurrency`` lease, in one atomic step. A spent share
+        or lease raises :class:`BatchRefused` (the meter, and when to try again: the window's reset);
+        a spent budget raises :class:`BudgetExceeded` as for live requests. Commit the reservation
+        exactly as for :meth:`reserve` (it releases the batch lease too)."""
+        return await self.reserve(policy, credential_id, project_id=project_id, team_id=team_id, batch=True)
+
+    async def reserve(
+        self,
+        policy: Policy,
+        credential_id: str,
+        *,
+        project_id: str = "",
+        team_id: str = "",
+        batch: bool = False,
     ) -> Reservation:
         """Admit one request under every rule of ``policy``, or raise :class:`RateLimited`.
 
@@ -199,27 +215,17 @@ class RateLimiter:
         rules are applied or none. The caller MUST call :meth:`commit` exactly once for every
         reservation this returns, on every outcome (success, upstream error, client disconnect) —
         with zero or partial usage when there is no full answer — or concurrency slots stay taken
-        until ``lease_s`` passes.
+        until ``lease_s`` passes. ``batch``: a batch item's admission (:meth:`reserve_batch`); one
+        branch on the live path, no extra call.
         """
-        if not policy.rules:
+        if batch:
+            if not policy.rules and policy.batch.max_concurrency is None:
+                return EMPTY_RESERVATION
+            plan = self._batch_plan(policy)
+        elif not policy.rules:
             return EMPTY_RESERVATION
-        return await self._admit(self._plan(policy), credential_id, project_id, team_id, batch=False)
-
-    async def reserve_batch(
-        self, policy: Policy, credential_id: str, *, project_id: str = "", team_id: str = ""
-    ) -> Reservation:
-        """Admit one batch item of ``policy`` (SPEC §17): every rule at its batch share, on the counters
-        live requests use, and the ``batch.max_concurrency`` lease, in one atomic step. A spent share
-        or lease raises :class:`BatchRefused` (the meter and when to try again); a spent budget raises
-        :class:`BudgetExceeded` as for live requests. Commit the reservation exactly as for
-        :meth:`reserve` (it releases the batch lease too)."""
-        if not policy.rules and policy.batch.max_concurrency is None:
-            return EMPTY_RESERVATION
-        return await self._admit(self._batch_plan(policy), credential_id, project_id, team_id, batch=True)
-
-    async def _admit(
-        self, plan: LimitPlan, credential_id: str, project_id: str, team_id: str, *, batch: bool
-    ) -> Reservation:
+        else:
+            plan = self._plan(policy)
         checks = plan.checks
         token_windows = plan.token_windows
         concurrency_keys = plan.concurrency_keys
