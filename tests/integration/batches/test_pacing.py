@@ -7,6 +7,7 @@ window; an item without room holds no worker slot; budgets are never paced; ``pa
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -132,3 +133,21 @@ async def test_open_keys_still_fail_items_under_pacing_fail(
         assert await paced.finished(batch_id, 2) == {"discarded": 2}
     errors = await paced.errors(batch_id)
     assert all(e.startswith('no healthy keys for host "pace-host"') for e in errors), errors
+
+
+async def test_max_concurrency_runs_one_item_at_a_time_on_a_pool_of_four(
+    engine: AsyncEngine, memory: MemoryState, fake: FakeUpstream, tmp_path: Path
+) -> None:
+    paced = bed(engine, memory, fake, tmp_path)
+    tenant = paced.tenant("single", pacing="wait", max_concurrency=1)
+    fake.configure(latency_ms=300)
+    async with paced.pool(size=4):
+        batch_id = await paced.submit(tenant, 4)
+        assert await paced.finished(batch_id, 4) == {"completed": 4}
+    assert await paced.errors(batch_id) == []
+    arrivals = sorted(r["ts"] for r in fake.requests() if r["path"] == CHAT_PATH)
+    assert len(arrivals) == 4
+    # One at a time: each request reached the upstream only after the previous one's 300 ms answer.
+    assert all(later - earlier >= 0.28 for earlier, later in itertools.pairwise(arrivals))
+    waits = paced.metric("relay_batch_pacing_waits_total", policy=tenant.policy.id, meter="max_concurrency")
+    assert waits >= 1
