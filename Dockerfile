@@ -7,8 +7,8 @@
 # only that venv onto a clean python:3.11-slim, so no build tooling, pip caches or
 # sources end up in the final image. The build context is whitelisted by .dockerignore.
 #
-# Layer caching: the dependencies are installed from pyproject.toml alone, before the
-# sources are copied, so a change under src/ rebuilds only the last (small) layer.
+# Layer caching: the dependencies are installed from requirements/runtime.lock alone, before
+# the sources are copied, so a change under src/ rebuilds only the last (small) layer.
 
 FROM python:3.11-slim AS builder
 
@@ -19,17 +19,18 @@ RUN python -m venv /opt/relay
 
 WORKDIR /src
 
-# 1. The runtime dependencies, read from pyproject.toml (every one ships manylinux wheels for
-#    CPython 3.11, so no compiler is needed). This layer changes only with pyproject.toml.
-COPY pyproject.toml /src/
-RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
-        > /tmp/requirements.txt \
-    && /opt/relay/bin/pip install --no-cache-dir -r /tmp/requirements.txt
+# 1. The runtime dependencies, exactly as pinned in requirements/runtime.lock: every version fixed and
+#    every file checked against the hashes recorded there (--require-hashes), so a release replaced on
+#    the registry after the lock was made fails the build instead of entering the image. The lock also
+#    pins pip, setuptools and wheel, which build Relay below without an unchecked build environment.
+#    `make lock` refreshes it from pyproject.toml. This layer changes only with the lock.
+COPY requirements/runtime.lock /src/requirements/
+RUN /opt/relay/bin/pip install --no-cache-dir --require-hashes --no-deps -r /src/requirements/runtime.lock
 
 # 2. Relay itself, without touching the dependencies installed above.
 COPY README.md /src/
 COPY src/ /src/src/
-RUN /opt/relay/bin/pip install --no-cache-dir --no-deps /src \
+RUN /opt/relay/bin/pip install --no-cache-dir --no-deps --no-build-isolation /src \
     && /opt/relay/bin/relay --help > /dev/null
 
 

@@ -6,16 +6,32 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint unit bench serve clean chart-examples
+.PHONY: demo test lint unit bench serve clean chart-examples lock sbom
 
-$(STAMP): pyproject.toml
+# Dependencies come from requirements/dev.lock only: every version pinned, every file checked against
+# its recorded hash (--require-hashes), nothing resolved beyond the lock (--no-deps), and Relay itself
+# built with the lock's setuptools (--no-build-isolation). `make lock` refreshes the locks.
+LOCK_FLAGS := --generate-hashes --universal --python-version 3.11 --upgrade --quiet
+
+$(STAMP): pyproject.toml requirements/dev.lock
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --require-hashes --no-deps -r requirements/dev.lock
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	@touch $(STAMP)
 
+lock: $(STAMP)  ## refresh requirements/{dev,runtime}.lock from pyproject.toml (newest allowed, hashed); review the diff
+	$(BIN)/uv pip compile pyproject.toml requirements/build.in --extra dev $(LOCK_FLAGS) -o requirements/dev.lock
+	$(BIN)/uv pip compile pyproject.toml requirements/build.in $(LOCK_FLAGS) -o requirements/runtime.lock
+
+sbom: $(STAMP)  ## the CycloneDX SBOM of what the image installs (requirements/runtime.lock) → sbom.cdx.json
+	$(BIN)/cyclonedx-py requirements requirements/runtime.lock --pyproject pyproject.toml \
+		--of JSON --output-reproducible --validate -o sbom.cdx.json
+
+# `make demo DEMO_ARGS="--upstream-port 9010 --bind 0.0.0.0"` passes flags on to `relay demo`.
+DEMO_ARGS ?=
+
 demo: $(STAMP)  ## Relay on embedded SQLite + a fake upstream + a demo catalog, until Ctrl-C
-	$(BIN)/relay demo
+	$(BIN)/relay demo $(DEMO_ARGS)
 
 lint: $(STAMP)  ## ruff, mypy on src/, import-linter contracts (ARCHITECTURE.md rule 3)
 	$(BIN)/ruff check src tests bench
@@ -42,4 +58,4 @@ serve: $(STAMP)
 	$(BIN)/relay serve
 
 clean:
-	rm -rf $(VENV) relay-data relay-batch-payloads .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) sbom.cdx.json relay-data relay-batch-payloads .pytest_cache .mypy_cache .ruff_cache

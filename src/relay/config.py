@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import os
+import re
 import socket
 from collections.abc import Mapping
 from typing import Annotated, Literal
@@ -33,6 +34,7 @@ from sqlalchemy.exc import ArgumentError
 ENV_PREFIX = "RELAY_"
 DEFAULT_DATA_DIR = "relay-data"
 DEFAULT_SQLITE_URL = f"sqlite:///{DEFAULT_DATA_DIR}/relay.db"
+_POSTGRES_ALIAS = re.compile(r"^postgres(?=[+:])", re.IGNORECASE)
 
 
 class ConfigError(ValueError):
@@ -116,6 +118,10 @@ class Settings(BaseModel):
     @field_validator("database_url")
     @classmethod
     def _database_url(cls, value: str) -> str:
+        """``postgres://`` (what Heroku, Render, Supabase and most managed-Postgres consoles hand
+        out; SQLAlchemy dropped that alias) is taken as ``postgresql://``: the rest of Relay sees
+        one spelling."""
+        value = _POSTGRES_ALIAS.sub("postgresql", value, count=1)
         try:
             url = make_url(value)
         except ArgumentError:

@@ -73,19 +73,64 @@ def _expanded_size(root: Node) -> int:
     return size(root)
 
 
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """PyYAML's error as one line with the place it points at (1-based line and column, as editors
+    count): ``line 3, column 27: expected ',' or ']', but got '}' (while parsing a flow sequence
+    started at line 3, column 22)``. PyYAML's own text spreads this over five lines, and its first
+    line alone (the context) says neither where nor what."""
+    if not isinstance(exc, yaml.MarkedYAMLError):
+        return (str(exc).splitlines() or [type(exc).__name__])[0]
+    problem = exc.problem or exc.context or "invalid YAML"
+    mark = exc.problem_mark or exc.context_mark
+    text = f"{_place(mark)}: {problem}" if mark is not None else problem
+    if exc.context and exc.problem:
+        started = exc.context_mark
+        same = (
+            started is not None
+            and mark is not None
+            and (started.line, started.column)
+            == (
+                mark.line,
+                mark.column,
+            )
+        )
+        where = f" started at {_place(started)}" if started is not None and not same else ""
+        text += f" ({exc.context}{where})"
+    return text
+
+
+def _place(mark: yaml.Mark) -> str:
+    return f"line {mark.line + 1}, column {mark.column + 1}"
+
+
 def load_documents(path: Path) -> list[Any]:
     """The non-empty YAML documents of ``path``; a list document contributes its items."""
+    return load_documents_with_lines(path)[0]
+
+
+def load_documents_with_lines(path: Path) -> tuple[list[Any], list[int]]:
+    """:func:`load_documents` and, for each document, the 1-based line it starts on, so an error the
+    control plane reports against ``documents[i]`` can be pointed at in the file."""
     if path.stat().st_size > MAX_BYTES:
         raise DocumentsRefused(f"larger than {MAX_BYTES} bytes")
     loader = _BoundedLoader(path.read_text())
     docs: list[Any] = []
+    lines: list[int] = []
     try:
-        while loader.check_data():
-            doc = loader.get_data()
-            if doc is not None:
-                docs.extend(doc if isinstance(doc, list) else [doc])
+        while loader.check_node():
+            node = loader.get_node()
+            doc = loader.construct_document(node) if node is not None else None
+            if node is None or doc is None:
+                continue
+            if isinstance(doc, list):
+                assert isinstance(node, SequenceNode)
+                docs.extend(doc)
+                lines.extend(item.start_mark.line + 1 for item in node.value)
+            else:
+                docs.append(doc)
+                lines.append(node.start_mark.line + 1)
     except RecursionError:
         raise DocumentsRefused("the YAML nests too deep") from None
     finally:
         loader.dispose()
-    return docs
+    return docs, lines

@@ -115,3 +115,18 @@ def test_bad_value_stops_serve_with_one_line_and_no_traceback(tmp_path: Path) ->
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "RELAY_PORT" in lines[0]
     assert not (tmp_path / "relay-data").exists()
+
+
+@pytest.mark.parametrize(
+    ("given", "taken"),
+    [
+        ("postgres://u@h:5432/db", "postgresql://u@h:5432/db"),
+        ("POSTGRES://u@h/db", "postgresql://u@h/db"),
+        ("postgres+asyncpg://u@h/db", "postgresql+asyncpg://u@h/db"),
+        ("postgresql://u@h/postgres", "postgresql://u@h/postgres"),
+    ],
+)
+def test_postgres_urls_of_managed_consoles_are_accepted(given: str, taken: str) -> None:
+    """``postgres://`` (Heroku, Render, Supabase, …): SQLAlchemy no longer knows the alias."""
+    s = load_settings({"RELAY_DATABASE_URL": given, "RELAY_MASTER_KEY": GOOD_KEY})
+    assert s.database_url == taken and s.is_postgres

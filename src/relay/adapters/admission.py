@@ -6,11 +6,12 @@ What it knows:
     ``openai_responses``→``openai_responses``; ``embeddings`` → an ``openai`` binding's /v1/embeddings);
   - ``embeddings`` to another adapter → ``REFUSE_BINDING`` (live: 400 ``unsupported_binding``);
   - ``canonical`` (live only) → ``TRANSLATE``, always (``relay.adapters.canonical``);
-  - a provider shape to another adapter: live → ``TRANSLATE`` (§7.3); batch → ``REFUSE_CROSS_SHAPE``
-    (items are never translated: ``cross-shape dispatch: item shape <s>, binding adapter <a>``) except
-    §10.4's one exception: an ``openai_responses`` item to an ``openai`` binding on the host named
-    ``openai`` goes as it is to that host's Chat Completions path (``PASS_THROUGH`` with wire shape
-    ``openai``);
+  - a provider shape to another adapter: live → ``TRANSLATE`` (§7.3); a batch item under a policy with
+    ``batch.translate: true`` → ``TRANSLATE`` too (SPEC §17: exactly the live rule; §10.4's host
+    ``openai`` exception gives way to it); any other batch item → ``REFUSE_CROSS_SHAPE``
+    (``cross-shape dispatch: item shape <s>, binding adapter <a>``) except §10.4's one exception: an
+    ``openai_responses`` item to an ``openai`` binding on the host named ``openai`` goes as it is to
+    that host's Chat Completions path (``PASS_THROUGH`` with wire shape ``openai``);
   - an unknown shape or adapter → ``REFUSE_CROSS_SHAPE``.
 
 What it deliberately does not know: how to translate (``relay.adapters.translate``), HTTP statuses.
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Final
 
-from .base import ADAPTERS, EMBEDDINGS, INBOUND_SHAPES, OPENAI, OPENAI_RESPONSES
+from .base import ADAPTERS, CANONICAL, EMBEDDINGS, INBOUND_SHAPES, OPENAI, OPENAI_RESPONSES
 
 RESPONSES_AS_CHAT_HOST: Final = "openai"
 """SPEC §10.4's exception: the host name whose ``openai`` bindings take Responses batch items as they are."""
@@ -43,8 +44,11 @@ class Admission:
     wire_shape: str  # the shape sent upstream ("" when refused)
 
 
-def admit(inbound: str, adapter: str, *, host: str, batch: bool = False) -> Admission:
-    """How a request of ``inbound`` shape reaches a binding with ``adapter`` on ``host``."""
+def admit(
+    inbound: str, adapter: str, *, host: str, batch: bool = False, translate: bool = False
+) -> Admission:
+    """How a request of ``inbound`` shape reaches a binding with ``adapter`` on ``host``; ``translate``:
+    the batch item's policy lets it be translated (its ``batch.translate``; live requests always are)."""
     if adapter not in ADAPTERS or inbound not in INBOUND_SHAPES:
         return Admission(Dispatch.REFUSE_CROSS_SHAPE, "")
     if inbound == EMBEDDINGS:
@@ -53,7 +57,7 @@ def admit(inbound: str, adapter: str, *, host: str, batch: bool = False) -> Admi
         return Admission(Dispatch.REFUSE_BINDING, "")
     if inbound == adapter:
         return Admission(Dispatch.PASS_THROUGH, inbound)
-    if not batch:
+    if not batch or (translate and inbound != CANONICAL):  # canonical is never batched
         return Admission(Dispatch.TRANSLATE, adapter)
     if inbound == OPENAI_RESPONSES and adapter == OPENAI and host == RESPONSES_AS_CHAT_HOST:
         return Admission(Dispatch.PASS_THROUGH, OPENAI)

@@ -115,13 +115,36 @@ def translate_response(adapter: str, inbound: str, body: bytes, *, model: str) -
 
 def upstream_error_message(body: bytes | None, status: int) -> str:
     """The message of an OpenAI- or Anthropic-shaped error body (both put it at ``error.message``)."""
+    message = _error_message(body)
+    return message if message else f"upstream returned {status}"
+
+
+PROVIDER_MESSAGE_CHARS: Final = 300
+"""How much of a provider's error message a batch item's error keeps (it is stored per item, shown in
+results, usage events and the admin API's failure groups)."""
+
+
+def provider_error_message(body: bytes | None) -> str | None:
+    """The provider's own ``error.message`` of a non-2xx body (OpenAI or Anthropic shape) as one line:
+    whitespace and control characters folded to single spaces, at most ``PROVIDER_MESSAGE_CHARS``
+    (cut with "…"). Only that string is kept, never the rest of the body. None when there is none."""
+    message = _error_message(body)
+    if not message:
+        return None
+    line = " ".join("".join(c if c.isprintable() else " " for c in message).split())
+    if len(line) > PROVIDER_MESSAGE_CHARS:
+        line = line[: PROVIDER_MESSAGE_CHARS - 1].rstrip() + "…"
+    return line or None
+
+
+def _error_message(body: bytes | None) -> str | None:
     try:
         parsed = loads(body or b"")
     except ValueError:
         parsed = None
     error = parsed.get("error") if isinstance(parsed, dict) else None
     message = error.get("message") if isinstance(error, dict) else None
-    return message if isinstance(message, str) and message else f"upstream returned {status}"
+    return message if isinstance(message, str) and message else None
 
 
 def translate_error(error_shape: str, status: int, body: bytes | None) -> bytes:

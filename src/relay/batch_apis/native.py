@@ -5,10 +5,10 @@ batches of every API, ``?limit&after``), ``GET /v1/batches/{id}`` (status), ``GE
 /v1/batches/{id}/results`` (``?format=jsonl`` for one result per line), ``POST
 /v1/batches/{id}/cancel``. Thin handlers: read, authenticate exactly like inference
 (``authenticate(read_credential(...), snapshot)``), call :class:`relay.batches.service.BatchService`,
-render. Errors are OpenAI-shaped like every ``/v1/*`` path; a refused submission is ``{"error":
-{"type": "invalid_request_error", "message"}}`` (SPEC §10.1). The route table, the 404/405 and the
-error answers are ``relay.batch_apis.router``' (one dispatcher for the four batch apps); body reading is
-``relay.http.wire``'s, shared with the live plane.
+render. Errors are OpenAI-shaped like every ``/v1/*`` path, ``code`` included; a refused submission
+is ``{"error": {"type": "invalid_request_error", "code": "invalid_request", "message"}}`` (SPEC
+§10.1). The route table, the 404/405 and the error answers are ``relay.batch_apis.router``' (one
+dispatcher for the four batch apps); body reading is ``relay.http.wire``'s, shared with the live plane.
 
 What it deliberately does not know. Rate limits (none of these routes counts against them), the queue
 and the payload files (the service's business). The body limit is ``RELAY_BATCH_MAX_BYTES``,
@@ -29,6 +29,7 @@ from relay.batch_apis.router import ApiCall, ApiRoute, RoutedApp, create_once
 from relay.batches.service import Answer, BatchService
 from relay.domain.batches import BatchRejected
 from relay.errors import InvalidRequest, RelayError
+from relay.http.errors import relay_error_body
 from relay.http.wire import head, query_params
 from relay.request.auth import Principal
 from relay.snapshot import Snapshot
@@ -80,8 +81,8 @@ class BatchesApp(RoutedApp[ApiCall]):
         try:
             return await self._service.submit(principal, raw, idempotency=idempotency)
         except BatchRejected as exc:
-            payload = {"error": {"type": "invalid_request_error", "message": str(exc)}}
-            return Answer(400, orjson.dumps(payload))
+            # The live plane's body, ``code`` included: clients branch on it (SPEC §10.1 fixes the rest).
+            return Answer(400, relay_error_body(OPENAI, InvalidRequest(str(exc))))
 
     async def _status(self, call: ApiCall) -> None:
         view = await self._service.status(call.owner(), call.id, items=_items_param(call.scope))

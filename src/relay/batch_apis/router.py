@@ -75,12 +75,14 @@ class ApiCall:
     def owner(self) -> str:
         """The caller as a batch owner: a valid credential, no policy needed (SPEC §10.8)."""
         if self._owner is None:
-            self._owner = authenticate_owner(self.credential, self.snapshot())
+            self._owner = authenticate_owner(
+                self.credential, self.snapshot(), authorization=self.headers.get("authorization")
+            )
         return self._owner
 
     def principal(self) -> Principal:
         """The caller with a usable policy (what a create needs, SPEC §10.1)."""
-        return authenticate(self.credential, self.snapshot())
+        return authenticate(self.credential, self.snapshot(), authorization=self.headers.get("authorization"))
 
     async def json(self, status: int, body: bytes, extra: Headers = ()) -> None:
         await send_bytes(self.send, status, body, "application/json", self.request_id, extra)

@@ -32,7 +32,8 @@ from dataclasses import dataclass
 
 import orjson
 
-from relay.adapters import EMBEDDINGS, Dispatch, admit
+from relay.adapters import EMBEDDINGS, Dispatch, admit, translate_request, translate_response
+from relay.adapters.translate import provider_error_message
 from relay.crypto.tokens import TokenClaims
 from relay.domain.batch_record import CANCELLED_ERROR, BatchRecord, FinalState
 from relay.domain.batches import OPENAI_EMBEDDINGS
@@ -115,12 +116,14 @@ class ItemRunner:
         snapshot: Callable[[], Snapshot],
         instance_id: str,
         item_timeout_s: float,
+        translate_max_tokens: int = 4096,
     ) -> None:
         self._payloads = payloads
         self._pipeline = pipeline
         self._snapshot = snapshot
         self._instance_id = instance_id
         self._timeout_s = item_timeout_s
+        self._max_tokens = translate_max_tokens  # RELAY_TRANSLATE_DEFAULT_MAX_TOKENS (SPEC §17 translate)
 
     def prefetch(self, batch: BatchRecord, idxs: Sequence[int]) -> Prefetched:
         """Start reading these claimed items' request bodies ahead, if the batch's store does that
@@ -151,7 +154,7 @@ class ItemRunner:
             body = _parse(raw)
             requested = body.get("model")
             prepared.model = requested if isinstance(requested, str) else ""
-            chosen = _route(principal, body, snap, batch.inbound_shape)
+            chosen = _route(principal, body, snap, batch.inbound_shape, self._max_tokens)
             prepared.plan = chosen.requested_plan
             waits = principal.policy.batch.pacing == "wait"
             if waits and chosen.fallbacks is None:
@@ -229,7 +232,7 @@ class ItemRunner:
     def _answered(self, prepared: Prepared, outcome: Outcome) -> ItemResult:
         batch, idx, plan = prepared.item.batch, prepared.item.idx, prepared.plan
         if outcome.error_kind is not None or not 200 <= outcome.status < 300:
-            message = f"upstream returned {outcome.status}"
+            message = upstream_returned(outcome.status, outcome.body)
             event = item_event(
                 batch,
                 idx,
@@ -241,14 +244,28 @@ class ItemRunner:
                 latency_ms=prepared.elapsed_ms(),
             )
             return ItemResult("discarded", outcome.status, message, event)
+        assert prepared.call is not None  # an answered item ran its call
+        principal = prepared.call.principal
+        answer = _in_item_shape(batch.inbound_shape, principal, plan, outcome, prepared.model)
+        if answer is None:  # a translated 2xx the binding's adapter cannot read
+            message = f"upstream returned {outcome.status}: the answer could not be translated"
+            event = item_event(
+                batch,
+                idx,
+                status=outcome.status,
+                error_kind="upstream_unreadable",
+                error_message=message,
+                plan=plan,
+                outcome=outcome,
+                latency_ms=prepared.elapsed_ms(),
+            )
+            return ItemResult("discarded", outcome.status, message, event)
         event = item_event(
             batch, idx, status=outcome.status, plan=plan, outcome=outcome, latency_ms=prepared.elapsed_ms()
         )
         completed = ItemResult("completed", outcome.status, None, event, None, batch.payload_store)
         try:
-            completed.response = self._payloads.of(batch.payload_store).keep_response(
-                batch.id, idx, outcome.body or b""
-            )
+            completed.response = self._payloads.of(batch.payload_store).keep_response(batch.id, idx, answer)
         except OSError as exc:  # e.g. its batch's directory was removed meanwhile (a §15 delete)
             return response_lost(completed, exc)
         return completed
@@ -341,9 +358,9 @@ def _parse(raw: bytes) -> dict:
     return body
 
 
-def _route(principal: Principal, body: dict, snap: Snapshot, inbound: str) -> Route:
+def _route(principal: Principal, body: dict, snap: Snapshot, inbound: str, max_tokens: int) -> Route:
     """The item's plan and fallbacks (SPEC §4 step 5: a batch item only falls back to models of its
-    own shape), or the §10.4 failure."""
+    own shape, or under ``batch.translate`` to any it can be translated to), or the §10.4 failure."""
     model = body.get("model")
     if model is None:
         raise _Discard("missing_model", "routing: request body has no 'model'")
@@ -351,7 +368,7 @@ def _route(principal: Principal, body: dict, snap: Snapshot, inbound: str) -> Ro
         raise _Discard("missing_model", "routing: 'model' must be a non-empty string")
 
     def admit_plan(plan: Plan) -> tuple[str, dict]:
-        return _wire_shape(inbound, plan), body
+        return _wire_request(inbound, plan, body, principal.policy.batch.translate, max_tokens)
 
     try:
         return route(principal.policy, model, snap, admit_plan)
@@ -361,19 +378,55 @@ def _route(principal: Principal, body: dict, snap: Snapshot, inbound: str) -> Ro
         raise _Discard(exc.code, f"routing: {exc.message}") from None
 
 
-def _wire_shape(inbound: str, plan: Plan) -> str:
-    """The shape sent upstream, by the one admission rule (items are never translated; §10.4's one
-    exception sends a Responses item as it is to host ``openai``'s Chat Completions path). The item's
-    shape is all it looks at, never the API that submitted the batch."""
+def _wire_request(inbound: str, plan: Plan, body: dict, translate: bool, max_tokens: int) -> tuple[str, dict]:
+    """The shape and body sent upstream, by the one admission rule: as it is, or — under a policy with
+    ``batch.translate`` (SPEC §17) — translated as a live request is (§7.3); otherwise a cross-shape
+    item fails (§10.4; its one exception sends a Responses item as it is to host ``openai``'s Chat
+    Completions path). The item's shape is all it looks at, never the API that submitted the batch."""
     adapter = plan.binding.adapter
     # An ``openai_embeddings`` item is a live ``/v1/embeddings`` request (an ``openai`` binding only).
     as_live = EMBEDDINGS if inbound == OPENAI_EMBEDDINGS else inbound
-    admission = admit(as_live, adapter, host=plan.host.name, batch=True)
+    admission = admit(as_live, adapter, host=plan.host.name, batch=True, translate=translate)
+    refused = f"cross-shape dispatch: item shape {inbound}, binding adapter {adapter}"
     if admission.dispatch is Dispatch.PASS_THROUGH:
-        return admission.wire_shape
-    raise InvalidRequest(
-        f"cross-shape dispatch: item shape {inbound}, binding adapter {adapter}", code="cross_shape"
-    )
+        return admission.wire_shape, body
+    if admission.dispatch is Dispatch.TRANSLATE:
+        try:
+            translated, _ = translate_request(inbound, adapter, body, default_max_tokens=max_tokens)
+        except RelayError as exc:  # a parameter the adapter has no counterpart for (§7.3)
+            raise InvalidRequest(f"{refused}: {exc.message}", code=exc.code) from None
+        return admission.wire_shape, translated
+    raise InvalidRequest(refused, code="cross_shape")
+
+
+def _in_item_shape(
+    inbound: str, principal: Principal, plan: Plan | None, outcome: Outcome, model: str
+) -> bytes | None:
+    """A completed item's response in the item's own shape (SPEC §17 ``translate``: as §7.3 gives a
+    live caller, ``model`` the one asked for or, after a fallback, the one that answered); None when a
+    translated answer cannot be read."""
+    body = outcome.body or b""
+    if plan is None or not principal.policy.batch.translate:
+        return body
+    adapter = plan.binding.adapter
+    if (
+        admit(inbound, adapter, host=plan.host.name, batch=True, translate=True).dispatch
+        is not Dispatch.TRANSLATE
+    ):
+        return body
+    answered = plan.model.name if outcome.fallback_from is not None else model
+    try:
+        return translate_response(adapter, inbound, body, model=answered)
+    except ValueError:
+        return None
+
+
+def upstream_returned(status: int, body: bytes | None) -> str:
+    """§10.4's ``upstream returned <status>``, followed by the provider's error message when its body
+    has one (``upstream returned 400: Invalid 'messages[0].role' …``): the status alone does not tell a
+    user what to fix. Only that message is kept, bounded; the body itself never is (SPEC §10.3)."""
+    provider = provider_error_message(body)
+    return f"upstream returned {status}" + (f": {provider}" if provider else "")
 
 
 def response_lost(result: ItemResult, exc: OSError) -> ItemResult:

@@ -358,6 +358,8 @@ class BatchService:
 
 def _result(row: ResultRow, response: bytes | None) -> bytes:
     out: dict[str, Any] = {"idx": row.idx, "state": row.state}
+    if row.custom_id is not None:  # a §14/§15 item keeps the caller's name for it
+        out["custom_id"] = row.custom_id
     if row.state == COMPLETED and response is not None:
         try:
             out["response"] = orjson.loads(response)

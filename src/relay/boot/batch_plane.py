@@ -128,6 +128,7 @@ def _worker_pool(
         snapshot=shared.snapshot,
         instance_id=settings.instance_id,
         item_timeout_s=settings.batch_item_timeout_s,
+        translate_max_tokens=settings.translate_default_max_tokens,
     )
     pool = WorkerPool(
         store=batch_store,

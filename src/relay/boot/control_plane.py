@@ -82,4 +82,5 @@ def build_control_plane(
         admin_token=secrets.admin_token,
         max_bytes=settings.control_max_request_bytes,
         max_json_depth=settings.max_json_depth,
+        inference_port=settings.port,
     )

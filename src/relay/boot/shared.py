@@ -20,6 +20,7 @@ from relay.config import Settings, host_key_env
 from relay.control.services.catalog import CatalogService
 from relay.control.services.tokens import TokenService, load_signer
 from relay.crypto.sealing import ProvisionedSecrets, SecretBox, provision
+from relay.domain.credentials import hash_key
 from relay.request.keypool import KeyPool
 from relay.request.pipeline import Pipeline
 from relay.request.ratelimit import LEASE_MARGIN_S, RateLimiter
@@ -64,7 +65,9 @@ def build_shared(settings: Settings) -> Shared:
     box = SecretBox(secrets.master_key)
     engine = create_engine(settings.database_url)
     feed: ChangeFeed = PostgresChangeFeed(settings.database_url) if settings.is_postgres else ChangeFeed()
-    reloader = CatalogReloader(engine, feed, box, host_key_env())
+    reloader = CatalogReloader(
+        engine, feed, box, host_key_env(), admin_token_hash=hash_key(secrets.admin_token)
+    )
     # Control-plane writes take SQLite's write lock when they begin, so a read-then-write transaction
     # never meets the usage writer's commits with "database is locked" (no-op on Postgres).
     writes = engine.execution_options(sqlite_begin="IMMEDIATE")

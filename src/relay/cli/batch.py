@@ -3,15 +3,16 @@
 What it does. ``submit FILE --shape S [--wait]`` reads JSONL or a JSON array, submits it and prints only
 the batch id on stdout; with ``--wait`` a progress bar on stderr shows done / failed / cancelled counts
 until every item is final, then one summary line that names failures and the command that lists them.
-With ``--shape anthropic``, a file whose lines are Anthropic Message Batches requests
-(``{"custom_id", "params"}``) is submitted to the §15 API instead (its ``msgbatch_…`` id works with
-every command here); plain Messages bodies still go to ``/v1/batches``.
+A file whose lines are Anthropic Message Batches requests (``{"custom_id", "params"}``, detected per
+file, with or without ``--shape anthropic``) is submitted to the §15 API (its ``msgbatch_…`` id works
+with every command here); plain Messages bodies (``--shape anthropic``) still go to ``/v1/batches``.
 An OpenAI-format JSONL (``custom_id``/``method``/``url``/``body`` lines, detected per file: a file is
 one format or the other, never a mix) is checked here line by line, then uploaded and created through
 the OpenAI-compatible API (``/openai/v1/files``, ``/openai/v1/batches``; SPEC §14), so its custom ids
-are kept; it prints the ``batch_…`` id. ``list`` prints the caller's batches of every API (§10.10).
-``results --format openai`` writes OpenAI-format lines (the output file, then the error file, of a
-§14 batch; converted results of a §10 batch, ``custom_id`` null).
+are kept; it prints the ``batch_…`` id. ``list`` prints the caller's batches of every API (§10.10);
+``list --all`` every owner's, over the control API with the admin token. Results carry each §14/§15
+item's ``custom_id``; ``results --format openai|anthropic`` writes another API's result lines
+(``relay.cli.batch_results``).
 
 ``status`` prints a derived state a person can read at a glance — ``waiting`` (nothing started yet),
 ``running``, ``finished`` or ``cancelled`` — with the item counts by state, because the API's ``Status``
@@ -21,7 +22,8 @@ JSONL results (``--failed``: only the discarded items), ``cancel`` cancels.
 Why it polls with ``?items=false``: the default status view lists every item (≈ 35 bytes each, 1.7 MB at
 50 000 items); the bar needs only the counts.
 
-The files' formats and their checks are ``relay.cli.batch_files``'.
+The files' formats and their checks are ``relay.cli.batch_files``'; the HTTP client is
+``relay.cli.inference``'s.
 
 Exit codes: 0 success (with ``--wait``: every item completed), 2 finished with discarded or cancelled
 items, 1 error (bad input, HTTP error, unreachable Relay), 130 when ``--wait`` is interrupted (the batch
@@ -42,9 +44,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from relay.cli.batch_files import message_batch_format, openai_format, read_batch_file, with_lines
-from relay.cli.support import fail
-from relay.config import load_client_settings
-from relay.domain.openai_batches import ENDPOINT_SHAPES, error_line
+from relay.cli.batch_results import MESSAGE_BATCHES_PATH, POLL_S, anthropic_results, openai_results
+from relay.cli.inference import error_message, inference_call, inference_client, json_or_none
+from relay.cli.support import admin_call, fail
+from relay.domain.openai_batches import ENDPOINT_SHAPES
 
 batch_app = typer.Typer(
     no_args_is_help=True,
@@ -54,10 +57,6 @@ batch_app = typer.Typer(
 err = Console(stderr=True)
 SHAPES = ("openai", "anthropic", "openai_responses")
 FINAL = ("completed", "discarded", "cancelled")
-POLL_S = 0.5
-#: How long `results --format openai` waits for a §14 batch's output files (FINALIZING_POLLS × POLL_S).
-FINALIZING_POLLS = 120
-MESSAGE_BATCHES_PATH = "/anthropic/v1/messages/batches"  # where --shape anthropic files of §15 requests go
 
 
 def derived_state(view: dict[str, Any]) -> str:
@@ -94,35 +93,6 @@ def exit_code(counts: dict[str, int]) -> int:
     return 0 if set(counts) <= {"completed"} else 2
 
 
-def _client() -> httpx.Client:
-    client = load_client_settings()
-    if client.api_key is None:
-        fail("RELAY_API_KEY is not set (a relay key or an inference token)")
-    headers = {"Authorization": f"Bearer {client.api_key.get_secret_value()}"}
-    return httpx.Client(base_url=client.url, headers=headers, timeout=300)
-
-
-def _call(http: httpx.Client, method: str, path: str, **kwargs: Any) -> Any:
-    try:
-        response = http.request(method, path, **kwargs)
-    except httpx.HTTPError as exc:
-        fail(f"cannot reach Relay at {http.base_url} (RELAY_URL): {exc}")
-    try:
-        data = response.json()
-    except ValueError:
-        data = None
-    if response.status_code >= 400:
-        fail(f"{response.status_code}: {_message(data) or response.text}")
-    return data
-
-
-def _message(data: Any) -> str | None:
-    if isinstance(data, dict) and isinstance(data.get("error"), dict):
-        message = data["error"].get("message")
-        return str(message) if message is not None else None
-    return None
-
-
 def _submit_openai(http: httpx.Client, file: Path, endpoint: str) -> tuple[str, int]:
     """Upload the file and create its batch through the OpenAI-compatible API; ``(batch id, total)``."""
     try:
@@ -133,23 +103,19 @@ def _submit_openai(http: httpx.Client, file: Path, endpoint: str) -> tuple[str, 
                 files={"file": (file.name, handle, "application/jsonl")},
             )
         if uploaded.status_code >= 400:
-            fail(f"{file}: upload: {uploaded.status_code}: {_message(_json(uploaded)) or uploaded.text}")
+            fail(
+                f"{file}: upload: {uploaded.status_code}: "
+                f"{error_message(json_or_none(uploaded)) or uploaded.text}"
+            )
         body = {"input_file_id": uploaded.json()["id"], "endpoint": endpoint, "completion_window": "24h"}
         created = http.post("/openai/v1/batches", json=body)
     except httpx.HTTPError as exc:
         fail(f"cannot reach Relay at {http.base_url} (RELAY_URL): {exc}")
     if created.status_code >= 400:
-        fail(f"{file}: {created.status_code}: {_message(_json(created)) or created.text}")
+        fail(f"{file}: {created.status_code}: {error_message(json_or_none(created)) or created.text}")
     batch_id = str(created.json()["id"])
-    view = _call(http, "GET", f"/v1/batches/{batch_id}", params={"items": "false"})
+    view = inference_call(http, "GET", f"/v1/batches/{batch_id}", params={"items": "false"})
     return batch_id, int(view["TotalItems"])
-
-
-def _json(response: httpx.Response) -> Any:
-    try:
-        return response.json()
-    except ValueError:
-        return None
 
 
 @batch_app.command("submit")
@@ -167,28 +133,30 @@ def batch_submit(
     if endpoint is not None:
         if shape is not None and shape != ENDPOINT_SHAPES[endpoint]:
             fail(f"--shape {shape} does not match the file's url {endpoint}")
-        with _client() as http:
+        with inference_client() as http:
             batch_id, total = _submit_openai(http, file, endpoint)
             print(batch_id, flush=True)
             if wait:
                 raise typer.Exit(exit_code(_wait(http, batch_id, total)["counts"]))
         return
-    if shape is None:
-        fail("--shape is required for a file of request bodies (openai | anthropic | openai_responses)")
-    if shape not in SHAPES:
+    if shape is not None and shape not in SHAPES:
         fail(f"unknown shape {shape!r}: use one of {', '.join(SHAPES)}")
     requests, lines = read_batch_file(file)
-    path, payload = "/v1/batches", {"shape": shape, "requests": requests}
-    if shape == "anthropic" and message_batch_format(file, requests):
+    payload: dict[str, Any]
+    if shape in (None, "anthropic") and message_batch_format(file, requests):
         path, payload = MESSAGE_BATCHES_PATH, {"requests": requests}  # SPEC §15: keeps the custom_ids
-    with _client() as http:
+    elif shape is None:
+        fail("--shape is required for a file of request bodies (openai | anthropic | openai_responses)")
+    else:
+        path, payload = "/v1/batches", {"shape": shape, "requests": requests}
+    with inference_client() as http:
         try:
             response = http.post(path, json=payload)
         except httpx.HTTPError as exc:
             fail(f"cannot reach Relay at {http.base_url} (RELAY_URL): {exc}")
         if response.status_code >= 400:
             try:
-                message = _message(response.json()) or response.text
+                message = error_message(response.json()) or response.text
             except ValueError:
                 message = response.text
             fail(f"{file}: {response.status_code}: {with_lines(message, lines)}")
@@ -220,7 +188,7 @@ def _wait(http: httpx.Client, batch_id: str, total: int) -> dict[str, Any]:
         with progress:
             task = progress.add_task(batch_id, total=total, counts=_bar_counts({}))
             while True:
-                view = _call(http, "GET", f"/v1/batches/{batch_id}", params={"items": "false"})
+                view = inference_call(http, "GET", f"/v1/batches/{batch_id}", params={"items": "false"})
                 state = derived_state(view)
                 if state == "cancelled" and view["CompletedAt"] is None:
                     state = "cancelling"  # items running on another replica finish first
@@ -248,8 +216,8 @@ def _wait(http: httpx.Client, batch_id: str, total: int) -> dict[str, Any]:
 @batch_app.command("status")
 def batch_status(batch_id: str = typer.Argument(..., help="The batch id (b_…)")) -> None:
     """A batch's state (waiting, running, finished, cancelled) and its items by state."""
-    with _client() as http:
-        view = _call(http, "GET", f"/v1/batches/{batch_id}", params={"items": "false"})
+    with inference_client() as http:
+        view = inference_call(http, "GET", f"/v1/batches/{batch_id}", params={"items": "false"})
     state = derived_state(view)
     print(f"batch     {view['ID']}")
     print(f"state     {state}")
@@ -265,13 +233,19 @@ def batch_status(batch_id: str = typer.Argument(..., help="The batch id (b_…)"
 def batch_list(
     limit: int = typer.Option(20, "--limit", help="Batches per page, 1-100"),
     after: str | None = typer.Option(None, "--after", help="List the batches older than this one"),
+    every: bool = typer.Option(
+        False, "--all", help="Every owner's batches, over the control API (RELAY_ADMIN_TOKEN)"
+    ),
 ) -> None:
-    """Your batches of every API, newest first: id, state, items, created."""
+    """Your batches of every API, newest first: id, state, items, created (--all: every owner's)."""
+    if every:
+        _list_every_owner(limit, after)
+        return
     params: dict[str, Any] = {"limit": limit}
     if after is not None:
         params["after"] = after
-    with _client() as http:
-        page = _call(http, "GET", "/v1/batches", params=params)
+    with inference_client() as http:
+        page = inference_call(http, "GET", "/v1/batches", params=params)
     for view in page["batches"]:
         state = derived_state(view)
         items = f"{view['TotalItems']:>6} items"
@@ -280,43 +254,18 @@ def batch_list(
         print(f"more: relay batch list --after {page['next_cursor']}", file=sys.stderr)
 
 
-def _openai_results(http: httpx.Client, batch_id: str, sink: Any) -> None:
-    """OpenAI-format lines: a §14 batch's output then error file; a §10 batch's results converted."""
-    if batch_id.startswith("batch_"):
-        batch = _call(http, "GET", f"/openai/v1/batches/{batch_id}")
-        # Every item is final once `--wait` returns, but the output and error files are written just
-        # after (status `finalizing`): read them once they exist, not an empty list before.
-        for _ in range(FINALIZING_POLLS):
-            if batch["status"] != "finalizing":
-                break
-            time.sleep(POLL_S)
-            batch = _call(http, "GET", f"/openai/v1/batches/{batch_id}")
-        else:
-            fail(f"{batch_id} is still finalizing: try again shortly")
-        for file_id in (batch["output_file_id"], batch["error_file_id"]):
-            if file_id is not None:
-                with http.stream("GET", f"/openai/v1/files/{file_id}/content") as response:
-                    if response.status_code >= 400:
-                        response.read()
-                        fail(f"{response.status_code}: {response.text}")
-                    for chunk in response.iter_bytes():
-                        sink.write(chunk)
-        return
-    with http.stream("GET", f"/v1/batches/{batch_id}/results", params={"format": "jsonl"}) as response:
-        if response.status_code >= 400:
-            response.read()
-            fail(f"{response.status_code}: {response.text}")
-        for text in response.iter_lines():
-            if not text:
-                continue
-            result = json.loads(text)
-            line_id = f"{batch_id}-{result['idx']}"
-            if result["state"] == "completed":
-                answer = {"status_code": 200, "request_id": None, "body": result.get("response")}
-                line: Any = {"id": line_id, "custom_id": None, "response": answer, "error": None}
-                sink.write(json.dumps(line).encode() + b"\n")
-            elif "error" in result:
-                sink.write(error_line(line_id, None, result["error"], None, "") + b"\n")
+def _list_every_owner(limit: int, cursor: str | None) -> None:
+    """The admin's view (SPEC §11 ``GET /api/batches``): one page, with the owner and the API."""
+    params: dict[str, Any] = {"limit": limit, **({"cursor": cursor} if cursor else {})}
+    page = admin_call("GET", "/api/batches", params=params)
+    for batch in page["items"]:
+        items = f"{batch['total_items']:>6} items"
+        print(
+            f"{batch['id']}  {batch['api']:<9}  {batch['state']:<9}  {items}  {batch['created_at']}"
+            f"  {batch['owner']}  {counts_text(batch['counts'])}"
+        )
+    if page["next_cursor"]:
+        print(f"more: relay batch list --all --after {page['next_cursor']}", file=sys.stderr)
 
 
 @batch_app.command("results")
@@ -325,17 +274,20 @@ def batch_results(
     output: Path | None = typer.Option(None, "-o", "--output", help="Write to this file, not stdout"),
     failed: bool = typer.Option(False, "--failed", help="Only the failed (discarded) items, with why"),
     fmt: str = typer.Option(
-        "relay", "--format", help="relay (result objects) | openai (OpenAI output and error lines)"
+        "relay",
+        "--format",
+        help="relay (result objects) | openai (OpenAI output/error lines) | anthropic (Message Batch lines)",
     ),
 ) -> None:
     """A batch's results as JSONL, one result object per line."""
-    if fmt not in ("relay", "openai"):
-        fail(f"unknown format {fmt!r}: use relay or openai")
-    if fmt == "openai":
-        with _client() as http:
+    if fmt not in ("relay", "openai", "anthropic"):
+        fail(f"unknown format {fmt!r}: use relay, openai or anthropic")
+    if fmt in ("openai", "anthropic"):
+        convert = openai_results if fmt == "openai" else anthropic_results
+        with inference_client() as http:
             sink = output.open("wb") if output is not None else sys.stdout.buffer
             try:
-                _openai_results(http, batch_id, sink)
+                convert(http, batch_id, sink)
             except httpx.HTTPError as exc:
                 fail(f"cannot read the results from {http.base_url}: {exc}")
             finally:
@@ -344,8 +296,10 @@ def batch_results(
                 else:
                     sink.flush()
         return
-    with _client() as http:
-        _call(http, "GET", f"/v1/batches/{batch_id}", params={"items": "false"})  # a clear error first
+    with inference_client() as http:
+        inference_call(
+            http, "GET", f"/v1/batches/{batch_id}", params={"items": "false"}
+        )  # a clear error first
         try:
             with http.stream(
                 "GET", f"/v1/batches/{batch_id}/results", params={"format": "jsonl"}
@@ -374,6 +328,6 @@ def batch_results(
 @batch_app.command("cancel")
 def batch_cancel(batch_id: str = typer.Argument(..., help="The batch id (b_…)")) -> None:
     """Cancel a batch (idempotent): waiting items are cancelled at once, running ones stopped."""
-    with _client() as http:
-        _call(http, "POST", f"/v1/batches/{batch_id}/cancel")
+    with inference_client() as http:
+        inference_call(http, "POST", f"/v1/batches/{batch_id}/cancel")
     print(f"cancelled {batch_id}")

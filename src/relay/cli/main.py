@@ -1,4 +1,5 @@
-"""The ``relay`` command: serve, demo, migrate, config, apply, export, keys, batch, fake-upstream.
+"""The ``relay`` command: serve, demo, migrate, config, apply, export, keys, users, tokens, batch,
+fake-upstream.
 
 Server commands load :class:`relay.config.Settings` once and stop with a one-line message on a bad
 value. Client commands (apply, export) talk to the control plane over HTTP with
@@ -10,20 +11,22 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Any
 
-import httpx
 import typer
 import uvloop
 import yaml
 
+from relay.cli.accounts import tokens_app, users_app
 from relay.cli.batch import batch_app
+from relay.cli.support import admin_call as _call
 from relay.cli.support import err, fail, out, print_table
-from relay.config import ConfigError, Settings, load_client_settings, load_settings, settings_help
-from relay.yaml_documents import DocumentsRefused, load_documents
+from relay.config import ConfigError, Settings, load_settings, settings_help
+from relay.yaml_documents import DocumentsRefused, load_documents_with_lines, yaml_problem
 
 app = typer.Typer(
     add_completion=False,
@@ -32,6 +35,8 @@ app = typer.Typer(
     help="Relay, a self-hosted LLM gateway.",
 )
 app.add_typer(batch_app, name="batch")
+app.add_typer(users_app, name="users")
+app.add_typer(tokens_app, name="tokens")
 
 
 def _version(value: bool) -> None:
@@ -81,7 +86,9 @@ def serve() -> None:
 @app.command()
 def migrate() -> None:
     """Run the database migrations to the newest schema, then exit."""
-    from relay.store.engine import create_engine
+    from sqlalchemy.exc import DBAPIError
+
+    from relay.store.engine import create_engine, startup_problem
     from relay.store.migrate import current_revision, upgrade_to_head
 
     settings = _settings()
@@ -96,8 +103,8 @@ def migrate() -> None:
 
     try:
         revision = asyncio.run(run())
-    except OSError as exc:
-        fail(f"cannot reach the database: {exc}")
+    except (OSError, DBAPIError) as exc:
+        fail(startup_problem(exc, str(settings.masked()["RELAY_DATABASE_URL"])))
     out.print(f"database at revision {revision}")
 
 
@@ -145,43 +152,16 @@ def _unpriced_bindings(database_url: str) -> str:
     return ", ".join(names) if names else "none"
 
 
-def _admin_client() -> httpx.Client:
-    client = load_client_settings()
-    token = client.admin_token.get_secret_value() if client.admin_token else None
-    if token is None:
-        path = Path(client.data_dir) / "admin.token"
-        if path.exists():
-            token = path.read_text().strip()
-    if not token:
-        fail("RELAY_ADMIN_TOKEN is not set (and no relay-data/admin.token here)")
-    return httpx.Client(base_url=client.control_url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
-
-
-def _call(method: str, path: str, body: Any = None) -> Any:
-    with _admin_client() as http:
-        try:
-            response = http.request(method, path, json=body)
-        except httpx.HTTPError as exc:
-            fail(f"cannot reach the control plane at {http.base_url}: {exc}")
-    try:
-        data = response.json()
-    except ValueError:
-        data = None
-    if response.status_code >= 400:
-        message = (data or {}).get("error", {}).get("message") if isinstance(data, dict) else None
-        fail(f"{response.status_code}: {message or response.text}")
-    return data
-
-
-def _read_documents(path: Path) -> list[Any]:
+def _read_documents(path: Path) -> tuple[list[Any], list[int]]:
+    """The documents of ``path`` and the line each starts on."""
     if not path.exists():
         fail(f"{path}: no such file")
     try:
-        return load_documents(path)  # bounded: sizes, aliases (SPEC §11; billion laughs → one line)
+        return load_documents_with_lines(path)  # bounded: sizes, aliases (billion laughs → one line)
     except DocumentsRefused as exc:
         fail(f"{path}: refused: {exc}")
     except yaml.YAMLError as exc:
-        fail(f"{path}: not valid YAML ({str(exc).splitlines()[0] if str(exc) else exc})")
+        fail(f"{path}: not valid YAML: {yaml_problem(exc)}")
 
 
 @app.command()
@@ -191,8 +171,19 @@ def apply(
     prune: bool = typer.Option(False, "--prune", help="Delete objects of the applied kinds not in the file"),
 ) -> None:
     """Create or update catalog objects from a YAML file, all or nothing."""
-    documents = _read_documents(file)
-    result = _call("POST", "/api/apply", {"documents": documents, "dry_run": dry_run, "prune": prune})
+    documents, lines = _read_documents(file)
+
+    def explain(message: str) -> str:
+        """``documents[i]`` in a refusal, pointed at the line of ``file`` where that document starts."""
+
+        def at_line(found: re.Match[str]) -> str:
+            index = int(found.group(1))
+            return f"{found.group(0)} at line {lines[index]}" if index < len(lines) else found.group(0)
+
+        return f"{file}: " + _DOCUMENT_INDEX.sub(at_line, message, count=1)
+
+    body = {"documents": documents, "dry_run": dry_run, "prune": prune}
+    result = _call("POST", "/api/apply", body, explain=explain)
     rows = [
         [step["kind"], step["name"], step["action"], _changes_text(step.get("changes"))]
         for step in result["plan"]
@@ -206,6 +197,9 @@ def apply(
             typer.echo(
                 f"{step['kind']} {step['name']}: secret {step['secret']} (shown once: store it now)", err=True
             )
+
+
+_DOCUMENT_INDEX = re.compile(r"\bdocuments\[(\d+)\]")
 
 
 def _changes_text(changes: dict[str, dict[str, Any]] | None) -> str:

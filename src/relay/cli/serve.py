@@ -24,6 +24,7 @@ from relay.config import Settings, unknown_variables
 from relay.http.errors import control_error_body, error_body
 from relay.http.protocol import Bounds, Render, protocol_class, sweep
 from relay.inference.app import error_shape_for
+from relay.store.engine import startup_problem
 
 log = logging.getLogger("relay.serve")
 
@@ -149,16 +150,7 @@ class StartupError(ValueError):
 
 
 def _startup_problem(settings: Settings, exc: BaseException) -> str:
-    detail = str(getattr(exc, "orig", None) or exc).splitlines()[0]
-    if isinstance(exc, OSError) or "connect" in detail.lower():
-        return f"cannot reach the database at RELAY_DATABASE_URL ({_masked_url(settings)}): {detail}"
-    if "no such table" in detail or "does not exist" in detail:
-        return "the database schema is missing or old: run `relay migrate` (or let boot migrate)"
-    return f"database error at start: {detail}"
-
-
-def _masked_url(settings: Settings) -> str:
-    return str(settings.masked()["RELAY_DATABASE_URL"])
+    return startup_problem(exc, str(settings.masked()["RELAY_DATABASE_URL"]))
 
 
 def local_host(bind: str) -> str:
@@ -178,7 +170,7 @@ def listening_on(bind: str, port: int) -> str:
     return f"http://{local_host(bind)}:{port}"
 
 
-def listen(host: str, port: int, what: str, setting: str) -> socket.socket:
+def listen(host: str, port: int, what: str, setting: str, hint: str = "") -> socket.socket:
     """A listening TCP socket on ``host:port``; a port in use (or a bad address) is a
     :class:`StartupError` naming the port and the setting that changes it, not uvicorn's traceback."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -192,7 +184,7 @@ def listen(host: str, port: int, what: str, setting: str) -> socket.socket:
         if exc.errno == errno.EADDRINUSE:
             raise StartupError(
                 f"port {port} ({what}) is already in use on {host}: stop what holds it, "
-                f"or {'pass' if setting.startswith('--') else 'set'} {setting} to a free port"
+                f"or {'pass' if setting.startswith('--') else 'set'} {setting} to a free port{hint}"
             ) from None
         raise StartupError(
             f"cannot listen on {host}:{port} ({what}; RELAY_BIND, {setting}): {exc.strerror or exc}"

@@ -1,6 +1,9 @@
 """The control plane's front door (SPEC §11, §7): what is checked before FastAPI sees a request.
 
 In order, before any body byte is read:
+0. an inference or batch path (``/v1/…``, ``/openai/…``, ``/anthropic/…``) → 404 ``wrong_plane`` saying
+   that this is the control plane and where the inference plane listens (``RELAY_PORT`` on the host the
+   caller named): an SDK pointed at the wrong port shows that sentence instead of a bare "Not Found";
 1. the admin bearer, on every ``/api`` route except the open ones (``/api/openapi.json``,
    ``/api/docs…``) and the session routes (``/api/auth/*``, which authenticate a user's session
    themselves) → 401; so an unauthenticated caller cannot make the server read, buffer or parse a body;
@@ -24,12 +27,14 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from relay.adapters.json_codec import JsonRefused, loads_input
 from relay.crypto.sealing import constant_time_equal
+from relay.domain.credentials import KEY_PREFIX
 from relay.errors import RelayError, Unauthenticated
 from relay.http.errors import control_error_body
 from relay.http.wire import ClientDisconnected, read_body
@@ -40,14 +45,25 @@ LOGIN_PATH = "/api/auth/login"
 LOGIN_MAX_BYTES = 4096
 """An email and a password fit in far less; argon2 is never asked to hash megabytes."""
 
+RELAY_KEY_REFUSED = (
+    "invalid admin token: this is a relay key, which works on the inference plane only; the control "
+    "plane needs RELAY_ADMIN_TOKEN"
+)
+
+INFERENCE_PREFIXES = ("/v1/", "/openai/", "/anthropic/")
+"""Paths only the inference plane serves (live inference, the batch APIs and their façades)."""
+
 OPEN_PATHS = frozenset(("/api/openapi.json",))
 OPEN_PREFIXES = ("/api/docs", "/api/auth/")
 BODY_METHODS = frozenset(("POST", "PUT", "PATCH", "DELETE"))
 
 
 class ControlGuard:
-    def __init__(self, app: ASGIApp, *, admin_token: str, max_bytes: int, max_json_depth: int) -> None:
+    def __init__(
+        self, app: ASGIApp, *, admin_token: str, max_bytes: int, max_json_depth: int, inference_port: int
+    ) -> None:
         self.app = app
+        self._inference_port = inference_port
         self._token = admin_token
         self._max_bytes = max_bytes
         self._max_depth = max_json_depth
@@ -86,6 +102,8 @@ class ControlGuard:
     async def _admit(self, scope: Scope, receive: Receive) -> Receive | None:
         """Checks 1–3; a ``receive`` that replays the body read, or None when none was read."""
         path: str = scope["path"]
+        if path == "/v1" or path.startswith(INFERENCE_PREFIXES):
+            raise wrong_plane(scope, self._inference_port)
         if path.startswith("/api/") and path not in OPEN_PATHS and not path.startswith(OPEN_PREFIXES):
             self._check_admin(scope)
         if scope["method"] not in BODY_METHODS or not path.startswith("/api/"):
@@ -124,7 +142,32 @@ class ControlGuard:
         if scheme.lower() != "bearer" or not credential.strip():
             raise Unauthenticated("missing admin bearer token")
         if not constant_time_equal(credential.strip(), self._token):
+            if credential.strip().startswith(KEY_PREFIX):
+                raise Unauthenticated(RELAY_KEY_REFUSED)
             raise Unauthenticated("invalid admin token")
+
+
+def wrong_plane(scope: Scope, inference_port: int) -> RelayError:
+    """The answer to an inference or batch call sent to the control port: where to send it instead.
+    The host is the one the caller used (``Host``, reduced to a host name; a proxy in front may map
+    ports differently, so the setting is named too)."""
+    host = ""
+    for name, raw in scope["headers"]:
+        if name == b"host":
+            host = raw.decode("latin-1")
+            break
+    hostname = _HOST_NAME.match(host)
+    where = f"http://{hostname.group(0)}:{inference_port}" if hostname else f"port {inference_port}"
+    path = str(scope["path"])[:200]
+    return RelayError(
+        f"this is Relay's control plane (admin API, dashboard, metrics): {scope['method']} {path} is "
+        f"served by the inference plane, {where}{path} (RELAY_PORT, {inference_port})",
+        code="wrong_plane",
+        status=404,
+    )
+
+
+_HOST_NAME = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]{1,253})(?=:\d{1,5}$|$)")
 
 
 async def _answer(send: Send, status: int, body: bytes, *, close: bool = False) -> None:

@@ -37,6 +37,24 @@ def looks_like_jwt(credential: str) -> bool:
     return credential.startswith("ey") and credential.count(".") == 2
 
 
+MISSING_CREDENTIAL = "missing credential"
+
+
+def missing_credential(authorization: str | None) -> str:
+    """Why no credential was read (SPEC §3.3: ``missing credential``), with a hint when an
+    ``Authorization`` header came without the ``Bearer`` scheme (a key pasted alone, ``Token …``):
+    the usual mistake of a hand-written client. The header's value is never repeated."""
+    if authorization is None or not authorization.strip():
+        return MISSING_CREDENTIAL
+    scheme = authorization.strip().partition(" ")[0]
+    if scheme.lower() == "bearer":
+        return f"{MISSING_CREDENTIAL}: the Authorization header says Bearer but carries no credential"
+    return (
+        f"{MISSING_CREDENTIAL}: the Authorization header must read 'Bearer <credential>' (it has no "
+        "Bearer scheme); or send the key alone in x-api-key"
+    )
+
+
 def read_credential(authorization: str | None, x_api_key: str | None) -> str | None:
     """``Authorization: Bearer <credential>``, else ``x-api-key``; None when neither carries one."""
     if authorization:

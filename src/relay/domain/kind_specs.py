@@ -28,6 +28,7 @@ from pydantic import (
     model_validator,
 )
 
+from relay.domain.batch_policy import BatchPolicy
 from relay.domain.grants import parse_grant
 from relay.domain.ids import NAME_PATTERN
 from relay.domain.ratelimits import RateLimit
@@ -166,6 +167,18 @@ class PolicySpec(_Named):
     fallbacks: dict[str, list[str]] = Field(default_factory=dict)
     payload_logging: bool = False
     enabled: bool = True
+    # SPEC §17: how the policy's batch items meet its limits; absent or null = the defaults (§10.4).
+    batch: BatchPolicy = Field(
+        default_factory=BatchPolicy,
+        description="How batch items meet the policy's limits (pacing fail|wait, live_reserve "
+        "0.0–0.9, max_concurrency ≥ 1 or null, translate); absent or null = the defaults",
+    )
+
+    @field_validator("batch", mode="before")
+    @classmethod
+    def _batch_null_is_default(cls, value: object) -> object:
+        # ``batch: null`` (a PATCH resetting the block, or an empty YAML key) means the defaults.
+        return {} if value is None else value
 
     @field_validator("fallbacks")
     @classmethod

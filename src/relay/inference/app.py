@@ -163,8 +163,9 @@ class InferenceApp:
         snap = self._snapshot()
         headers = request_headers(scope)
         try:
+            authorization = headers.get("authorization")
             principal = authenticate(
-                read_credential(headers.get("authorization"), headers.get("x-api-key")), snap
+                read_credential(authorization, headers.get("x-api-key")), snap, authorization=authorization
             )
         except RelayError as exc:
             await self._error(send, OPENAI, exc, request_id, scope["path"], started)

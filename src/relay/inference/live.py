@@ -125,8 +125,9 @@ class LiveHandler:
             model: str = request["model"]
             # What is recorded stays bounded (a 1 MB name would become a 1 MB row and log line).
             ctx.model = model if len(model) <= MODEL_RECORD_CHARS else model[:MODEL_RECORD_CHARS] + "…"
+            authorization = headers.get("authorization")
             ctx.principal = authenticate(
-                read_credential(headers.get("authorization"), headers.get("x-api-key")), snap
+                read_credential(authorization, headers.get("x-api-key")), snap, authorization=authorization
             )
             ctx.streamed = inbound != EMBEDDINGS and wants_stream(request)
             try:

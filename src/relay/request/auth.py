@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from relay.crypto.tokens import TokenClaims, TokenExpired, TokenInvalid
-from relay.domain.credentials import hash_key, looks_like_jwt
+from relay.domain.credentials import hash_key, looks_like_jwt, missing_credential
 from relay.errors import Forbidden, Unauthenticated
 from relay.snapshot import Policy, RelayKey, Snapshot
 
@@ -108,23 +108,34 @@ def build_principal(
 
 _PRINCIPAL_KINDS = frozenset({"serviceaccount", "user"})
 
+ADMIN_TOKEN_REFUSED = (
+    "invalid api key: this is the admin token (RELAY_ADMIN_TOKEN), which works on the control plane "
+    "only; inference and batch calls need a relay key (relay keys create) or an inference token"
+)
 
-def authenticate(credential: str | None, snapshot: Snapshot, now: float | None = None) -> Principal:
+
+def authenticate(
+    credential: str | None, snapshot: Snapshot, now: float | None = None, *, authorization: str | None = None
+) -> Principal:
+    """The caller as a :class:`Principal`, or the §3 refusal. ``authorization``: the raw header, read
+    only when no credential was found, to say what was wrong with it (``missing_credential``)."""
     if not credential:
-        raise Unauthenticated("missing credential")
+        raise Unauthenticated(missing_credential(authorization))
     current = time.time() if now is None else now
     if looks_like_jwt(credential):
         return _from_token(credential, snapshot, current)
     return _from_key(hash_key(credential), snapshot, current)
 
 
-def authenticate_owner(credential: str | None, snapshot: Snapshot, now: float | None = None) -> str:
+def authenticate_owner(
+    credential: str | None, snapshot: Snapshot, now: float | None = None, *, authorization: str | None = None
+) -> str:
     """Who is calling, as a batch owner (SPEC §10.8: the key's sha256, or ``user:<id>`` for a token),
     after every §3 credential check but without resolving a policy: reading, collecting and cancelling
     one's own batches needs a valid credential, not a usable policy (a batch whose policy was disabled
     can still be read, which is how its owner learns why its items failed)."""
     if not credential:
-        raise Unauthenticated("missing credential")
+        raise Unauthenticated(missing_credential(authorization))
     current = time.time() if now is None else now
     if looks_like_jwt(credential):
         return f"user:{_checked_claims(credential, snapshot, current).user_id}"
@@ -145,6 +156,8 @@ def _find_key(key_hash: str, snapshot: Snapshot) -> tuple[RelayKey | None, bool]
 def _checked_key(key_hash: str, snapshot: Snapshot, now: float) -> RelayKey:
     key, rotated = _find_key(key_hash, snapshot)
     if key is None:
+        if key_hash == snapshot.admin_token_hash:
+            raise Unauthenticated(ADMIN_TOKEN_REFUSED)
         raise Unauthenticated("invalid api key")
     reason = key_problem(key, snapshot, now, presented_previous=rotated)
     if reason is not None:

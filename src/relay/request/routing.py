@@ -9,6 +9,7 @@ policy matches it on that binding's host.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 
 from relay.domain.grants import grant_matches
@@ -55,7 +56,11 @@ def resolve(policy: Policy, requested: str, snapshot: Snapshot) -> Plan:
     name, _, pinned = requested.strip().partition("@")
     model = snapshot.model_by_name.get(name)
     if model is None or (pinned and pinned not in snapshot.host_by_name):
-        raise NotFound(f'model "{requested.strip()}" not found', code="model_not_found")
+        message = f'model "{requested.strip()}" not found'
+        suggestion = closest_granted(policy, name, snapshot) if model is None else None
+        if suggestion is not None:
+            message += f'; did you mean "{suggestion}"?'
+        raise NotFound(message, code="model_not_found")
     if not model.enabled:
         raise Forbidden(f'model "{model.name}" is disabled', code="model_disabled")
     granted: list[tuple[Binding, Host]] = []
@@ -89,6 +94,23 @@ def resolve(policy: Policy, requested: str, snapshot: Snapshot) -> Plan:
         f'no enabled binding of model "{model.name}" is on a host with keys in policy "{policy.name}"',
         code="no_binding",
     )
+
+
+SUGGEST_MAX_CHARS = 128
+"""Longer names get no suggestion: comparing strings costs their product, and no model name is that long."""
+
+
+def closest_granted(policy: Policy, name: str, snapshot: Snapshot) -> str | None:
+    """The granted model name or alias closest to an unknown ``name`` (difflib's ratio ≥ 0.6), for a
+    "did you mean" on ``model_not_found``. Only what ``policy`` grants is a candidate, so the answer
+    never names a model the caller cannot use (nor reveals that one exists). Paid on that error only."""
+    if not name or len(name) > SUGGEST_MAX_CHARS:
+        return None
+    candidates = [
+        alias for model in granted_models(policy, snapshot) for alias in (model.name, *model.aliases)
+    ]
+    found = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
+    return found[0] if found else None
 
 
 def _granted_anywhere(policy: Policy, model: Model, pinned: str | None) -> bool:

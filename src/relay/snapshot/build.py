@@ -72,6 +72,9 @@ class Snapshot:
     verifier: TokenVerifier = field(default_factory=lambda: TokenVerifier({}))
     signing_key_ids: frozenset[str] = frozenset()
     revoked_jtis: Mapping[str, datetime] = field(default_factory=dict)
+    # sha256 of RELAY_ADMIN_TOKEN: never a credential of the inference plane, only recognised there so
+    # that an admin token sent for inference is told why it fails (not just "invalid api key").
+    admin_token_hash: str | None = None
 
     def counts(self) -> dict[str, int]:
         return {
@@ -94,6 +97,8 @@ def build_snapshot(
     box: SecretBox,
     env: Mapping[str, str],
     previous: Snapshot | None = None,
+    *,
+    admin_token_hash: str | None = None,
 ) -> Snapshot:
     """A snapshot from the raw tables (``store.catalog.load_catalog``). Pure: no I/O."""
     problems: list[str] = []
@@ -165,6 +170,7 @@ def build_snapshot(
         verifier=verifier,
         signing_key_ids=key_ids,
         revoked_jtis=_freeze({r["jti"]: r["expires_at"] for r in rows.get("revoked_tokens", [])}),
+        admin_token_hash=admin_token_hash,
     )
 
 

@@ -43,8 +43,10 @@ class CatalogReloader:
         env: Mapping[str, str],
         *,
         poll_interval: float = 1.0,
+        admin_token_hash: str | None = None,
     ) -> None:
         self._engine = engine
+        self._admin_token_hash = admin_token_hash
         self._feed = feed
         self._box = box
         self._env = env
@@ -60,7 +62,9 @@ class CatalogReloader:
         current = self.snapshot
         if revision < current.revision:
             return current  # a concurrent reload already swapped in something newer: never go back
-        fresh = build_snapshot(revision, rows, self._box, self._env, current)
+        fresh = build_snapshot(
+            revision, rows, self._box, self._env, current, admin_token_hash=self._admin_token_hash
+        )
         self.snapshot = fresh
         for problem in fresh.problems:
             if problem not in current.problems:

@@ -179,6 +179,36 @@ def database_unavailable(exc: BaseException) -> bool:
     return isinstance(exc, PoolTimeout) or is_transient(exc)
 
 
+def startup_problem(exc: BaseException, masked_url: str) -> str:
+    """One line saying what to fix when the database fails ``relay serve`` or ``relay migrate`` at
+    start: a database that does not exist (named, with how to create it), a refused login, a server
+    that cannot be reached, a schema that is missing or old. ``masked_url`` is RELAY_DATABASE_URL
+    with its password masked (the line is printed and logged); never a traceback."""
+    state = _sqlstate(exc) if isinstance(exc, DBAPIError) else getattr(exc, "sqlstate", None) or ""
+    detail = (str(getattr(exc, "orig", None) or exc).splitlines() or [type(exc).__name__])[0]
+    url = make_url(masked_url)
+    where = f"{url.host or 'localhost'}:{url.port or 5432}"
+    if state == _NO_SUCH_DATABASE:
+        name = url.database or ""
+        return (
+            f'the database "{name}" does not exist on {where}: create it (`createdb {name}`, or '
+            f'CREATE DATABASE "{name}"), or point RELAY_DATABASE_URL ({masked_url}) at one that exists'
+        )
+    if state in _LOGIN_REFUSED:
+        return f"the database at RELAY_DATABASE_URL ({masked_url}) refused the login: {detail}"
+    if isinstance(exc, OSError) or "connect" in detail.lower():
+        return f"cannot reach the database at RELAY_DATABASE_URL ({masked_url}): {detail}"
+    if state == _NO_SUCH_TABLE or "no such table" in detail:
+        return "the database schema is missing or old: run `relay migrate` (or let boot migrate)"
+    return f"database error at start: {detail}"
+
+
+# Postgres SQLSTATEs of a start that cannot go on: invalid_catalog_name (the database named in the
+# URL does not exist), invalid_password / invalid_authorization_specification, undefined_table.
+_NO_SUCH_DATABASE = "3D000"
+_LOGIN_REFUSED = ("28P01", "28000")
+_NO_SUCH_TABLE = "42P01"
+
 # Postgres SQLSTATE classes: 08 connection exception, 57P01–57P03 admin/crash shutdown and "the
 # database system is starting up" (a restart in progress), 40001/40P01 serialization failure/deadlock.
 _TRANSIENT_SQLSTATES = ("08", "57P0", "40001", "40P01")

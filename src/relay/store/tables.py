@@ -45,6 +45,7 @@ policies = Table(
     Column("fallbacks", JSONType, nullable=True),  # {"<model>": ["<model>", …]}; NULL: none (SPEC §4)
     Column("payload_logging", Boolean, nullable=False, server_default="0"),
     Column("enabled", Boolean, nullable=False, server_default="1"),
+    Column("batch", JSONType, nullable=True),  # SPEC §17's block; NULL: the defaults (migration 0012)
     CheckConstraint(
         "key_selection IN ('prioritized', 'round_robin', 'least_recently_used')", name="key_selection"
     ),

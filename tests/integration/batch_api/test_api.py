@@ -234,12 +234,14 @@ def test_item_failures(gateway: Gateway) -> None:
     wait_finished(gateway, batch_id)
     got = results(gateway, batch_id)
     assert [r["state"] for r in got] == ["completed", "discarded", "discarded", "discarded", "completed"]
-    assert got[1]["error"] == "upstream returned 400" and "response" not in got[1]
+    assert got[1]["error"] == "upstream returned 400: Invalid request." and "response" not in got[1]
     assert got[2]["error"] == 'routing: model "no-such-model" not found'
     assert got[3]["error"].startswith("routing: ")
     events = {e["batch_idx"]: e for e in wait_events(gateway, batch_id, 5)}
     assert len(events) == 5
-    assert events[1]["status"] == 400 and events[1]["error_message"] == "upstream returned 400"
+    assert (
+        events[1]["status"] == 400 and events[1]["error_message"] == "upstream returned 400: Invalid request."
+    )
     assert events[1]["cost_nanos"] is None
     assert events[2]["status"] == 0 and events[2]["error_message"].startswith("routing: ")
 

@@ -106,7 +106,7 @@ def test_wait_shows_counts_and_ends_with_a_summary_naming_failures(demo: Demo, t
     failed = demo.cli("batch", "results", batch_id, "--failed")
     rows = [json.loads(line) for line in failed.stdout.splitlines()]
     assert [(r["idx"], r["state"]) for r in rows] == [(n, "discarded") for n in range(1, 6)]
-    assert all(r["error"] == "upstream returned 400" for r in rows)
+    assert all(r["error"] == "upstream returned 400: Invalid request." for r in rows)
     status = status_lines(demo, batch_id)
     assert status["state"] == "finished" and status["items"] == "6 (completed 1, discarded 5)"
     assert status["5"] == f"failed: see them with: relay batch results {batch_id} --failed"

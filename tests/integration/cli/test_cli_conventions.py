@@ -115,6 +115,7 @@ spec:
   rate_limit:
     rules:
       - {meter: requests, limit: 90, window: 1m}
+  batch: {pacing: wait, live_reserve: 0.2}
 ---
 kind: HostKey
 name: openai-key-1

@@ -5,6 +5,7 @@ and creates only what is missing; a busy port is one line naming the setting tha
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -104,6 +105,9 @@ def test_demo_runs_and_restarts_cleanly(tmp_path: Path) -> None:
         assert adapters == {"openai", "anthropic", "openai_responses"}
         counts = control.get("/api/snapshot").json()["counts"]
         assert counts["hosts"] == 3 and counts["policies"] == 1 and counts["service_accounts"] == 1
+        # SPEC §17: the demo policy paces a first big batch and keeps a live share, so it finishes.
+        batch = control.get("/api/policies/demo").json()["batch"]
+        assert batch == {"pacing": "wait", "live_reserve": 0.2, "max_concurrency": None, "translate": False}
         assert httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200
         key = banner.split("export RELAY_API_KEY=")[1].split()[0]
         token = next(line.strip() for line in banner.splitlines() if line.strip().startswith("eyJ"))
@@ -205,7 +209,21 @@ def test_a_busy_port_is_one_line_naming_what_changes_it(tmp_path: Path) -> None:
             done = run(args, workdir, **env)
             output = (done.stdout + done.stderr).strip()
             assert done.returncode == 1, output
+            hint = " (with make: make demo DEMO_ARGS='--upstream-port <port>')" if "upstream" in what else ""
             assert output == (
                 f"error: port {busy} ({what}) is already in use on 127.0.0.1: stop what holds it, "
-                f"or {fix} to a free port"
+                f"or {fix} to a free port{hint}"
             ), output
+
+
+def test_make_demo_passes_demo_args_to_relay_demo() -> None:
+    """The busy-port error tells a `make demo` user to pass DEMO_ARGS: make must hand them on."""
+    make = shutil.which("make")
+    assert make, "make is needed to check the Makefile"
+    repo = Path(__file__).resolve().parents[3]
+    dry_run = [make, "-n", "demo", "DEMO_ARGS=--upstream-port 9123 --bind 127.0.0.1"]
+    out = subprocess.run(dry_run, cwd=repo, capture_output=True, text=True, timeout=60, check=True).stdout
+    (line,) = [
+        line for line in out.splitlines() if line.endswith("relay demo --upstream-port 9123 --bind 127.0.0.1")
+    ]
+    assert line.startswith(".venv/bin/relay"), out

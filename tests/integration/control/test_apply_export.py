@@ -189,3 +189,41 @@ def test_cli_errors_are_one_line(relay: RelayProcess, tmp_path: Path) -> None:
     result = run_cli(relay, "apply", "-f", str(invalid))
     assert result.returncode == 1 and "400" in result.stderr and "name" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_bad_reference_names_its_document(relay: RelayProcess) -> None:
+    """In a file of dozens of documents, "Model 'x' not found" alone does not say which one is wrong."""
+    s = uuid.uuid4().hex[:6]
+    docs = catalog_docs(s)
+    docs[4]["spec"]["model"] = f"nosuch-{s}"  # the Binding's model
+    response = relay.api("POST", "/api/apply", {"documents": docs})
+    assert response.status_code == 422, response.text
+    message = response.json()["error"]["message"]
+    assert message.startswith(f"documents[4] (Binding b-{s}): "), message
+    assert f"nosuch-{s}" in message
+    new_key = {"kind": "HostKey", "name": f"k2-{s}", "spec": {"host": f"h-{s}"}}
+    response = relay.api("POST", "/api/apply", {"documents": [*docs[:2], new_key]})
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["message"].startswith(f"documents[2] (HostKey k2-{s}): a new host key")
+
+
+def test_cli_points_errors_at_the_line_of_the_file(relay: RelayProcess, tmp_path: Path) -> None:
+    bad_yaml = tmp_path / "flow.yaml"
+    bad_yaml.write_text("kind: Team\nname: x\nspec: {display_name: [a, b}\n")
+    result = run_cli(relay, "apply", "-f", str(bad_yaml))
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.strip() == (
+        f"error: {bad_yaml}: not valid YAML: line 3, column 27: expected ',' or ']', but got '}}' "
+        "(while parsing a flow sequence started at line 3, column 22)"
+    )
+    s = uuid.uuid4().hex[:6]
+    docs = catalog_docs(s)
+    docs[4]["spec"]["model"] = f"nosuch-{s}"
+    path = write_yaml(tmp_path / "catalog.yaml", docs)
+    line = [n + 1 for n, text in enumerate(path.read_text().splitlines()) if text.startswith("kind:")][4]
+    result = run_cli(relay, "apply", "-f", str(path))
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"error: {path}: 422: documents[4] at line {line} (Binding b-{s}): "), lines
+    assert relay.api("GET", f"/api/teams/t-{s}").status_code == 404  # all or nothing

@@ -66,7 +66,7 @@ def test_create_retrieve_and_results_with_every_outcome(mb_gateway: Gateway) -> 
     assert results[0].result.message.type == "message"  # the upstream's Message, as it answered
     bad, routing = results[1].result, results[2].result
     assert bad.type == "errored" and bad.error.error.type == "invalid_request_error"  # upstream 4xx
-    assert bad.error.error.message == "upstream returned 400"
+    assert bad.error.error.message == "upstream returned 400: Invalid request."
     assert routing.type == "errored" and routing.error.error.type == "api_error"  # every other cause
     assert routing.error.error.message == 'routing: model "no-such-model" not found'
 
@@ -79,7 +79,10 @@ def test_create_retrieve_and_results_with_every_outcome(mb_gateway: Gateway) -> 
             "type": "errored",
             "error": {
                 "type": "error",
-                "error": {"type": "invalid_request_error", "message": "upstream returned 400"},
+                "error": {
+                    "type": "invalid_request_error",
+                    "message": "upstream returned 400: Invalid request.",
+                },
             },
         },
     }

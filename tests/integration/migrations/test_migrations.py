@@ -426,3 +426,34 @@ async def test_the_finalizer_poll_is_answered_from_its_partial_index(tmp_path: P
     finally:
         await engine.dispose()
     assert any("USING INDEX ix_batches_finalizing" in row[-1] for row in plan), plan
+
+
+async def test_0012_adds_the_policy_batch_block_null_for_policies_written_before(engine: AsyncEngine) -> None:
+    """Policies written before 0012 keep their rows with ``batch`` NULL, which the snapshot reads as
+    the defaults (SPEC §17: absent = §10.4's rule); the column goes again on downgrade."""
+    await upgrade_to_head(engine)
+    await downgrade_to(engine, "0012")
+    await downgrade_to(engine, "-1")
+    assert "batch" not in await columns(engine, "policies")
+    now = datetime.now(UTC)
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "INSERT INTO policies (id, name, created_at, updated_at, models, rate_limit) "
+                "VALUES ('pol_1', 'old', :now, :now, '[]', '{\"rules\": []}')"
+            ),
+            {"now": now},
+        )
+
+    await upgrade_to_head(engine)
+
+    async with engine.connect() as conn:
+        row = (await conn.execute(text("SELECT id, batch FROM policies"))).one()
+    assert tuple(row) == ("pol_1", None)
+    assert await check_schema(engine) == []
+
+    await downgrade_to(engine, "0012")
+    await downgrade_to(engine, "-1")
+    assert "batch" not in await columns(engine, "policies")
+    async with engine.connect() as conn:
+        assert (await conn.execute(text("SELECT count(*) FROM policies"))).scalar_one() == 1

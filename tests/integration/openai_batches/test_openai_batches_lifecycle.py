@@ -147,7 +147,7 @@ def test_causes_in_the_error_file(gateway: Gateway) -> None:
     assert upstream["error"] is None and upstream["response"]["status_code"] == 400
     assert upstream["response"]["request_id"]
     assert upstream["response"]["body"] == {
-        "error": {"message": "upstream returned 400", "type": "upstream_error"}
+        "error": {"message": "upstream returned 400: Invalid request.", "type": "upstream_error"}
     }
     assert errors["routing"]["response"] is None and errors["routing"]["error"]["code"] == "routing_error"
     assert errors["routing"]["error"]["message"].startswith("routing: ")

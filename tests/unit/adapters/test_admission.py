@@ -69,3 +69,28 @@ def test_the_documented_batch_exception() -> None:
 def test_unknown_names(shape: str, adapter: str) -> None:
     assert admit(shape, adapter, host="h").dispatch is Dispatch.REFUSE_CROSS_SHAPE
     assert not can_dispatch(shape, adapter)
+
+
+@pytest.mark.parametrize(("shape", "adapter"), CROSS)
+@pytest.mark.parametrize("host", ["other", "openai"])
+def test_batch_items_under_translate_are_translated_like_live_requests(
+    shape: str, adapter: str, host: str
+) -> None:
+    """SPEC §17 ``translate: true``: the live rule, §10.4's host-``openai`` exception included."""
+    admission = admit(shape, adapter, host=host, batch=True, translate=True)
+    assert admission == admit(shape, adapter, host=host)
+    assert admission.dispatch is Dispatch.TRANSLATE and admission.wire_shape == adapter
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_translate_never_admits_what_live_refuses_or_canonical_items(adapter: str) -> None:
+    assert admit(adapter, adapter, host="h", batch=True, translate=True).dispatch is Dispatch.PASS_THROUGH
+    assert (
+        admit("canonical", adapter, host="h", batch=True, translate=True).dispatch
+        is Dispatch.REFUSE_CROSS_SHAPE
+    )
+    if adapter != "openai":
+        assert (
+            admit("embeddings", adapter, host="h", batch=True, translate=True).dispatch
+            is Dispatch.REFUSE_BINDING
+        )

@@ -12,8 +12,12 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
+
 from relay.batches.runner import ItemResult
+from relay.domain.batch_policy import BatchPolicy
 from relay.domain.batch_record import BatchRecord
+from relay.snapshot.entities import Policy
 from relay.store.batch_queue import ClaimedItem
 from relay.usage.event import UsageEvent
 from tests.fixtures.fake_upstream import FakeUpstream
@@ -115,9 +119,25 @@ async def test_a_non_failover_status_is_upstream_returned(runner: RunnerBench) -
     """§10.4 ``upstream returned <status>``: a 400 is the upstream's answer, not a failover."""
     batch = await runner.batch([chat(fake={"status": 400})])
     result = await runner.run(batch)
-    event = assert_discarded(result, "upstream returned 400", "upstream_status", status=400)
+    event = assert_discarded(result, "upstream returned 400: Invalid request.", "upstream_status", status=400)
     assert (result.status, event.attempts, event.host) == (400, 1, "plane-openai")
     assert_attributed(event, batch, 0)
+
+
+async def test_upstream_returned_carries_the_providers_message_bounded(runner: RunnerBench) -> None:
+    """The status alone does not say what to fix: the provider's ``error.message`` follows it (one
+    line, at most 300 characters), never the rest of the body."""
+    batch = await runner.batch([chat(fake={"no_such_knob": 1}), chat(fake={"x\n\ty" * 200: 1})])
+    said = await runner.run(batch, 0)
+    assert_discarded(
+        said, "upstream returned 400: unknown fake knob(s): no_such_knob", "upstream_status", status=400
+    )
+    long = await runner.run(batch, 1)
+    assert long.error is not None and long.error.startswith(
+        "upstream returned 400: unknown fake knob(s): x yx yx y"
+    )
+    assert len(long.error) == len("upstream returned 400: ") + 300 and long.error.endswith("…")
+    assert "\n" not in long.error and "\t" not in long.error
 
 
 async def test_every_key_failed(runner: RunnerBench, fake: FakeUpstream) -> None:
@@ -262,7 +282,9 @@ async def test_a_responses_item_to_the_openai_host_is_sent_as_it_is(
     runner.refresh()
     item = {"model": s.model.name, "input": "hello there", "max_output_tokens": 16, "fake": {"status": 400}}
     batch = await runner.batch([item], shape="openai_responses", key=s.relay_key, policy=s.policy)
-    assert_discarded(await runner.run(batch), "upstream returned 400", "upstream_status", status=400)
+    assert_discarded(
+        await runner.run(batch), "upstream returned 400: Invalid request.", "upstream_status", status=400
+    )
     [sent] = fake.requests()
     assert (sent["path"], sent["status"], sent["body"]) == (
         "/v1/chat/completions",
@@ -279,6 +301,154 @@ async def test_a_responses_item_to_the_openai_host_is_sent_as_it_is(
     error = "cross-shape dispatch: item shape openai_responses, binding adapter openai"
     assert_discarded(await runner.run(batch), error, "cross_shape")
     assert fake.stats()["requests"] == 1
+
+
+# ---------------------------------------------------------------------------------------- translate
+
+
+def translating(runner: RunnerBench, policy: Policy) -> Policy:
+    """``policy`` with ``batch.translate: true`` (SPEC §17), served from now on."""
+    chosen = replace(policy, batch=BatchPolicy(translate=True))
+    runner.catalog.build.policies[policy.id] = chosen
+    runner.refresh()
+    return chosen
+
+
+async def kept_body(runner: RunnerBench, batch: BatchRecord, result: ItemResult) -> dict[str, Any]:
+    assert result.response is not None and result.response.ref is not None
+    await runner.runner.flush_responses()
+    bodies = await runner.payloads.of("files").read_responses(
+        batch.id, {batch_idx(result): result.response.ref}
+    )
+    body = bodies[batch_idx(result)]
+    assert body is not None
+    return dict(orjson.loads(body))
+
+
+def batch_idx(result: ItemResult) -> int:
+    assert result.event.batch_idx is not None
+    return result.event.batch_idx
+
+
+async def test_under_translate_an_item_of_another_shape_is_translated_and_answered_in_its_own(
+    runner: RunnerBench, fake: FakeUpstream
+) -> None:
+    """SPEC §17 ``translate: true``: an OpenAI chat item for an anthropic-bound model goes to
+    /v1/messages as Anthropic's shape and its kept response is a chat completion naming the model it
+    asked for; without the flag the same item fails ``cross-shape dispatch: `` and nothing is sent."""
+    c = runner.catalog
+    s = c.scenario(adapter="anthropic")
+    runner.refresh()
+    item = {
+        "model": s.model.name,
+        "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}],
+    }
+    batch = await runner.batch([item], key=s.relay_key, policy=s.policy)
+    error = "cross-shape dispatch: item shape openai, binding adapter anthropic"
+    assert_discarded(await runner.run(batch), error, "cross_shape")
+    assert fake.stats()["requests"] == 0
+
+    policy = translating(runner, s.policy)
+    batch = await runner.batch([item], key=s.relay_key, policy=policy)
+    result = await runner.run(batch)
+    assert (result.state, result.status, result.error) == ("completed", 200, None)
+    [sent] = fake.requests()
+    assert sent["path"] == "/v1/messages"
+    assert sent["body"]["system"] == "be brief" and sent["body"]["max_tokens"] == 4096
+    assert [m["role"] for m in sent["body"]["messages"]] == ["user"]
+    assert "hi" in orjson.dumps(sent["body"]["messages"]).decode()
+    answer = await kept_body(runner, batch, result)
+    assert answer["object"] == "chat.completion" and answer["model"] == s.model.name
+    assert answer["choices"][0]["message"]["role"] == "assistant"
+    assert answer["usage"]["prompt_tokens"] > 0
+    event = result.event
+    assert (event.inbound_shape, event.adapter, event.status) == ("openai", "anthropic", 200)
+    assert event.input_tokens > 0 and event.cost_nanos and event.cost_nanos > 0
+
+
+async def test_under_translate_a_parameter_with_no_counterpart_fails_before_any_call(
+    runner: RunnerBench, fake: FakeUpstream
+) -> None:
+    """§7.3's "nothing is dropped silently" holds for a translated item: it fails naming the parameter."""
+    c = runner.catalog
+    s = c.scenario(adapter="anthropic")
+    policy = translating(runner, s.policy)
+    item = {"model": s.model.name, "messages": [{"role": "user", "content": "hi"}], "n": 2}
+    batch = await runner.batch([item], key=s.relay_key, policy=policy)
+    error = (
+        "cross-shape dispatch: item shape openai, binding adapter anthropic: "
+        "unsupported_parameter: n (adapter anthropic)"
+    )
+    assert_discarded(await runner.run(batch), error, "unsupported_parameter")
+    assert fake.stats()["requests"] == 0
+
+
+async def test_under_translate_an_upstream_error_is_still_upstream_returned(
+    runner: RunnerBench, fake: FakeUpstream
+) -> None:
+    c = runner.catalog
+    s = c.scenario(("fail-400",), adapter="anthropic")
+    policy = translating(runner, s.policy)
+    item = {"model": s.model.name, "messages": [{"role": "user", "content": "hi"}]}
+    batch = await runner.batch([item], key=s.relay_key, policy=policy)
+    assert_discarded(await runner.run(batch), "upstream returned 400", "upstream_status", status=400)
+    assert fake.requests()[-1]["path"] == "/v1/messages"
+
+
+async def test_under_translate_a_responses_item_to_the_openai_host_is_translated_to_chat(
+    runner: RunnerBench, fake: FakeUpstream
+) -> None:
+    """§10.4's host-``openai`` exception gives way to ``translate: true``: the item is translated to
+    chat and its result is a Responses object."""
+    c = runner.catalog
+    s = c.scenario(host_name="openai")
+    policy = translating(runner, s.policy)
+    item = {"model": s.model.name, "input": "hello there", "max_output_tokens": 16}
+    batch = await runner.batch([item], shape="openai_responses", key=s.relay_key, policy=policy)
+    result = await runner.run(batch)
+    assert result.state == "completed", result.error
+    [sent] = fake.requests()
+    assert sent["path"] == "/v1/chat/completions" and "input" not in sent["body"]
+    assert sent["body"]["max_completion_tokens"] == 16
+    answer = await kept_body(runner, batch, result)
+    assert answer["object"] == "response" and answer["model"] == s.model.name
+    assert answer["status"] == "completed"
+
+
+async def test_under_translate_an_item_falls_back_to_a_model_of_another_shape(
+    runner: RunnerBench, fake: FakeUpstream
+) -> None:
+    """SPEC §4 step 5 under ``translate: true``: as for a live request, a fallback bound with another
+    adapter is translated; the result names the model that answered, in the item's shape. Without the
+    flag the same fallback is skipped (a batch item only falls back to models of its own shape)."""
+    c = runner.catalog
+    broken = c.scenario(("fail-503",))
+    fallback = c.scenario(adapter="anthropic")
+    plain = c.build.policy(
+        "falls-across",
+        keys=(*broken.keys, *fallback.keys),
+        fallbacks={broken.model.id: (fallback.model.name,)},
+    )
+    runner.refresh()
+    item = chat(broken.model.name)
+    batch = await runner.batch([item], policy=plain)
+    result = await runner.run(batch)
+    assert result.state == "discarded" and result.error is not None
+    assert result.error.startswith("all keys of host")
+    assert [r["path"] for r in fake.requests()] == ["/v1/chat/completions"]
+
+    policy = translating(runner, plain)
+    batch = await runner.batch([item], policy=policy)
+    result = await runner.run(batch)
+    assert result.state == "completed", result.error
+    assert [r["path"] for r in fake.requests()][-2:] == ["/v1/chat/completions", "/v1/messages"]
+    answer = await kept_body(runner, batch, result)
+    assert answer["object"] == "chat.completion" and answer["model"] == fallback.model.name
+    assert (result.event.model, result.event.requested_model, result.event.adapter) == (
+        fallback.model.name,
+        broken.model.name,
+        "anthropic",
+    )
 
 
 # ---------------------------------------------------------------------------------------- credential, policy

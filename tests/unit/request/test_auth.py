@@ -5,14 +5,21 @@ the batch-owner form and the later recheck of recorded credentials."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from relay.crypto.tokens import TokenSigner, TokenVerifier, generate_private_key
-from relay.domain.credentials import hash_key
+from relay.domain.credentials import hash_key, read_credential
 from relay.errors import RelayError
-from relay.request.auth import authenticate, authenticate_owner, recheck_key, recheck_token
+from relay.request.auth import (
+    ADMIN_TOKEN_REFUSED,
+    authenticate,
+    authenticate_owner,
+    recheck_key,
+    recheck_token,
+)
 from tests.unit.request.conftest import CoreCatalog
 
 PAST = datetime.now(UTC) - timedelta(hours=1)
@@ -48,6 +55,51 @@ def test_no_credential_is_401_missing_credential(catalog: CoreCatalog, credentia
 
 def test_an_unknown_key_is_401_invalid_api_key(catalog: CoreCatalog) -> None:
     expect(refused(catalog, "sk-relay-not-a-key"), 401, "unauthenticated", "invalid api key")
+
+
+@pytest.mark.parametrize("authorization", [None, "", "   "])
+def test_no_header_at_all_says_only_missing_credential(
+    catalog: CoreCatalog, authorization: str | None
+) -> None:
+    with pytest.raises(RelayError) as caught:
+        authenticate(None, catalog.snapshot(), authorization=authorization)
+    expect(caught.value, 401, "unauthenticated", "missing credential")
+
+
+@pytest.mark.parametrize("authorization", ["KEY", "Token KEY", "Basic KEY"])
+def test_a_key_sent_without_bearer_is_told_the_scheme(catalog: CoreCatalog, authorization: str) -> None:
+    header = authorization.replace("KEY", catalog.key)
+    for check in (authenticate, authenticate_owner):
+        with pytest.raises(RelayError) as caught:
+            check(read_credential(header, None), catalog.snapshot(), authorization=header)
+        error = caught.value
+        assert (error.status, error.code) == (401, "unauthenticated")
+        assert str(error).startswith("missing credential: ") and "'Bearer <credential>'" in str(error)
+        assert catalog.key not in str(error)  # the header's value is never repeated
+
+
+def test_bearer_without_a_value_says_so(catalog: CoreCatalog) -> None:
+    with pytest.raises(RelayError) as caught:
+        authenticate(read_credential("Bearer ", None), catalog.snapshot(), authorization="Bearer ")
+    assert (
+        str(caught.value)
+        == "missing credential: the Authorization header says Bearer but carries no credential"
+    )
+
+
+def test_the_admin_token_sent_for_inference_is_told_what_it_is(catalog: CoreCatalog) -> None:
+    admin_token = "admin-token-0123456789abcdef"
+    snapshot = replace(catalog.snapshot(), admin_token_hash=hash_key(admin_token))
+    for check in (authenticate, authenticate_owner):
+        with pytest.raises(RelayError) as caught:
+            check(admin_token, snapshot)
+        expect(caught.value, 401, "unauthenticated", ADMIN_TOKEN_REFUSED)
+        assert str(caught.value).startswith(
+            "invalid api key: this is the admin token"
+        ) and admin_token not in str(caught.value)
+    with pytest.raises(RelayError) as other:
+        authenticate("sk-relay-not-a-key", snapshot)
+    expect(other.value, 401, "unauthenticated", "invalid api key")
 
 
 @pytest.mark.parametrize(

@@ -45,6 +45,25 @@ def test_an_unknown_model_or_pinned_host_is_404_model_not_found(catalog: CoreCat
     assert requested in str(error)
 
 
+def test_a_typo_is_answered_with_the_closest_granted_model(catalog: CoreCatalog) -> None:
+    error = refusal(catalog, "core-caht")
+    assert (error.status, error.code) == (404, "model_not_found")
+    assert str(error) == f'model "core-caht" not found; did you mean "{CHAT_MODEL}"?'
+    assert str(refusal(catalog, "core-chat-alais")).endswith(f'did you mean "{CHAT_ALIAS}"?')
+    assert str(refusal(catalog, "completely-different")) == 'model "completely-different" not found'
+    assert str(refusal(catalog, "core-caht" * 20)).endswith("not found")  # too long to compare
+
+
+def test_a_suggestion_never_names_a_model_the_caller_is_not_granted(catalog: CoreCatalog) -> None:
+    secret = catalog.build.model("core-secret-model")
+    catalog.build.bind(secret, catalog.host)
+    catalog.build.policy("narrow", models=(CHAT_MODEL,), keys=(catalog.k1,))
+    assert str(refusal(catalog, "core-secret-modle")).endswith('did you mean "core-secret-model"?')
+    narrow = refusal(catalog, "core-secret-modle", "narrow")
+    assert str(narrow) == 'model "core-secret-modle" not found', narrow
+    assert str(refusal(catalog, "core-chta", "narrow")).endswith(f'did you mean "{CHAT_MODEL}"?')
+
+
 def test_a_disabled_model_is_403_model_disabled(catalog: CoreCatalog) -> None:
     catalog.build.change(catalog.model, enabled=False)
     assert (refusal(catalog, CHAT_MODEL).status, refusal(catalog, CHAT_MODEL).code) == (403, "model_disabled")

@@ -30,6 +30,10 @@ from relay.cli.serve import StartupError, listen, local_host, serve
 from relay.config import Settings
 from relay.domain.credentials import hash_key
 
+# Most newcomers start the demo with `make demo`, which passes DEMO_ARGS on: say how, where an error
+# asks for the flag.
+MAKE_HINT = " (with make: make demo DEMO_ARGS='--upstream-port <port>')"
+
 
 def demo_documents(upstream_base_url: str) -> list[dict[str, object]]:
     text = resources.files("relay.cli.demo").joinpath("catalog.yaml").read_text()
@@ -37,7 +41,9 @@ def demo_documents(upstream_base_url: str) -> list[dict[str, object]]:
 
 
 async def _start_fake_upstream(port: int) -> tuple[asyncio.subprocess.Process, str]:
-    listen("127.0.0.1", port, "the demo's fake upstream", "--upstream-port").close()  # busy: one line
+    listen(
+        "127.0.0.1", port, "the demo's fake upstream", "--upstream-port", MAKE_HINT
+    ).close()  # busy: one line
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -54,7 +60,9 @@ async def _start_fake_upstream(port: int) -> tuple[asyncio.subprocess.Process, s
     if not line:
         problem = (await proc.stderr.read()).decode(errors="replace").strip().splitlines()
         detail = f": {problem[-1]}" if problem else ""
-        raise StartupError(f"the demo's fake upstream did not start on port {port}{detail} (--upstream-port)")
+        raise StartupError(
+            f"the demo's fake upstream did not start on port {port}{detail} (--upstream-port{MAKE_HINT})"
+        )
     # Its stderr is not read from here on: nothing more is written there unless it crashes.
     return proc, line.decode().strip().rsplit(" ", 1)[-1]
 

@@ -1,7 +1,7 @@
 """The admin-only pages (SPEC §16): relay keys, and the catalog with each host key's breaker, its
 webhooks with their latest delivery (``webhook_pages`` has each webhook's attempts), and each
-policy's rules and current budget spend (as ``GET /api/policies/{ref}/spend`` answers it; a shared state
-that does not answer shows as unknown, the page still renders).
+policy's rules, current budget spend (as ``GET /api/policies/{ref}/spend`` answers it; a shared state
+that does not answer shows as unknown, the page still renders) and batch block (SPEC §17, one line).
 
 Keys: create (the plaintext is in that one answer and nowhere else: the page is ``no-store`` and the
 next visit shows only the prefix), rotate with a grace period, revoke, disable and enable, each
@@ -11,6 +11,7 @@ email and password gets 403 here, as the control API would refuse them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Final
 
 from fastapi import Request
@@ -122,7 +123,23 @@ async def catalog(dash: Dashboard, request: Request) -> Response:
         spend_unknown=spend_unknown,
         latest=latest,
         outcome=outcome,
+        batch_summary=batch_summary,
     )
+
+
+def batch_summary(block: Mapping[str, Any] | None) -> str:
+    """A policy's ``batch`` block in a table cell (SPEC §17): ``fail`` for the defaults, else its
+    pacing and whatever it sets, e.g. ``wait · live 20% · max 8 · translate``."""
+    if not block:
+        return "fail"
+    parts = [str(block.get("pacing") or "fail")]
+    if block.get("live_reserve"):
+        parts.append(f"live {float(block['live_reserve']) * 100:.4g}%")
+    if block.get("max_concurrency") is not None:
+        parts.append(f"max {block['max_concurrency']}")
+    if block.get("translate"):
+        parts.append("translate")
+    return " · ".join(parts)
 
 
 async def _spend(dash: Dashboard, policies: list[dict[str, Any]]) -> tuple[dict[str, Any], bool]:

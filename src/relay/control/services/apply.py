@@ -8,6 +8,8 @@ write-only values masked), ``unchanged`` or ``delete``; a webhook created withou
 one generated, returned in its plan step (``secret``) this once and never again (not in a dry run,
 which stores nothing); ``dry_run`` computes the same
 plan inside the transaction and rolls it back, so a dry run catches exactly the errors a real run would.
+Every refusal of a document names it, ``documents[<index>] (<Kind> <name>): …``, whether the document
+is wrong alone (a bad field) or only against the catalog (a reference to nothing).
 
 "Unchanged" compares the document with the stored object after resolving references to names, and
 compares write-only values against what is stored (the sealed host-key value, the password hash), so
@@ -24,7 +26,8 @@ from relay.control.kinds import BY_NAME, KINDS, Kind
 from relay.control.services.catalog import CatalogService, with_generated_secret
 from relay.crypto.passwords import verify_password
 from relay.crypto.sealing import SecretBox
-from relay.errors import InvalidRequest, Unprocessable
+from relay.domain.batch_policy import BatchPolicy
+from relay.errors import InvalidRequest, RelayError, Unprocessable
 from relay.store import catalog as store
 
 MASK = "********"
@@ -47,8 +50,14 @@ class ApplyService:
         try:
             async with self._engine.begin() as conn:
                 for kind in KINDS:
-                    for name, payload in parsed.get(kind.name, []):
-                        action, changes, secret = await self._apply_one(conn, kind, name, payload)
+                    for index, name, payload in parsed.get(kind.name, []):
+                        try:
+                            action, changes, secret = await self._apply_one(conn, kind, name, payload)
+                        except RelayError as exc:
+                            # In a file of dozens of documents, "model: Model 'x' not found" alone
+                            # does not say which one refers to it.
+                            exc.message = f"documents[{index}] ({kind.name} {name}): {exc.message}"
+                            raise
                         step: dict[str, Any] = {"kind": kind.name, "name": name, "action": action}
                         if changes:
                             step["changes"] = changes
@@ -59,7 +68,7 @@ class ApplyService:
                     for kind in reversed(KINDS):
                         if kind.name not in parsed:
                             continue
-                        named = {n for n, _ in parsed[kind.name]}
+                        named = {n for _, n, _ in parsed[kind.name]}
                         for row in await store.list_rows(conn, kind.table):
                             if row["name"] not in named:
                                 await self._catalog.delete_in(conn, kind, row["id"])
@@ -75,10 +84,11 @@ class ApplyService:
             await self._catalog.announce()
         return plan
 
-    def _parse(self, documents: Any) -> dict[str, list[tuple[str, dict[str, Any]]]]:
+    def _parse(self, documents: Any) -> dict[str, list[tuple[int, str, dict[str, Any]]]]:
+        """Every document checked alone, grouped by kind: ``(index in documents, name, payload)``."""
         if not isinstance(documents, list):
             raise InvalidRequest("documents: must be a list of {kind, name, spec}")
-        parsed: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+        parsed: dict[str, list[tuple[int, str, dict[str, Any]]]] = {}
         seen: set[tuple[str, str]] = set()
         for index, doc in enumerate(documents):
             where = f"documents[{index}]"
@@ -103,7 +113,7 @@ class ApplyService:
                 self._catalog.validate(kind, payload)
             except InvalidRequest as exc:
                 raise InvalidRequest(f"{where} ({kind.name} {name}): {exc.message}") from None
-            parsed.setdefault(kind.name, []).append((name, payload))
+            parsed.setdefault(kind.name, []).append((index, name, payload))
         return parsed
 
     async def _apply_one(
@@ -118,8 +128,7 @@ class ApplyService:
                 and payload.get("value_from_env") is None
             ):
                 raise Unprocessable(
-                    f"HostKey {name!r}: a new host key needs value or value_from_env "
-                    "(exported documents omit stored values)"
+                    "a new host key needs value or value_from_env (exported documents omit stored values)"
                 )
             spec, generated = with_generated_secret(kind, self._catalog.validate(kind, payload))
             await self._catalog.create_in(conn, kind, spec)
@@ -201,5 +210,8 @@ class ApplyService:
 
 
 def _order(kind: Kind, spec: dict[str, Any]) -> dict[str, Any]:
-    """Spec fields in the model's declaration order, dropping nulls, so exports read naturally."""
+    """Spec fields in the model's declaration order, dropping nulls and a policy's default ``batch``
+    block (SPEC §17: written only when chosen), so exports read naturally."""
+    if kind.name == "Policy" and BatchPolicy.model_validate(spec.get("batch") or {}).is_default:
+        spec = {k: v for k, v in spec.items() if k != "batch"}
     return {f: spec[f] for f in kind.spec.model_fields if f in spec and spec[f] is not None}

@@ -19,11 +19,13 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
+from sqlalchemy import null
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from relay.control.kinds import ChildList, Kind, RefField
 from relay.crypto.passwords import hash_password
 from relay.crypto.sealing import SecretBox
+from relay.domain.batch_policy import BatchPolicy
 from relay.domain.ids import mint_id
 from relay.domain.kind_specs import FROM_CATALOG, WEBHOOK_SECRET_PREFIX
 from relay.domain.times import rfc3339
@@ -72,6 +74,17 @@ def validated(model: type[_Spec], payload: Any) -> _Spec:
         return model.model_validate(payload)
     except ValidationError as exc:
         raise InvalidRequest(validation_message(exc)) from None
+
+
+def stored_batch_block(block: Mapping[str, Any]) -> Any:
+    """A policy's ``batch`` column (SPEC §17): SQL NULL for the defaults, so a policy that never
+    chose one reads exactly as one written before the block existed; else the whole block."""
+    return null() if BatchPolicy.model_validate(block).is_default else dict(block)
+
+
+def shown_batch_block(stored: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The block as the API shows it: every field, defaults filled (NULL → the defaults)."""
+    return BatchPolicy.model_validate(stored or {}).model_dump()
 
 
 class CatalogService:
@@ -233,6 +246,7 @@ class CatalogService:
             values["pricing"] = await self._pricing(conn, data)
         if kind.name == "Policy":
             await self._check_fallbacks(conn, data["fallbacks"])
+            values["batch"] = stored_batch_block(data["batch"])
         if kind.name == "HostKey":
             if data.get("value") is not None and "value" in given:
                 values["value_encrypted"] = self._box.seal(data["value"], bound_to=object_id)
@@ -359,6 +373,8 @@ class CatalogService:
                 item["has_value"] = row["value_encrypted"] is not None
             if kind.name == "Policy" and item.get("fallbacks") is None:
                 item["fallbacks"] = {}  # written before fallbacks existed (migration 0007)
+            if kind.name == "Policy":
+                item["batch"] = shown_batch_block(row.get("batch"))
             out.append(item)
         return out
 

@@ -1,4 +1,4 @@
-"""Reserved for batch retry: retry_of and source_idx (SPEC §17) (filled by the change that needs it).
+"""Reserved for batch retry: retry_of and source_idx (filled by the change that needs it).
 
 Revision ID: 0013
 Revises: 0012

@@ -1,4 +1,4 @@
-"""Reserved for fair share across projects: the claim's index (SPEC §17) (filled by the change that needs it).
+"""Reserved for fair share across projects: the claim's index (filled by the change that needs it).
 
 Revision ID: 0014
 Revises: 0013

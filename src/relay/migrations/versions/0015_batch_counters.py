@@ -1,4 +1,4 @@
-"""Reserved for a batch's status counters (SPEC §17 scale) (filled by the change that needs it).
+"""Reserved for a batch's status counters (filled by the change that needs it).
 
 Revision ID: 0015
 Revises: 0014

@@ -1,4 +1,4 @@
-"""Reserved for a host's breaker tuning (SPEC §6) (filled by the change that needs it).
+"""Reserved for a host's breaker tuning (filled by the change that needs it).
 
 Revision ID: 0016
 Revises: 0015
