@@ -32,12 +32,10 @@ from dataclasses import dataclass
 
 import orjson
 
-from relay.adapters import EMBEDDINGS, Dispatch, admit, translate_request, translate_response
-from relay.adapters.translate import provider_error_message
+from relay.batches.item_shapes import in_item_shape, upstream_returned, wire_request
 from relay.crypto.tokens import TokenClaims
 from relay.domain.batch_record import CANCELLED_ERROR, BatchRecord, FinalState
-from relay.domain.batches import OPENAI_EMBEDDINGS
-from relay.errors import InvalidRequest, RateLimited, RelayError
+from relay.errors import RateLimited, RelayError
 from relay.payloads.base import KeptResponse, PayloadStores, Prefetched
 from relay.request.auth import Principal, build_principal, recheck_key, recheck_token
 from relay.request.fallbacks import NotAdmitted, Route, route
@@ -246,7 +244,7 @@ class ItemRunner:
             return ItemResult("discarded", outcome.status, message, event)
         assert prepared.call is not None  # an answered item ran its call
         principal = prepared.call.principal
-        answer = _in_item_shape(batch.inbound_shape, principal, plan, outcome, prepared.model)
+        answer = in_item_shape(batch.inbound_shape, principal, plan, outcome, prepared.model)
         if answer is None:  # a translated 2xx the binding's adapter cannot read
             message = f"upstream returned {outcome.status}: the answer could not be translated"
             event = item_event(
@@ -368,7 +366,7 @@ def _route(principal: Principal, body: dict, snap: Snapshot, inbound: str, max_t
         raise _Discard("missing_model", "routing: 'model' must be a non-empty string")
 
     def admit_plan(plan: Plan) -> tuple[str, dict]:
-        return _wire_request(inbound, plan, body, principal.policy.batch.translate, max_tokens)
+        return wire_request(inbound, plan, body, principal.policy.batch.translate, max_tokens)
 
     try:
         return route(principal.policy, model, snap, admit_plan)
@@ -376,57 +374,6 @@ def _route(principal: Principal, body: dict, snap: Snapshot, inbound: str, max_t
         raise _Discard(refused.error.code, refused.error.message) from None
     except RelayError as exc:
         raise _Discard(exc.code, f"routing: {exc.message}") from None
-
-
-def _wire_request(inbound: str, plan: Plan, body: dict, translate: bool, max_tokens: int) -> tuple[str, dict]:
-    """The shape and body sent upstream, by the one admission rule: as it is, or — under a policy with
-    ``batch.translate`` (SPEC §17) — translated as a live request is (§7.3); otherwise a cross-shape
-    item fails (§10.4; its one exception sends a Responses item as it is to host ``openai``'s Chat
-    Completions path). The item's shape is all it looks at, never the API that submitted the batch."""
-    adapter = plan.binding.adapter
-    # An ``openai_embeddings`` item is a live ``/v1/embeddings`` request (an ``openai`` binding only).
-    as_live = EMBEDDINGS if inbound == OPENAI_EMBEDDINGS else inbound
-    admission = admit(as_live, adapter, host=plan.host.name, batch=True, translate=translate)
-    refused = f"cross-shape dispatch: item shape {inbound}, binding adapter {adapter}"
-    if admission.dispatch is Dispatch.PASS_THROUGH:
-        return admission.wire_shape, body
-    if admission.dispatch is Dispatch.TRANSLATE:
-        try:
-            translated, _ = translate_request(inbound, adapter, body, default_max_tokens=max_tokens)
-        except RelayError as exc:  # a parameter the adapter has no counterpart for (§7.3)
-            raise InvalidRequest(f"{refused}: {exc.message}", code=exc.code) from None
-        return admission.wire_shape, translated
-    raise InvalidRequest(refused, code="cross_shape")
-
-
-def _in_item_shape(
-    inbound: str, principal: Principal, plan: Plan | None, outcome: Outcome, model: str
-) -> bytes | None:
-    """A completed item's response in the item's own shape (SPEC §17 ``translate``: as §7.3 gives a
-    live caller, ``model`` the one asked for or, after a fallback, the one that answered); None when a
-    translated answer cannot be read."""
-    body = outcome.body or b""
-    if plan is None or not principal.policy.batch.translate:
-        return body
-    adapter = plan.binding.adapter
-    if (
-        admit(inbound, adapter, host=plan.host.name, batch=True, translate=True).dispatch
-        is not Dispatch.TRANSLATE
-    ):
-        return body
-    answered = plan.model.name if outcome.fallback_from is not None else model
-    try:
-        return translate_response(adapter, inbound, body, model=answered)
-    except ValueError:
-        return None
-
-
-def upstream_returned(status: int, body: bytes | None) -> str:
-    """§10.4's ``upstream returned <status>``, followed by the provider's error message when its body
-    has one (``upstream returned 400: Invalid 'messages[0].role' …``): the status alone does not tell a
-    user what to fix. Only that message is kept, bounded; the body itself never is (SPEC §10.3)."""
-    provider = provider_error_message(body)
-    return f"upstream returned {status}" + (f": {provider}" if provider else "")
 
 
 def response_lost(result: ItemResult, exc: OSError) -> ItemResult:
