@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.state import MemoryState, SharedState
 from tests.fixtures.fake_upstream import FakeUpstream
+from tests.fixtures.windows import over_allowance
 from tests.integration.batches.pacing_harness import PacingBed
 
 CHAT_PATH = "/v1/chat/completions"
@@ -48,14 +48,13 @@ async def test_a_paced_batch_finishes_without_failures_and_within_the_share_per_
         "paced", rules=({"meter": "requests", "limit": 8, "window": "2s"},), pacing="wait", live_reserve=0.5
     )
     async with paced.pool(size=4):
-        batch_id = await paced.submit(tenant, 12)
-        assert await paced.finished(batch_id, 12) == {"completed": 12}
+        batch_id = await paced.submit(tenant, 20)
+        assert await paced.finished(batch_id, 20) == {"completed": 20}
     assert await paced.errors(batch_id) == []
     sent = [r["ts"] for r in fake.requests(limit=200) if r["path"] == CHAT_PATH]
-    assert len(sent) == 12
-    per_window = Counter(math.floor(ts / 2) for ts in sent)
-    assert max(per_window.values()) <= 4, per_window
-    assert len(per_window) >= 3  # 12 items at 4 per window need three windows at least
+    assert len(sent) == 20
+    assert over_allowance(sent, 2, 4) == []  # 4 per window, however the arrivals straddle a boundary
+    assert len({math.floor(ts / 2) for ts in sent}) >= 3  # 5 windows of admissions, arrivals within +1
     assert paced.metric("relay_batch_pacing_waits_total", policy=tenant.policy.id, meter="requests") >= 1
 
 
@@ -141,11 +140,14 @@ async def test_max_concurrency_runs_one_item_at_a_time_on_a_pool_of_four(
     paced = bed(engine, memory, fake, tmp_path)
     tenant = paced.tenant("single", pacing="wait", max_concurrency=1)
     fake.configure(latency_ms=300)
-    async with paced.pool(size=4):
-        batch_id = await paced.submit(tenant, 4)
-        assert await paced.finished(batch_id, 4) == {"completed": 4}
+    try:
+        async with paced.pool(size=4):
+            batch_id = await paced.submit(tenant, 4)
+            assert await paced.finished(batch_id, 4) == {"completed": 4}
+        arrivals = sorted(r["ts"] for r in fake.requests() if r["path"] == CHAT_PATH)
+    finally:
+        fake.reset()  # the session's fake upstream serves other tests next
     assert await paced.errors(batch_id) == []
-    arrivals = sorted(r["ts"] for r in fake.requests() if r["path"] == CHAT_PATH)
     assert len(arrivals) == 4
     # One at a time: each request reached the upstream only after the previous one's 300 ms answer.
     assert all(later - earlier >= 0.28 for earlier, later in itertools.pairwise(arrivals))
