@@ -47,6 +47,15 @@ def _port_or_off(value: object) -> object:
     return value
 
 
+def _whole_number(value: object) -> object:
+    """A count of days as the environment spells it: digits only (no sign, fraction or exponent)."""
+    if isinstance(value, str):
+        if not value.strip().isdigit() or not value.strip().isascii():
+            raise ValueError(f"must be a whole number of days (0 = keep forever), got {value!r}")
+        return int(value.strip())
+    return value
+
+
 PortOrOff = Annotated[Annotated[int, Field(ge=1, le=65535)] | None, BeforeValidator(_port_or_off)]
 
 
@@ -92,6 +101,10 @@ class Settings(BaseModel):
     batch_payload_store: Literal["files", "database"] = "files"
     batch_payload_group_readable: bool = False
     files_sweep_s: float = Field(60.0, gt=0, le=3600)
+    # SPEC §17 retention: 0 keeps everything (§10.7's default); whole days only, so "1.5" is refused.
+    batch_retention_days: Annotated[int, Field(ge=0, le=36_500), BeforeValidator(_whole_number)] = 0
+    usage_retention_days: Annotated[int, Field(ge=0, le=36_500), BeforeValidator(_whole_number)] = 0
+    retention_sweep_s: float = Field(3600.0, gt=0, le=30 * 86400, allow_inf_nan=False)
     shutdown_grace_s: float = Field(30.0, ge=0)
     webhook_timeout_s: float = Field(10.0, gt=0, le=60)
     webhook_concurrency: int = Field(8, ge=1, le=1024)
@@ -303,6 +316,11 @@ SETTING_HELP: dict[str, str] = {
     "batch_payload_group_readable": "payload directories 0750 and files 0640 instead of 0700/0600 "
     "(for a sidecar or backup job in Relay's group)",
     "files_sweep_s": "how often a replica removes expired Files API files",
+    "batch_retention_days": "delete finished batches (items, bodies, output files) this many days after "
+    "they finished (0: keep forever)",
+    "usage_retention_days": "delete usage events and captured payloads older than this many days "
+    "(0: keep forever)",
+    "retention_sweep_s": "how often a replica runs the retention sweep (one replica at a time)",
     "shutdown_grace_s": "how long a stop lets running requests and batch items finish",
     "webhook_timeout_s": "longest webhook attempt (connect to response head); then it is retried",
     "webhook_concurrency": "webhook attempts this replica makes at once",

@@ -8,10 +8,9 @@ batch's record and its request counts; :func:`result_line` renders one line of t
 
 :class:`MessageBatches` creates (validation in a worker thread, then :meth:`BatchService.create`),
 reads, lists, cancels and deletes the caller's §15 batches, and streams an ended batch's results. A
-delete removes the batch's rows and database-held bodies in one transaction, then its payload files
-(``RELAY_BATCH_PAYLOAD_STORE=files``): after the rows, so a delete that fails (or a batch still
-running) never loses a body; a crash between the two leaves the batch's directory behind, unread
-(ids are never reused), and never touches another batch's.
+delete is the one batch deletion of SPEC §17 (``relay.batches.deleter.BatchDeleter``: items and their
+bodies a chunk at a time, then the row, then the payload directory), refused with §15's 400 while the
+batch has not ended.
 
 What it deliberately does not know. HTTP (``relay.batch_apis.anthropic`` renders) and SQL (the
 store's). ``params`` are not inspected beyond "an object that does not ask for a stream": a bad one
@@ -26,6 +25,7 @@ the batch finished (``completed_at``), else ``canceling`` once a cancel was aske
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -34,6 +34,7 @@ from typing import Any, Final
 import orjson
 
 from relay.batch_apis.idempotency import IdempotencyClaim
+from relay.batches.deleter import BatchDeleter, BatchNotFinished
 from relay.batches.service import (
     Answer,
     BatchNotFound,
@@ -46,7 +47,6 @@ from relay.domain.batch_record import BatchRecord, ResultRow
 from relay.domain.batches import CANCELLED, COMPLETED, DISCARDED, BatchRejected
 from relay.domain.times import rfc3339
 from relay.errors import InvalidRequest
-from relay.payloads.base import PayloadStores
 from relay.request.auth import Principal
 from relay.store import message_batches as store
 from relay.store.batch_queue import record_from_row
@@ -58,6 +58,7 @@ EXPIRES_AFTER: Final = timedelta(hours=24)
 CUSTOM_ID_RE: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 RESULTS_PATH: Final = "/anthropic/v1/messages/batches/{id}/results"
 API: Final = "anthropic"
+log = logging.getLogger("relay.retention")
 
 
 def validate_create(body: Any, max_items: int) -> tuple[list[dict[str, Any]], list[str]]:
@@ -186,14 +187,14 @@ class MessageBatches:
         self,
         engine: Engine,
         batches: BatchService,
-        payloads: PayloadStores,
+        deleter: BatchDeleter,
         *,
         max_items: int,
         max_json_depth: int,
     ) -> None:
         self._engine = engine
         self._batches = batches
-        self._payloads = payloads
+        self._deleter = deleter
         self._max_items = max_items
         self._max_depth = max_json_depth
 
@@ -261,13 +262,15 @@ class MessageBatches:
         }
 
     async def delete(self, owner: str, batch_id: str) -> dict[str, Any]:
-        """An ended batch's rows, then its payload files; 400 while it has not ended (nothing goes)."""
+        """An ended batch, deleted as SPEC §17 deletes one; 400 while it has not ended (nothing goes)."""
         record = await self.owned(owner, batch_id)
-        async with self._engine.begin() as conn:
-            deleted = await store.delete_ended(conn, record.id)
-        if not deleted:
-            raise InvalidRequest(f"batch {record.id} is still in progress: cancel it, or wait until it ends")
-        await self._payloads.of(record.payload_store).remove_batch(record.id)
+        try:
+            deleted = await self._deleter.delete(record.id)
+        except BatchNotFinished:
+            raise InvalidRequest(
+                f"batch {record.id} is still in progress: cancel it, or wait until it ends"
+            ) from None
+        log.info("deleted message batch %s at its owner's request: %s", record.id, deleted.describe())
         return {"id": record.id, "type": "message_batch_deleted"}
 
     async def ended(self, owner: str, batch_id: str) -> BatchRecord:

@@ -238,6 +238,15 @@ class FileService:
         if row.payload_store != "database":  # the database store's chunks went with the row
             await self._stores.of(row.payload_store).remove_file(row.id)
 
+    async def remove_any(self, file_id: str) -> bool:
+        """Row and bytes of ``file_id`` whoever owns it, expired or not (the output files of a batch
+        being deleted, SPEC §17); False when there is no such file (already removed or expired)."""
+        row = await rows.find(self.engine, file_id)
+        if row is None:
+            return False
+        await self.remove(row)
+        return True
+
     async def _remove_if_expired(self, file_id: str) -> None:
         row = await rows.find(self.engine, file_id)
         if row is not None and row.expires_at is not None and row.expires_at <= _now():

@@ -3,12 +3,14 @@
 Routes: ``POST /v1/batches`` (submit; ``Idempotency-Key`` honoured), ``GET /v1/batches`` (the caller's
 batches of every API, ``?limit&after``), ``GET /v1/batches/{id}`` (status), ``GET
 /v1/batches/{id}/results`` (``?format=jsonl`` for one result per line), ``POST
-/v1/batches/{id}/cancel``. Thin handlers: read, authenticate exactly like inference
-(``authenticate(read_credential(...), snapshot)``), call :class:`relay.batches.service.BatchService`,
-render. Errors are OpenAI-shaped like every ``/v1/*`` path, ``code`` included; a refused submission
-is ``{"error": {"type": "invalid_request_error", "code": "invalid_request", "message"}}`` (SPEC
-§10.1). The route table, the 404/405 and the error answers are ``relay.batch_apis.router``' (one
-dispatcher for the four batch apps); body reading is ``relay.http.wire``'s, shared with the live plane.
+/v1/batches/{id}/cancel``, ``POST /v1/batches/{id}/retry`` (SPEC §17; ``Idempotency-Key`` honoured; a
+retry batch's results are ``{"retry_of", "results"}``). Thin handlers: read, authenticate exactly like
+inference (``authenticate(read_credential(...), snapshot)``), call
+:class:`relay.batches.service.BatchService`, render. Errors are OpenAI-shaped like every ``/v1/*`` path,
+``code`` included; a refused submission is ``{"error": {"type": "invalid_request_error", "code":
+"invalid_request", "message"}}`` (SPEC §10.1). The route table, the 404/405 and the error answers are
+``relay.batch_apis.router``' (one dispatcher for the four batch apps); body reading is
+``relay.http.wire``'s, shared with the live plane.
 
 What it deliberately does not know. Rate limits (none of these routes counts against them), the queue
 and the payload files (the service's business). The body limit is ``RELAY_BATCH_MAX_BYTES``,
@@ -26,6 +28,7 @@ from starlette.types import Scope, Send
 from relay.adapters import OPENAI
 from relay.batch_apis.idempotency import IdempotencyClaim
 from relay.batch_apis.router import ApiCall, ApiRoute, RoutedApp, create_once
+from relay.batches.retry import BatchRetries
 from relay.batches.service import Answer, BatchService
 from relay.domain.batches import BatchRejected
 from relay.errors import InvalidRequest, RelayError
@@ -54,6 +57,7 @@ class BatchesApp(RoutedApp[ApiCall]):
         database_unavailable: Callable[[BaseException], bool],
     ) -> None:
         self._service = service
+        self._retries = BatchRetries(service)
         self._max_bytes = max_bytes
         super().__init__(
             PREFIX,
@@ -64,6 +68,7 @@ class BatchesApp(RoutedApp[ApiCall]):
                 ApiRoute("GET", "{id}", self._status),
                 ApiRoute("GET", "{id}/results", self._results),
                 ApiRoute("POST", "{id}/cancel", self._cancel),
+                ApiRoute("POST", "{id}/retry", self._retry),
             ],
             database_unavailable,
         )
@@ -84,6 +89,16 @@ class BatchesApp(RoutedApp[ApiCall]):
             # The live plane's body, ``code`` included: clients branch on it (SPEC §10.1 fixes the rest).
             return Answer(400, relay_error_body(OPENAI, InvalidRequest(str(exc))))
 
+    async def _retry(self, call: ApiCall) -> None:
+        """SPEC §17: a new batch of the original's failed items. An ``Idempotency-Key`` is fingerprinted
+        with the original's id, so one key retries one batch."""
+
+        async def retry(principal: Principal, raw: bytes, *, idempotency: IdempotencyClaim | None) -> Answer:
+            return await self._retries.retry(principal, call.id, raw, idempotency=idempotency)
+
+        route = f"{SUBMIT_ROUTE}/{call.id}/retry"
+        await create_once(call, route, self._max_bytes, self._service.replay, retry)
+
     async def _status(self, call: ApiCall) -> None:
         view = await self._service.status(call.owner(), call.id, items=_items_param(call.scope))
         await call.json(200, orjson.dumps(view))
@@ -103,7 +118,10 @@ class BatchesApp(RoutedApp[ApiCall]):
         first = True
         try:
             if not jsonl:
-                await _chunk(send, b'{"results":[')
+                retry_of = (
+                    b"" if record.retry_of is None else b'"retry_of":' + orjson.dumps(record.retry_of) + b","
+                )
+                await _chunk(send, b"{" + retry_of + b'"results":[')
             async for page in self._service.results(record):
                 if jsonl:
                     data = b"".join(line + b"\n" for line in page)

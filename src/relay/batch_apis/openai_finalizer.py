@@ -16,6 +16,9 @@ batch with its files.
 
 What it deliberately does not know. How items ran, how file bytes are stored, HTTP.
 
+:func:`output_files_remover` is what deleting a §14 batch (SPEC §17 retention, ``relay.batches.deleter``)
+removes besides the engine's rows: the output and error files written here, never the uploaded input.
+
 Invariants. Two replicas never both write a batch's files: a claim is one conditional UPDATE, and
 the end state is only set from the claim that wrote the files (a replica that lost its claim removes
 what it wrote). No file is written when it would be empty (its id stays null). Output lines are
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, Protocol
 
 from relay.background import Loop
@@ -230,6 +233,19 @@ class OpenAIFinalizer:
                 await self._files.remove(await self._files.get(owner, file_id))
             except Exception as exc:
                 log.warning("could not remove file %s (%s)", file_id, type(exc).__name__)
+
+
+def output_files_remover(files: FileService) -> Callable[[str, Mapping[str, Any] | None], Awaitable[int]]:
+    """``(api, api_data) -> files removed``: a deleted §14 batch's output and error files (the ids its
+    end state recorded), whoever owns them and expired or not; other APIs' batches have none."""
+
+    async def remove(api: str, api_data: Mapping[str, Any] | None) -> int:
+        if api != API or not api_data:
+            return 0
+        file_ids = [api_data.get(name) for name in ("output_file_id", "error_file_id")]
+        return sum([await files.remove_any(file_id) for file_id in file_ids if isinstance(file_id, str)])
+
+    return remove
 
 
 def _deadline(status: str) -> int:

@@ -19,13 +19,16 @@ write rows, never call out. ``expired``: the batch had an ``expires_at`` and fin
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
 from relay.domain.batch_record import FinishedBatch
 from relay.store.engine import Connection
 
-__all__ = ["NO_HOOKS", "FinishHook", "FinishHooks", "FinishedBatch"]
+__all__ = ["NO_HOOKS", "FinishHook", "FinishHooks", "FinishedBatch", "log_finished"]
+
+log = logging.getLogger("relay.batches")
 
 
 FinishHook = Callable[[Connection, Sequence[FinishedBatch]], Awaitable[None]]
@@ -54,3 +57,28 @@ class FinishHooks:
 
 
 NO_HOOKS: Final = FinishHooks()  # immutable: none (a store built without hooks runs none either)
+
+
+async def log_finished(_conn: Connection, finished: Sequence[FinishedBatch]) -> None:
+    """The finish hook that logs one INFO line per finished batch: how it ended and its item counts.
+
+    Boot puts it last, so a hook that raises before it rolls the finish back unlogged. It writes no row;
+    a line is written twice only if the finishing transaction's COMMIT itself fails after the hooks ran
+    and the finish is then retried."""
+    for batch in finished:
+        ended = "cancelled" if batch.cancelled else "expired" if batch.expired else "completed"
+        counts = ", ".join(f"{state} {n}" for state, n in sorted(batch.counts.items())) or "no items"
+        log.info(
+            "batch %s finished (%s): %s",
+            batch.id,
+            ended,
+            counts,
+            extra={
+                "event": "batch_finished",
+                "batch_id": batch.id,
+                "api": batch.api,
+                "project_id": batch.project_id,
+                "ended": ended,
+                **{f"items_{state}": n for state, n in batch.counts.items()},
+            },
+        )

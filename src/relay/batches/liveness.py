@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable
 from relay.background import Loop
 from relay.batches.outage import log_database_failure
 from relay.domain.batch_record import CANCELLED_ERROR, BatchRecord, stop_error
-from relay.store.batch_queue import BatchStore
+from relay.store.batch_queue import BatchStore, RescuedItem
 from relay.telemetry.metrics import BatchMetrics
 from relay.usage.event import UsageEvent, cancelled_event, item_event
 
@@ -117,7 +117,7 @@ class Liveness:
         if released:
             log.info("released %d batch items reserved by lost replicas", released)
         if rescued:
-            log.warning("rescued %d batch items of lost replicas", len(rescued))
+            _log_taken_over(rescued)
             if self._metrics is not None:
                 self._metrics.finished.labels("discarded").inc(len(rescued))
         if await self._store.expire_workers(self._rescue_after_s):
@@ -133,6 +133,28 @@ class Liveness:
             # is not an orphan. Only putting something back is worth a warning.
             level = logging.WARNING if back else logging.DEBUG
             log.log(level, "put back %d orphaned batch items (of %d)", back, len(orphans))
+
+
+def _log_taken_over(rescued: list[RescuedItem]) -> None:
+    """One WARNING line per batch and lost replica whose running items this replica took over (SPEC
+    §10.6: discarded with ``worker lost: …``), so on-call sees which batches a dead replica touched."""
+    groups: dict[tuple[str, str], list[RescuedItem]] = {}
+    for item in rescued:
+        groups.setdefault((item.batch_id, item.claimed_by), []).append(item)
+    for (batch_id, lost), items in groups.items():
+        log.warning(
+            "batch %s: took over %d running items of lost replica %s (discarded: worker lost)",
+            batch_id,
+            len(items),
+            lost,
+            extra={
+                "event": "batch_taken_over",
+                "batch_id": batch_id,
+                "lost_replica": lost,
+                "items": len(items),
+                "project_id": items[0].batch.project_id,
+            },
+        )
 
 
 def put_back_events(pairs: list[tuple[BatchRecord, int]]) -> list[UsageEvent]:

@@ -46,6 +46,7 @@ from relay.request.routing import Plan
 from relay.snapshot import Snapshot
 from relay.store.batch_queue import ClaimedItem
 from relay.store.engine import Connection
+from relay.telemetry.metrics import Metrics
 from relay.usage.event import UsageEvent, cancelled_event, item_event
 
 log = logging.getLogger("relay.batches")
@@ -115,6 +116,7 @@ class ItemRunner:
         instance_id: str,
         item_timeout_s: float,
         translate_max_tokens: int = 4096,
+        metrics: Metrics | None = None,
     ) -> None:
         self._payloads = payloads
         self._pipeline = pipeline
@@ -122,6 +124,7 @@ class ItemRunner:
         self._instance_id = instance_id
         self._timeout_s = item_timeout_s
         self._max_tokens = translate_max_tokens  # RELAY_TRANSLATE_DEFAULT_MAX_TOKENS (SPEC §17 translate)
+        self._metrics = metrics  # the live plane's families: upstream latency, tokens, cost (SPEC §12)
 
     def prefetch(self, batch: BatchRecord, idxs: Sequence[int]) -> Prefetched:
         """Start reading these claimed items' request bodies ahead, if the batch's store does that
@@ -229,6 +232,8 @@ class ItemRunner:
 
     def _answered(self, prepared: Prepared, outcome: Outcome) -> ItemResult:
         batch, idx, plan = prepared.item.batch, prepared.item.idx, prepared.plan
+        if self._metrics is not None and plan is not None:
+            self._metrics.upstream_latency.labels(plan.host.name, "batch").observe(outcome.upstream_ms / 1000)
         if outcome.error_kind is not None or not 200 <= outcome.status < 300:
             message = upstream_returned(outcome.status, outcome.body)
             event = item_event(
@@ -261,6 +266,8 @@ class ItemRunner:
         event = item_event(
             batch, idx, status=outcome.status, plan=plan, outcome=outcome, latency_ms=prepared.elapsed_ms()
         )
+        if self._metrics is not None:
+            self._metrics.used(event)
         completed = ItemResult("completed", outcome.status, None, event, None, batch.payload_store)
         try:
             completed.response = self._payloads.of(batch.payload_store).keep_response(batch.id, idx, answer)

@@ -44,7 +44,7 @@ from relay.domain.times import rfc3339
 from relay.errors import InvalidRequest, NotFound
 from relay.payloads.base import PayloadStore, PayloadStores
 from relay.request.auth import Principal
-from relay.store.batch_queue import BatchStore
+from relay.store.batch_queue import BatchStore, InTransaction
 from relay.store.engine import Connection, DuplicateRow, Engine
 from relay.usage.event import cancelled_event
 
@@ -109,6 +109,34 @@ def load_batch_body(raw: bytes, max_depth: int, not_json: str) -> Any:
         raise BatchRejected(not_json) from None
 
 
+def batch_row(
+    principal: Principal, batch_id: str, created_at: datetime, new: NewBatch, store_name: str
+) -> dict[str, Any]:
+    """The ``batches`` row of a new batch (a create's or a retry's): the caller's attribution and the
+    policy governing the credential now (SPEC §10.1), the items' shape and where their bodies are."""
+    return {
+        "id": batch_id,
+        "created_at": created_at,
+        "owner": principal.owner,
+        "key_hash": principal.key_hash if principal.credential_kind == "key" else None,
+        "token_claims": asdict(principal.token) if principal.token is not None else None,
+        "policy_id": principal.policy.id,
+        "policy_name": principal.policy.name,
+        "project_id": principal.project_id,
+        "team_id": principal.team_id,
+        "principal_kind": principal.principal_kind,
+        "principal_id": principal.principal_id,
+        "credential_kind": principal.credential_kind,
+        "credential_id": principal.credential_id,
+        "inbound_shape": new.shape,
+        "payload_store": store_name,
+        "api": new.api,
+        "expires_at": new.expires_at,
+        "api_status": new.api_status,
+        "api_data": new.api_data,
+    }
+
+
 class BatchService:
     def __init__(
         self,
@@ -171,36 +199,49 @@ class BatchService:
             try:
                 total = await store.write_requests(batch_id, bodies)
             except BaseException:
-                await self._discard(store, batch_id)  # what a part-write left
+                await self.discard(store, batch_id)  # what a part-write left
                 raise
-        row: dict[str, Any] = {
-            "id": batch_id,
-            "created_at": created_at,
-            "owner": principal.owner,
-            "key_hash": principal.key_hash if principal.credential_kind == "key" else None,
-            "token_claims": asdict(principal.token) if principal.token is not None else None,
-            "policy_id": principal.policy.id,
-            "policy_name": principal.policy.name,
-            "project_id": principal.project_id,
-            "team_id": principal.team_id,
-            "principal_kind": principal.principal_kind,
-            "principal_id": principal.principal_id,
-            "credential_kind": principal.credential_kind,
-            "credential_id": principal.credential_id,
-            "inbound_shape": new.shape,
-            "payload_store": store.name,
-            "api": new.api,
-            "expires_at": new.expires_at,
-            "api_status": new.api_status,
-            "api_data": new.api_data,
-        }
+        row = batch_row(principal, batch_id, created_at, new, store.name)
         answer = render(CreatedBatch(batch_id, created_at, total))
+
+        async def insert(first: InTransaction | None) -> None:
+            await self._store.insert_batch(row, total, custom_ids=new.custom_ids, first=first)
+
+        answered = await self.commit_once(store, batch_id, insert, answer, created_at, idempotency)
+        log.info(
+            "batch %s submitted: %d items (%s API)",
+            batch_id,
+            total,
+            new.api,
+            extra={
+                "event": "batch_submitted",
+                "batch_id": batch_id,
+                "items": total,
+                "api": new.api,
+                "policy_id": principal.policy.id,
+                "project_id": principal.project_id,
+            },
+        )
+        return answered
+
+    async def commit_once(
+        self,
+        store: PayloadStore,
+        batch_id: str,
+        insert: Callable[[InTransaction | None], Awaitable[None]],
+        answer: Answer,
+        created_at: datetime,
+        idempotency: IdempotencyHook | None,
+    ) -> Answer:
+        """Run ``insert`` (the batch's one transaction, with the idempotency row when given) and answer
+        ``answer``; a concurrent duplicate of the same owner and key gets the first answer, and the
+        bodies already written to ``store`` under ``batch_id`` go when the batch did not commit."""
         first = idempotency.writer(answer, created_at) if idempotency is not None else None
         try:
-            await self._store.insert_batch(row, total, custom_ids=new.custom_ids, first=first)
+            await insert(first)
         except DuplicateRow:
             # Nothing of this batch committed: its bodies go (a concurrent duplicate's loser, say).
-            await self._discard(store, batch_id)
+            await self.discard(store, batch_id)
             if idempotency is None:
                 raise
             prior = await idempotency.first_answer(
@@ -210,11 +251,11 @@ class BatchService:
                 raise
             return prior
         except BaseException:
-            await self._discard(store, batch_id)  # unless the commit happened after all
+            await self.discard(store, batch_id)  # unless the commit happened after all
             raise
         return answer
 
-    async def _discard(self, store: PayloadStore, batch_id: str) -> None:
+    async def discard(self, store: PayloadStore, batch_id: str) -> None:
         """Remove the request bodies of a create whose batch did not commit, once the database shows
         no such batch (a failure at COMMIT may have committed it; an IntegrityError may be an id
         another batch has). Best effort: when it cannot be done (the database is down), the bodies
@@ -236,6 +277,15 @@ class BatchService:
         # Each item may nest as deep as a live body; the envelope adds two levels.
         invalid = "the body must be a JSON object with shape and requests"
         return validate_submission(load_batch_body(raw, self._max_depth + 2, invalid), self._max_items)
+
+    @property
+    def store(self) -> BatchStore:
+        """The batch queue (``relay.batches.retry`` writes through it)."""
+        return self._store
+
+    @property
+    def payloads(self) -> PayloadStores:
+        return self._payloads
 
     async def replay(self, claim: IdempotencyHook) -> Answer | None:
         """The first answer to this idempotent create, to send again (None: create); 409 when the key
@@ -314,6 +364,8 @@ class BatchService:
         }
         if not items:
             del answer["items"]
+        if r.retry_of is not None:
+            answer["RetryOf"] = r.retry_of  # a retry batch (SPEC §17): the batch it was made from
         return answer
 
     async def results(self, record: BatchRecord) -> AsyncIterator[list[bytes]]:
@@ -351,6 +403,17 @@ class BatchService:
         )
         if cancelled and self._on_cancelled is not None:
             self._on_cancelled(len(cancelled))
+        log.info(
+            "batch %s cancelled: %d waiting items cancelled, running ones stopping",
+            record.id,
+            len(cancelled),
+            extra={
+                "event": "batch_cancelled",
+                "batch_id": record.id,
+                "items": len(cancelled),
+                "project_id": record.project_id,
+            },
+        )
         if self._stop_running is not None:
             await self._stop_running(record.id)
         return {"status": "cancelled"}
@@ -358,7 +421,9 @@ class BatchService:
 
 def _result(row: ResultRow, response: bytes | None) -> bytes:
     out: dict[str, Any] = {"idx": row.idx, "state": row.state}
-    if row.custom_id is not None:  # a §14/§15 item keeps the caller's name for it
+    if row.source_idx is not None:  # an item of a retry batch (SPEC §17): where it came from
+        out["source_idx"] = row.source_idx
+    if row.custom_id is not None:  # a §14/§15 item (or its retry) keeps the caller's name for it
         out["custom_id"] = row.custom_id
     if row.state == COMPLETED and response is not None:
         try:

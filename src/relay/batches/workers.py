@@ -1,7 +1,8 @@
 """This replica's batch worker pool (SPEC §10.6): claim, run, cancel, drain.
 
-What it does. A dispatcher task claims (reserves) items with ``BatchStore.claim`` — one batch per claim, the
-least recently served first (the queue's fair order) — into a small local queue of ``ready`` items, and
+What it does. A dispatcher task claims (reserves) items with ``BatchStore.claim`` — one batch per claim,
+of the project served least recently (the queue's fair order) — into a small local queue of ``ready``
+items (:class:`ReadyQueue`, which keeps that order across projects and batches), and
 keeps up to ``RELAY_BATCH_WORKERS`` of them running, each as its own task through
 :class:`relay.batches.runner.ItemRunner`. A ready item is still ``available`` in the database (SPEC
 §10.2): its task first asks the :class:`~relay.batches.starter.Starter` to make it ``running`` (one
@@ -67,46 +68,65 @@ Body = asyncio.Future[bytes | None]  # an item's request body, read ahead when i
 
 
 class ReadyQueue:
-    """Claimed items waiting for a slot, with their bodies read ahead: per batch, served round-robin
-    (so a batch claimed after a big one's claim-ahead does not queue behind it), idx order within a
-    batch."""
+    """Claimed items waiting for a slot, with their bodies read ahead, in the claim's fair order (SPEC
+    §17): round-robin across projects, then across the project's batches, then idx order within a
+    batch. So a project whose batch was claimed after another project's claim-ahead does not queue
+    behind all of it, and a project with many batches gets no more slots than one with a single batch.
+    """
 
-    __slots__ = ("_by_batch", "_count")
+    __slots__ = ("_by_project", "_count")
 
     def __init__(self) -> None:
-        self._by_batch: dict[str, deque[tuple[ClaimedItem, Body | None]]] = {}
+        # project → batch → items; both dicts in turn order (the one served longest ago first).
+        self._by_project: dict[str, dict[str, deque[tuple[ClaimedItem, Body | None]]]] = {}
         self._count = 0
 
     def __len__(self) -> int:
         return self._count
 
     def add(self, item: ClaimedItem, body: Body | None) -> None:
-        self._by_batch.setdefault(item.batch_id, deque()).append((item, body))
+        batches = self._by_project.setdefault(item.batch.project_id, {})
+        batches.setdefault(item.batch_id, deque()).append((item, body))
         self._count += 1
 
     def pop(self) -> tuple[ClaimedItem, Body | None]:
-        """The next item of the batch served longest ago (call only when not empty)."""
-        batch_id = next(iter(self._by_batch))
-        waiting = self._by_batch.pop(batch_id)
+        """The next item of the project served longest ago, from its batch served longest ago (call
+        only when not empty). Both go to the back of their turns."""
+        project_id = next(iter(self._by_project))
+        batches = self._by_project.pop(project_id)
+        batch_id = next(iter(batches))
+        waiting = batches.pop(batch_id)
         entry = waiting.popleft()
         if waiting:
-            self._by_batch[batch_id] = waiting  # to the back: the next slot serves another batch
+            batches[batch_id] = waiting
+        if batches:
+            self._by_project[project_id] = batches
         self._count -= 1
         return entry
 
     def drop_policy(self, policy_id: str) -> list[ClaimedItem]:
         """Forget the waiting items of a policy's batches (the policy is held back by pacing)."""
         dropped: list[ClaimedItem] = []
-        held = [b for b, waiting in self._by_batch.items() if waiting[0][0].batch.policy_id == policy_id]
+        held = [
+            batch_id
+            for batches in self._by_project.values()
+            for batch_id, waiting in batches.items()
+            if waiting[0][0].batch.policy_id == policy_id
+        ]
         for batch_id in held:
             dropped += self.drop_batch(batch_id)
         return dropped
 
     def drop_batch(self, batch_id: str) -> list[ClaimedItem]:
         """Forget a batch's waiting items (a cancel or expiry); returns them."""
-        dropped = [item for item, _ in self._by_batch.pop(batch_id, ())]
-        self._count -= len(dropped)
-        return dropped
+        for project_id, batches in self._by_project.items():
+            if batch_id in batches:
+                dropped = [item for item, _ in batches.pop(batch_id)]
+                if not batches:
+                    del self._by_project[project_id]
+                self._count -= len(dropped)
+                return dropped
+        return []
 
 
 class WorkerPool:
@@ -225,9 +245,12 @@ class WorkerPool:
         """The finalizer wrote (or found already settled elsewhere) this item."""
         self._items.pop(key, None)
         if not finalized:
-            log.info("batch item %s/%d was no longer ours to finish", key[0], key[1])
+            # Per item, so DEBUG: a cancel or a rescue settles thousands at once and logs its own line.
+            log.debug("batch item %s/%d was no longer ours to finish", key[0], key[1])
         elif self._metrics is not None:
             self._metrics.finished.labels(result.state).inc()
+            if result.state != "cancelled":  # ran to an answer or a failure: how long it took
+                self._metrics.duration.labels(result.state).observe(result.event.latency_ms / 1000)
 
     async def _run(self, item: ClaimedItem, body: Body | None) -> None:
         """Prepare (admission: SPEC §17), start, run, and hand the result to the finalizer. An item
@@ -250,6 +273,8 @@ class WorkerPool:
                 self._items.pop(key, None)
                 await self._runner.release(prepared)
                 return
+            if self._metrics is not None:
+                self._metrics.started.labels(item.batch.project_id).inc()
             try:
                 result = await self._runner.run(prepared)
             except ItemHeld as held:  # every key turned out open or probing once it ran

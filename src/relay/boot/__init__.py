@@ -83,5 +83,7 @@ def build_runtime(settings: Settings) -> Runtime:
         batch_workers=batch.workers,
     )
     runtime.inference_app = build_inference_app(shared, batch.mounts, runtime.database_ok)
-    runtime.control_app = build_control_plane(shared, keys, applier, batch.batches, batch.files)
+    runtime.control_app = build_control_plane(
+        shared, keys, applier, batch.batches, batch.files, deleter=batch.deleter
+    )
     return runtime

@@ -1,6 +1,7 @@
 """The batch plane, built once from Settings over what both planes share: payload stores, the batch
 store with its finish hooks, the worker pool and its liveness, the expiry sweeper, the webhook
-deliverer, the Files API and §14's finalizer, and the batch APIs mounted on the inference plane.
+deliverer, the Files API and §14's finalizer, the batch deleter and the retention sweep (SPEC §17),
+and the batch APIs mounted on the inference plane.
 
 What it deliberately does not know: how the engine works (``relay.batches``) or what a façade answers
 (``relay.batch_apis``); it only builds and connects them. Invariant: the background services are
@@ -28,11 +29,18 @@ from relay.batch_apis.native import PREFIX as BATCHES_PREFIX
 from relay.batch_apis.native import BatchesApp
 from relay.batch_apis.openai import PREFIX as OPENAI_BATCHES_PREFIX
 from relay.batch_apis.openai import OpenAIBatchesApp
-from relay.batch_apis.openai_finalizer import EndEvents, OpenAIFinalizer, finalizing_hook
+from relay.batch_apis.openai_finalizer import (
+    EndEvents,
+    OpenAIFinalizer,
+    finalizing_hook,
+    output_files_remover,
+)
 from relay.batch_apis.openai_service import OpenAIBatches
+from relay.batches.deleter import BatchDeleter
 from relay.batches.expiry import ExpirySweeper
-from relay.batches.hooks import FinishHooks
+from relay.batches.hooks import FinishHooks, log_finished
 from relay.batches.liveness import Liveness
+from relay.batches.retention import RetentionSweeper
 from relay.batches.runner import ItemRunner
 from relay.batches.service import BatchService
 from relay.batches.workers import WorkerPool
@@ -42,7 +50,7 @@ from relay.payloads.database import DatabaseStore
 from relay.payloads.files import FileStore
 from relay.store.batch_queue import BatchStore
 from relay.store.engine import database_unavailable
-from relay.telemetry.metrics import BatchMetrics, WebhookMetrics
+from relay.telemetry.metrics import BatchMetrics, RetentionMetrics, WebhookMetrics
 from relay.upstream import Upstream
 from relay.webhooks import outbox
 from relay.webhooks.deliverer import Deliverer
@@ -53,6 +61,7 @@ from relay.webhooks.schedule import RetrySchedule
 class BatchPlane:
     batches: BatchService
     files: FileService
+    deleter: BatchDeleter  # SPEC §17: the one deletion of a finished batch (sweep, DELETE routes)
     mounts: Mapping[str, ASGIApp]  # the batch APIs, by path prefix, on the inference plane
     services: list[Service] = field(default_factory=list)  # in start order
     workers: Services | None = None  # the pool and its liveness; None when RELAY_BATCH_WORKERS=0
@@ -75,7 +84,7 @@ def build_batch_plane(shared: Shared) -> BatchPlane:
     # OpenAI-API batch waits for its files. The §14 batches' webhook events are stored in the
     # transaction of their end state (after files): the façade's end events.
     end_events = EndEvents(outbox.enqueue)
-    hooks = FinishHooks(outbox.finish_hook, finalizing_hook(end_events))
+    hooks = FinishHooks(outbox.finish_hook, finalizing_hook(end_events), log_finished)  # the log line last
     batch_store = BatchStore(shared.engine, hooks)  # every batch SQL statement, with those hooks
     workers = (
         _worker_pool(shared, batch_store, payloads, batch_metrics) if settings.batch_workers > 0 else None
@@ -99,6 +108,13 @@ def build_batch_plane(shared: Shared) -> BatchPlane:
     files = FileService(
         shared.engine, payloads, max_bytes=settings.batch_max_bytes, sweep_every_s=settings.files_sweep_s
     )
+    retention = RetentionMetrics(shared.registry)
+    deleter = BatchDeleter(
+        shared.engine,
+        payloads,
+        retention,
+        produced_files=output_files_remover(files),  # §14's outputs
+    )
     openai_finalizer = OpenAIFinalizer(
         shared.engine, batches, files, settings.batch_finalize_poll_s, end_events=end_events
     )
@@ -106,13 +122,15 @@ def build_batch_plane(shared: Shared) -> BatchPlane:
     return BatchPlane(
         batches=batches,
         files=files,
-        mounts=_batch_apis(shared, batches, files, payloads),
+        deleter=deleter,
+        mounts=_batch_apis(shared, batches, files, deleter),
         services=[
             *_webhook_services(shared),
             files,  # the Files API's expiry sweep, on every replica
             *([pool_services] if pool_services is not None else []),
             openai_finalizer,  # §14 output/error files, on every replica
             expiry,  # on every replica, whatever RELAY_BATCH_WORKERS
+            *_retention_sweep(shared, deleter, retention),
         ],
         workers=pool_services,
     )
@@ -129,6 +147,7 @@ def _worker_pool(
         instance_id=settings.instance_id,
         item_timeout_s=settings.batch_item_timeout_s,
         translate_max_tokens=settings.translate_default_max_tokens,
+        metrics=shared.metrics,  # upstream latency (source="batch"), tokens and cost, as live requests
     )
     pool = WorkerPool(
         store=batch_store,
@@ -155,6 +174,22 @@ def _pool_services(liveness: Liveness, pool: WorkerPool) -> Services:
     return Services([Stage("batch worker row", liveness.register, liveness.forget), pool, liveness])
 
 
+def _retention_sweep(shared: Shared, deleter: BatchDeleter, metrics: RetentionMetrics) -> list[Service]:
+    """On every replica (one sweeps at a time), only when a retention is set: nothing runs otherwise."""
+    settings = shared.settings
+    if settings.batch_retention_days == 0 and settings.usage_retention_days == 0:
+        return []
+    sweeper = RetentionSweeper(
+        shared.engine,
+        deleter,
+        metrics,
+        batch_days=settings.batch_retention_days,
+        usage_days=settings.usage_retention_days,
+        every_s=settings.retention_sweep_s,
+    )
+    return [sweeper]
+
+
 def _webhook_services(shared: Shared) -> list[Service]:
     """Every replica delivers (SPEC §10.10), on a client of its own (the webhook timeout)."""
     settings = shared.settings
@@ -174,7 +209,7 @@ def _webhook_services(shared: Shared) -> list[Service]:
 
 
 def _batch_apis(
-    shared: Shared, batches: BatchService, files: FileService, payloads: PayloadStores
+    shared: Shared, batches: BatchService, files: FileService, deleter: BatchDeleter
 ) -> dict[str, ASGIApp]:
     settings = shared.settings
     snapshot = shared.snapshot
@@ -187,7 +222,7 @@ def _batch_apis(
     message_batches = MessageBatches(
         shared.engine,
         batches,
-        payloads,
+        deleter,
         max_items=settings.batch_max_items,
         max_json_depth=settings.max_json_depth,
     )

@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp
 
 from relay.batch_apis.files_service import FileService
+from relay.batches.deleter import BatchDeleter
 from relay.batches.service import BatchService
 from relay.boot.shared import Shared
 from relay.control.app import build_control_app
@@ -33,10 +34,16 @@ from relay.control.services.webhooks import WebhookDeliveries
 
 
 def build_control_plane(
-    shared: Shared, keys: KeyService, applier: ApplyService, batches: BatchService, files: FileService
+    shared: Shared,
+    keys: KeyService,
+    applier: ApplyService,
+    batches: BatchService,
+    files: FileService,
+    *,
+    deleter: BatchDeleter,
 ) -> ASGIApp:
     settings, secrets, engine = shared.settings, shared.secrets, shared.engine
-    admin_batches = BatchAdmin(engine, batches)
+    admin_batches = BatchAdmin(engine, batches, deleter)
     webhook_deliveries = WebhookDeliveries(shared.catalog, engine)
     # One for POST /api/auth/login and the dashboard's sign-in; counted across replicas with Redis.
     login_throttle = LoginThrottle(shared.state if settings.redis_url else None)

@@ -30,7 +30,7 @@ from relay.state import RedisState, SharedState, open_state
 from relay.store.engine import create_engine
 from relay.store.migrate import upgrade_to_head
 from relay.store.notify import ChangeFeed, PostgresChangeFeed
-from relay.telemetry.metrics import Metrics
+from relay.telemetry.metrics import Metrics, no_created_series
 from relay.upstream import Upstream
 from relay.usage.writer import UsageWriter
 
@@ -72,6 +72,7 @@ def build_shared(settings: Settings) -> Shared:
     # never meets the usage writer's commits with "database is locked" (no-op on Postgres).
     writes = engine.execution_options(sqlite_begin="IMMEDIATE")
     catalog = CatalogService(writes, box, reloader.reload)
+    no_created_series()  # before any metric exists: no counter exports a _created series
     registry = CollectorRegistry()
     revision = Gauge("relay_catalog_revision", "Catalog revision this replica serves", registry=registry)
     revision.set_function(lambda: reloader.snapshot.revision)

@@ -110,7 +110,7 @@ USER = Kind(
     write_only=("password",),
 )
 
-HOST = Kind("Host", "hosts", "hst", t.hosts, spec.HostSpec, plain=("base_url", "enabled"))
+HOST = Kind("Host", "hosts", "hst", t.hosts, spec.HostSpec, plain=("base_url", "enabled"), json=("breaker",))
 
 HOST_KEY = Kind(
     "HostKey",

@@ -51,6 +51,7 @@ class BatchRecord:
     expires_at: datetime | None = None
     cancel_requested_at: datetime | None = None  # set by every cancel
     api_status: str | None = None  # façade-owned (e.g. OpenAI's "validating"); the engine only stores it
+    retry_of: str | None = None  # a retry batch (SPEC §17): the id of the batch it was made from
 
 
 class ItemState(NamedTuple):
@@ -65,6 +66,7 @@ class ResultRow(NamedTuple):
     response: ResponseRef | None  # completed: where its body is (None: a per-item file of old versions)
     custom_id: str | None = None  # the caller's name for the item (§14/§15), None for §10 items
     status: int | None = None  # the upstream's HTTP status when one answered
+    source_idx: int | None = None  # a retry batch's item (SPEC §17): its idx in the original
 
 
 @dataclass(frozen=True, slots=True)

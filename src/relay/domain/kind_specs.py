@@ -29,6 +29,7 @@ from pydantic import (
 )
 
 from relay.domain.batch_policy import BatchPolicy
+from relay.domain.breaker import DEFAULT_MAX_OPEN_S, MAX_OPEN_S, MAX_THRESHOLD, MAX_WINDOW_S
 from relay.domain.grants import parse_grant
 from relay.domain.ids import NAME_PATTERN
 from relay.domain.ratelimits import RateLimit
@@ -85,8 +86,18 @@ class UserSpec(_Named):
         return value
 
 
+class BreakerSpec(_Strict):
+    """A host's breaker tuning (SPEC §6); every field optional, its default the untuned breaker's."""
+
+    threshold: int = Field(1, ge=1, le=MAX_THRESHOLD)
+    window_s: float = Field(10.0, gt=0, le=MAX_WINDOW_S)
+    max_open_s: float = Field(float(DEFAULT_MAX_OPEN_S), ge=1, le=MAX_OPEN_S)
+
+
 class HostSpec(_Named):
     base_url: str = Field(max_length=2048)
+    # None: the untuned breaker (the first 5xx or connection error opens a key, for 1, 2, 4 … 60 s).
+    breaker: BreakerSpec | None = None
     enabled: bool = True
 
     @field_validator("base_url")

@@ -198,7 +198,7 @@ class InferenceApp:
     ) -> None:
         """Answers that never reach the live handler are counted and logged here (SPEC §12)."""
         if self._metrics is not None:
-            self._metrics.requests.labels(route, shape, str(status)).inc()
+            self._metrics.requests.labels(route, shape, str(status), "").inc()  # never routed: no model
         line = {"request_id": request_id, "route": route, "status": status, **fields}
         line["latency_ms"] = int((time.perf_counter() - started) * 1000)
         log.info("request", extra=line)

@@ -104,12 +104,15 @@ class LiveRecorder:
     ) -> None:
         latency_ms = int((time.perf_counter() - ctx.started) * 1000)
         answered = refused_status if refused_status is not None else status
-        self._metrics.requests.labels(ctx.path, ctx.inbound_shape, str(answered)).inc()
+        metrics = self._metrics
+        plan = ctx.plan
+        model = plan.model.name if plan is not None else ""  # the catalog's name: bounded cardinality
+        metrics.requests.labels(ctx.path, ctx.inbound_shape, str(answered), model).inc()
         if outcome is not None:
             overhead = max(0.0, latency_ms / 1000 - outcome.upstream_ms / 1000)
-            self._metrics.overhead.labels(ctx.inbound_shape).observe(overhead)
-            if ctx.plan is not None:
-                self._metrics.upstream_latency.labels(ctx.plan.host.name).observe(outcome.upstream_ms / 1000)
+            metrics.overhead.labels(ctx.inbound_shape).observe(overhead)
+            if plan is not None:
+                metrics.upstream_latency.labels(plan.host.name, "live").observe(outcome.upstream_ms / 1000)
         principal = ctx.principal
         if principal is not None:
             event = usage_event(
@@ -128,6 +131,8 @@ class LiveRecorder:
                 attempts=attempts,
             )
             self._writer.record(event, payload)
+            if outcome is not None:
+                metrics.used(event)
         if not log.isEnabledFor(logging.INFO):
             return
         fields: dict[str, Any] = {

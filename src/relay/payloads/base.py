@@ -12,16 +12,17 @@ batch was submitted under, so switching the setting keeps existing batches reada
 The contract (one test suite runs it against both: tests/integration/payloads/test_contract.py):
 
 * :meth:`~PayloadStore.write_requests` stores every item's request body, durably, before the batch
-  row commits; :meth:`~PayloadStore.read_request` gives one back or raises ``FileNotFoundError``.
+  row commits; :meth:`~PayloadStore.read_request` gives one back or raises ``FileNotFoundError``;
+  :meth:`~PayloadStore.read_requests` gives a group back in one read (a retry copying them).
 * A completed item's response is kept in two steps around the transaction that completes it:
   :meth:`~PayloadStore.keep_response` (while it runs; the file store appends it to its file) then
   :meth:`~PayloadStore.flush` (before that transaction: the appended bytes reach the disk) and
   :meth:`~PayloadStore.save_responses` (inside it: the database store inserts the body, so state and
   body commit together). :meth:`~PayloadStore.read_responses` reads them back by idx, ``None`` where
   this replica cannot.
-* :meth:`~PayloadStore.remove_batch` removes what a deleted batch (SPEC §15 ``DELETE``) left in the
-  store once its rows are gone: the file store's directory (the database store's chunks went with the
-  rows); nothing of another batch.
+* :meth:`~PayloadStore.remove_batch` removes what a deleted batch (SPEC §17 retention, §15 ``DELETE``:
+  ``relay.batches.deleter``) left in the store once its rows are gone: the file store's directory (the
+  database store's chunks went with the item rows); nothing of another batch.
 * The Files API's files (SPEC §14): :meth:`~PayloadStore.open_file` gives a :class:`FileSink` that
   takes the bytes a chunk at a time (nothing whole in memory) and ends with ``commit`` (the bytes are
   durable and whole) or ``discard`` (nothing stays); :meth:`~PayloadStore.read_file` streams them back
@@ -71,6 +72,10 @@ class PayloadStore(Protocol):
     async def remove_batch(self, batch_id: str) -> None: ...  # a deleted batch, once its rows are gone
 
     async def read_request(self, batch_id: str, idx: int) -> bytes: ...
+
+    # Many items' bodies at once (a retry copying them, SPEC §17): one read for the group, every body
+    # present, else FileNotFoundError.
+    async def read_requests(self, batch_id: str, idxs: Sequence[int]) -> dict[int, bytes]: ...
 
     def prefetch_requests(self, batch_id: str, idxs: Sequence[int]) -> Prefetched: ...
 

@@ -103,6 +103,13 @@ class DatabaseStore:
             raise FileNotFoundError(f"batch {batch_id} has no request {idx} in the database")
         return body
 
+    async def read_requests(self, batch_id: str, idxs: Sequence[int]) -> dict[int, bytes]:
+        found = await db.read_bodies(self._engine, batch_id, db.REQUEST, idxs)
+        missing = [idx for idx in idxs if idx not in found]
+        if missing:
+            raise FileNotFoundError(f"batch {batch_id} has no request {missing[0]} in the database")
+        return found
+
     def prefetch_requests(self, batch_id: str, idxs: Sequence[int]) -> Prefetched:
         """Start reading these claimed items' request bodies now, one query for the group; only
         bodies of one chunk of at most ``PREFETCH_BYTES`` come this way (a future answers ``None`` for

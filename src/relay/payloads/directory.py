@@ -24,8 +24,8 @@ a reader sees a whole body or none; bytes a crash left unreferenced are never re
 only from a batch id (validated: ``b_``, ``batch_`` or ``msgbatch_`` + base32), an integer index
 and a file name matched against ``responses-<16 hex>.data``, so nothing a client sends can escape
 the directory. A batch's files are removed only when the batch is gone: a create that did not commit
-(:meth:`PayloadDir.discard_requests`) or a deleted §15 batch (:meth:`PayloadDir.remove_batch`, after its
-rows); only that batch's own directory, never another's.
+(:meth:`PayloadDir.discard_requests`) or a deleted batch (SPEC §17, §15: :meth:`PayloadDir.remove_batch`,
+after its rows); only that batch's own directory, never another's.
 
 Modes: directories 0700 and files 0600 by default, as private as the database and ``master.key``;
 ``group_readable`` (``RELAY_BATCH_PAYLOAD_GROUP_READABLE``) makes what is created from then on 0750 and

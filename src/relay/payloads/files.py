@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sys
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -77,6 +78,18 @@ class FileStore:
 
     async def read_request(self, batch_id: str, idx: int) -> bytes:
         return await asyncio.to_thread(self.dir.read_request, batch_id, idx)
+
+    async def read_requests(self, batch_id: str, idxs: Sequence[int]) -> dict[int, bytes]:
+        return await asyncio.to_thread(self._read_requests, batch_id, idxs)
+
+    def _read_requests(self, batch_id: str, idxs: Sequence[int]) -> dict[int, bytes]:
+        """Each file opened once for the group; a body it could not read whole is read alone (which
+        raises ``FileNotFoundError`` naming what is missing)."""
+        found = self.dir.read_small_requests(batch_id, idxs, sys.maxsize)
+        for idx in idxs:
+            if idx not in found:
+                found[idx] = self.dir.read_request(batch_id, idx)
+        return found
 
     def prefetch_requests(self, batch_id: str, idxs: Sequence[int]) -> Prefetched:
         """Read these claimed items' request bodies of at most ``PREFETCH_BYTES`` in ONE worker-thread

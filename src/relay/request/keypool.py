@@ -26,7 +26,11 @@ Invariants and costs (state calls per request, before the upstream call):
 - the backoff step counts trips: ``failed``/``succeeded`` carry the opening the request saw when it
   chose the key (:class:`Selection`), and the store ignores outcomes of requests sent before the
   key's current state (the failures of requests in flight when it opened, a late success);
-- shared state down fails *open*: no breakers, pool order; a warning at most once a minute.
+- shared state down fails *open*: no breakers, pool order; a warning at most once a minute;
+- a host's ``breaker`` tuning (SPEC §6) is applied by the store inside ``trip``: below its threshold a
+  5xx or connection failure opens nothing (and costs the same one ``trip``);
+- every opening and every closing is logged exactly once, by the request whose ``trip`` wrote the
+  opening or whose ``reset`` deleted it (the store says which), naming the host and key by name.
 """
 
 from __future__ import annotations
@@ -38,9 +42,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from relay.domain.breaker import DEFAULT_TUNING
 from relay.errors import Unavailable
 from relay.request.fail_open import FailOpen
-from relay.snapshot import HostKey, Policy
+from relay.snapshot import Host, HostKey, Policy
 from relay.state import BreakerRecord, SharedState, StateUnavailable
 
 log = logging.getLogger("relay.keypool")
@@ -269,41 +274,58 @@ class KeyPool:
             self._probe_busy[key.id] = (trip_id, now + PROBE_RECHECK_S)
         return won
 
-    async def succeeded(self, key: HostKey, policy: Policy, seen: int = 0) -> None:
+    async def succeeded(self, key: HostKey, policy: Policy, seen: int = 0, host: Host | None = None) -> bool:
         """Close the key's breaker if this request was its half-open probe (``seen``: the opening it
         saw, from :meth:`Selection.seen`); a success of a request that chose the key while it was
-        closed costs nothing. LRU: note the use."""
+        closed costs nothing. LRU: note the use. True when this call closed the breaker (logged)."""
+        closed = False
         try:
             if seen:
-                await self._state.reset(key.id, seen)
+                closed = await self._state.reset(key.id, seen)
+                if closed:
+                    _log_closed(key, host, seen)
             if policy.key_selection == "least_recently_used":
                 await self._state.touch(_lru_name(key), key.id, time.time())
         except StateUnavailable as exc:
             self._fail_open.failed("succeeded", exc)
+        return closed
 
-    async def failed(self, key: HostKey, failure: Failure, seen: int | None = 0) -> None:
-        """Open the key's breaker as ``failure`` demands (a short 429 does not trip: nothing is sent).
+    async def failed(
+        self, key: HostKey, failure: Failure, seen: int | None = 0, host: Host | None = None
+    ) -> BreakerRecord | None:
+        """Open the key's breaker as ``failure`` demands (a short 429 does not trip: nothing is sent),
+        under ``host``'s breaker tuning (SPEC §6; none given: the untuned breaker).
 
         ``seen`` is the opening the request saw when it chose the key (0: closed): a 5xx or connection
         failure only opens the key (or raises its step) if nobody changed the breaker since, so the
         failures of requests that were in flight when it opened count for nothing. ``None``: always.
+        Returns the key's breaker record after this failure (``opened`` set when this call opened or
+        reopened it: that call logs the opening), or ``None`` when the key is still closed (below the
+        host's threshold, or shared state did not answer).
         """
         if not failure.trips:
             if seen:  # a probe that neither trips nor closes the key gives the probe back
                 await self.release(key, seen)
-            return
+            return None
         reason = _REASONS[failure.kind]
+        tuning = host.breaker if host is not None else DEFAULT_TUNING
         try:
             if failure.kind == "auth":
-                await self._state.trip(key.id, reason=reason, version=key.version, permanent=True)
+                record = await self._state.trip(key.id, reason=reason, version=key.version, permanent=True)
             elif failure.kind == "rate_limited" and failure.retry_after is not None:
-                await self._state.trip(
+                record = await self._state.trip(
                     key.id, reason=reason, version=key.version, retry_after=failure.retry_after
                 )
             else:
-                await self._state.trip(key.id, reason=reason, version=key.version, seen=seen)
+                record = await self._state.trip(
+                    key.id, reason=reason, version=key.version, seen=seen, tuning=tuning
+                )
         except StateUnavailable as exc:
             self._fail_open.failed("failed", exc)
+            return None
+        if record is not None and record.opened:
+            _log_opened(key, host, record)
+        return record
 
     async def release(self, key: HostKey, seen: int) -> None:
         """Give back the half-open probe of opening ``seen`` (see ``State.release_probe``)."""
@@ -320,6 +342,47 @@ class KeyPool:
             return eligible
         by_id = {key.id: key for key in eligible}
         return [by_id[key_id] for key_id in order]
+
+
+def _log_opened(key: HostKey, host: Host | None, record: BreakerRecord) -> None:
+    """The one line per opening (SPEC §6): host and key by name, why, and for how long."""
+    open_for = None if record.open_until is None else round(max(0.0, record.open_until - time.time()), 3)
+    log.warning(
+        'breaker opened: key "%s" of host "%s" (%s), %s',
+        key.name,
+        host.name if host is not None else key.host_id,
+        record.reason,
+        "until the key is edited" if open_for is None else f"for {open_for:g} s",
+        extra={
+            "event": "breaker_opened",
+            "host": host.name if host is not None else None,
+            "host_key_name": key.name,
+            "host_key_id": key.id,
+            "reason": record.reason,
+            "open_for_s": open_for,
+            "step": record.failures,
+        },
+    )
+
+
+def _log_closed(key: HostKey, host: Host | None, trip_id: int) -> None:
+    """The one line per closing: the probe that closed it succeeded; ``open_for_s`` is how long the key
+    had been open since the opening the probe was sent in (its ``trip_id`` is that opening's time, ms)."""
+    open_for = round(max(0.0, time.time() - trip_id / 1000), 3)
+    log.info(
+        'breaker closed: key "%s" of host "%s" answered again after %g s open',
+        key.name,
+        host.name if host is not None else key.host_id,
+        open_for,
+        extra={
+            "event": "breaker_closed",
+            "host": host.name if host is not None else None,
+            "host_key_name": key.name,
+            "host_key_id": key.id,
+            "reason": "probe_succeeded",
+            "open_for_s": open_for,
+        },
+    )
 
 
 def _counter_name(policy: Policy, key: HostKey) -> str:

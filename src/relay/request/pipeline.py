@@ -27,9 +27,11 @@ from relay.request.fallbacks import Fallbacks, Route, is_trigger
 from relay.request.keypool import MAX_ATTEMPTS, Failure, KeyPool, classify
 from relay.request.ratelimit import RateLimiter, Reservation
 from relay.request.routing import Plan
-from relay.snapshot import HostKey
+from relay.snapshot import Host, HostKey
 from relay.telemetry.metrics import Metrics
 from relay.upstream import Upstream, UpstreamConnectionError, UpstreamResponse, UpstreamTimeout
+
+_CONNECTION_FAILED = Failure("connection", 0, None)
 
 
 class UpstreamUnavailable(RelayError):
@@ -124,12 +126,15 @@ class Pipeline:
         self._pool = pool
         self._metrics = metrics
 
-    async def _failed(self, key: HostKey, failure: Failure, seen: int) -> None:
-        await self._pool.failed(key, failure, seen)
-        if self._metrics is not None:
-            self._metrics.breaker_trips.labels(key.id, failure.kind).inc()
-            if failure.trips:
-                self._metrics.breaker_open.labels(key.id).set(1)
+    async def _failed(self, key: HostKey, failure: Failure, seen: int, host: Host, status: str) -> None:
+        """Record a failed attempt on the key's breaker (under the host's tuning) and in the metrics."""
+        record = await self._pool.failed(key, failure, seen, host)
+        metrics = self._metrics
+        if metrics is not None:
+            metrics.upstream_errors.labels(host.name, key.name, status).inc()
+            metrics.breaker_trips.labels(key.id, key.name, failure.kind).inc()
+            if record is not None:
+                metrics.breaker_open.labels(key.id, key.name).set(1)
 
     async def run(self, call: Call, reservation: Reservation | None = None) -> Outcome:
         """Run the call. ``reservation``: the call's admission made beforehand (a batch item's
@@ -229,8 +234,9 @@ class Pipeline:
                 response = await self._upstream.post(
                     plan.host.base_url + request.path, request.headers, request.body
                 )
-            except (UpstreamConnectionError, UpstreamTimeout):
-                await self._failed(key, Failure("connection", 0, None), seen)
+            except (UpstreamConnectionError, UpstreamTimeout) as exc:
+                status = "timeout" if isinstance(exc, UpstreamTimeout) else "connection"
+                await self._failed(key, _CONNECTION_FAILED, seen, plan.host, status)
                 last_status = 0
                 continue
             except BaseException:  # cancelled (an item's timeout, a client gone): free a won probe
@@ -240,12 +246,14 @@ class Pipeline:
             failure = classify(response.status, response.headers.get("retry-after"))
             if failure is not None:
                 response.discard()
-                await self._failed(key, failure, seen)
+                await self._failed(key, failure, seen, plan.host, str(response.status))
                 last_status = response.status
                 continue
-            await self._pool.succeeded(key, call.principal.policy, seen)
+            await self._pool.succeeded(key, call.principal.policy, seen, plan.host)
             if self._metrics is not None:
-                self._metrics.breaker_open.labels(key.id).set(0)
+                self._metrics.breaker_open.labels(key.id, key.name).set(0)
+                if response.status >= 400:  # an error the caller gets as it is (400, 404, 422 …)
+                    self._metrics.upstream_errors.labels(plan.host.name, key.name, str(response.status)).inc()
             return await self._answer(
                 call, response, attempts, key.id, reservation, started, request.strip_usage_chunk
             )

@@ -22,6 +22,7 @@ from types import MappingProxyType
 from typing import Any
 
 from relay.domain.batch_policy import DEFAULT_BATCH_POLICY, BatchPolicy
+from relay.domain.breaker import DEFAULT_TUNING, BreakerTuning
 from relay.domain.grants import Grant, parse_grant
 from relay.domain.ratelimits import RateLimitRule
 from relay.pricing import NanoPrices, nano_prices
@@ -95,10 +96,17 @@ class Host:
     name: str
     base_url: str
     enabled: bool
+    breaker: BreakerTuning = DEFAULT_TUNING  # SPEC §6 tuning; the key pool applies it on every failure
 
     @classmethod
     def from_row(cls, row: Row) -> Host:
-        return cls(row["id"], row["name"], row["base_url"], row["enabled"])
+        return cls(
+            row["id"],
+            row["name"],
+            row["base_url"],
+            row["enabled"],
+            BreakerTuning.from_json(row.get("breaker")),
+        )
 
 
 @dataclass(frozen=True, slots=True)

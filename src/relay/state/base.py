@@ -19,15 +19,16 @@ Invariants every implementation keeps (the contract suite in ``tests/state`` che
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
+from relay.domain.breaker import DEFAULT_MAX_OPEN_S, DEFAULT_TUNING, BreakerTuning
 from relay.errors import Unavailable
 
 LimitKind = Literal["window", "window_peek", "concurrency"]
 
-#: Exponential breaker backoff is 1, 2, 4 … seconds, capped here (SPEC §6).
-MAX_BACKOFF_S = 60
+#: Exponential breaker backoff is 1, 2, 4 … seconds, capped here unless the host says otherwise (SPEC §6).
+MAX_BACKOFF_S = DEFAULT_MAX_OPEN_S
 #: A breaker record outlives its ``open_until`` by this much, so repeated failures keep climbing the
 #: backoff ladder while a key that stays quiet forgets its history.
 BREAKER_TTL_AFTER_OPEN_S = 600
@@ -51,11 +52,11 @@ class StateUnavailable(Unavailable):
     code = "state_unavailable"
 
 
-def backoff_s(failures: int) -> int:
-    """Seconds a breaker stays open after its ``failures``-th consecutive failure: 1, 2, 4 … 60."""
-    if failures >= 7:  # 2**6 = 64 is already past the cap; also avoids huge powers
-        return MAX_BACKOFF_S
-    return min(MAX_BACKOFF_S, 2 ** max(0, failures - 1))
+def backoff_s(failures: int, cap: float = MAX_BACKOFF_S) -> float:
+    """Seconds a breaker stays open after its ``failures``-th consecutive trip: 1, 2, 4 … ``cap``
+    (the host's ``breaker.max_open_s``, SPEC §6; 60 s by default)."""
+    # 2**40 s is far past any cap a host may set; bounding the power avoids huge integers.
+    return min(cap, 2 ** min(40, max(0, failures - 1)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +112,9 @@ class BreakerRecord:
     reason: str
     version: str
     trip_id: int = 0
+    #: Set only on the record :meth:`SharedState.trip` returns: True when that very call opened (or
+    #: reopened) the key, so exactly one caller across replicas logs the opening (SPEC §6). Not stored.
+    opened: bool = field(default=False, compare=False)
 
 
 @runtime_checkable
@@ -163,11 +167,18 @@ class SharedState(Protocol):
         retry_after: float | None = None,
         permanent: bool = False,
         seen: int | None = None,
+        tuning: BreakerTuning = DEFAULT_TUNING,
     ) -> BreakerRecord | None:
         """Open a breaker: ``permanent`` → until the version changes; ``retry_after`` → for at least that
-        long, failures unchanged; otherwise failures += 1 and backoff 1, 2, 4 … 60 s. A record of another
-        version is treated as absent (an edited key starts with a clean history); a permanent record of
-        the same version stays as it is (a late 5xx must not shorten an auth failure).
+        long, failures unchanged; otherwise failures += 1 and backoff 1, 2, 4 … ``tuning.max_open_s``.
+        A record of another version is treated as absent (an edited key starts with a clean history); a
+        permanent record of the same version stays as it is (a late 5xx must not shorten an auth failure).
+
+        A backoff failure of a *closed* key (no record) opens it only if it is the
+        ``tuning.threshold``-th one within ``tuning.window_s`` (every replica's failures count: the
+        recent failure times are kept beside the record, in the same atomic step); below the threshold
+        nothing opens and ``None`` is returned. A failed half-open probe reopens at once. The returned
+        record has ``opened`` set when this call wrote a new opening.
 
         ``seen`` (backoff trips only): the ``trip_id`` the failed request saw when it chose the key (0:
         closed). If the key's record has changed since (another request already tripped it), this
@@ -176,9 +187,10 @@ class SharedState(Protocol):
         """
         ...
 
-    async def reset(self, key_id: str, seen: int | None = None) -> None:
+    async def reset(self, key_id: str, seen: int | None = None) -> bool:
         """Close the breaker (a success): delete its record — only if its ``trip_id`` is ``seen`` when
-        given (a success of a request sent before a later opening does not close it)."""
+        given (a success of a request sent before a later opening does not close it). True when this
+        call deleted a record (the one caller that logs the closing)."""
         ...
 
     async def claim_probe(self, key_id: str, trip_id: int, hold_s: float) -> bool:

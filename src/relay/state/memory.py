@@ -16,7 +16,9 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
+from relay.domain.breaker import DEFAULT_TUNING, BreakerTuning
 from relay.state.base import (
     ADMITTED,
     BREAKER_TTL_AFTER_OPEN_S,
@@ -41,6 +43,9 @@ class MemoryState:
         self._leases: dict[str, dict[str, float]] = {}
         # key_id -> (record, forget_at)
         self._breakers: dict[str, tuple[BreakerRecord, float]] = {}
+        # key_id -> (times of its latest failures while closed, oldest first; forget at): for a host
+        # whose breaker threshold is above 1 (SPEC §6), at most ``threshold`` entries
+        self._failures: dict[str, tuple[list[float], float]] = {}
         # key_id -> (trip_id, held until): the half-open probe taken for that opening
         self._probes: dict[str, tuple[int, float]] = {}
         self._counters: dict[str, int] = {}
@@ -88,6 +93,8 @@ class MemoryState:
             del self._breakers[key_id]
         for key_id in [k for k, (_t, until) in self._probes.items() if until <= now]:
             del self._probes[key_id]
+        for key_id in [k for k, (_times, forget_at) in self._failures.items() if forget_at <= now]:
+            del self._failures[key_id]
 
     async def reserve(self, checks: Sequence[LimitCheck], lease_id: str, lease_s: float) -> Verdict:
         now = time.time()
@@ -192,6 +199,7 @@ class MemoryState:
         retry_after: float | None = None,
         permanent: bool = False,
         seen: int | None = None,
+        tuning: BreakerTuning = DEFAULT_TUNING,
     ) -> BreakerRecord | None:
         now = time.time()
         previous = self._record(key_id, now)
@@ -200,12 +208,16 @@ class MemoryState:
         failures = 0
         current = 0
         if previous is not None:
-            if previous.open_until is None and not permanent:
+            if previous.open_until is None:
                 return previous  # auth failure is sticky: only a new version (or reset) reopens the key
             failures, current = previous.failures, previous.trip_id
         backoff = not permanent and retry_after is None
         if backoff and seen is not None and seen != current:
             return previous  # sent before the key's current state: counts for nothing (SPEC §6)
+        counted = backoff and previous is None and tuning.threshold > 1
+        if counted and not self._nth_failure(key_id, now, tuning):
+            return None  # a closed key opens on the threshold-th failure within the window
+        self._failures.pop(key_id, None)
         trip_id = max(current + 1, int(now * 1000))
         open_until: float | None
         if permanent:
@@ -213,7 +225,7 @@ class MemoryState:
         else:
             if backoff:
                 failures += 1
-                open_until = now + backoff_s(failures)
+                open_until = now + backoff_s(failures, tuning.max_open_s)
             else:
                 open_until = now + (retry_after or 0.0)
                 if previous is not None and previous.open_until is not None:
@@ -222,15 +234,25 @@ class MemoryState:
         record = BreakerRecord(open_until, failures, reason, version, trip_id)
         self._breakers[key_id] = (record, forget_at)
         self._probes.pop(key_id, None)
-        return record
+        return replace(record, opened=True)
 
-    async def reset(self, key_id: str, seen: int | None = None) -> None:
+    def _nth_failure(self, key_id: str, now: float, tuning: BreakerTuning) -> bool:
+        """Note a failure of a closed key; True if it is the ``threshold``-th within ``window_s``."""
+        entry = self._failures.get(key_id)
+        times = entry[0] if entry is not None and entry[1] > now else []
+        times.append(now)
+        del times[: -tuning.threshold]
+        self._failures[key_id] = (times, now + tuning.window_s)
+        return len(times) >= tuning.threshold and now - times[0] <= tuning.window_s
+
+    async def reset(self, key_id: str, seen: int | None = None) -> bool:
         if seen is not None:
             entry = self._breakers.get(key_id)
             if entry is None or entry[0].trip_id != seen:
-                return  # a success of a request sent before the current opening closes nothing
-        self._breakers.pop(key_id, None)
+                return False  # a success of a request sent before the current opening closes nothing
+        closed = self._breakers.pop(key_id, None) is not None
         self._probes.pop(key_id, None)
+        return closed
 
     async def claim_probe(self, key_id: str, trip_id: int, hold_s: float) -> bool:
         now = time.time()

@@ -37,12 +37,12 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from relay.domain.breaker import DEFAULT_TUNING, BreakerTuning
 from relay.state import scripts
 from relay.state.base import (
     ADMITTED,
     BREAKER_TTL_AFTER_OPEN_S,
     EXPIRY_SLACK_S,
-    MAX_BACKOFF_S,
     PERMANENT_BREAKER_TTL_S,
     BreakerRecord,
     LimitCheck,
@@ -58,7 +58,6 @@ from relay.state.watch import BreakerWatch
 _SLACK_MS = EXPIRY_SLACK_S * 1000
 _TTL_AFTER_OPEN_MS = BREAKER_TTL_AFTER_OPEN_S * 1000
 _PERMANENT_TTL_MS = PERMANENT_BREAKER_TTL_S * 1000
-_MAX_BACKOFF_MS = MAX_BACKOFF_S * 1000
 
 log = logging.getLogger("relay.state")
 
@@ -110,6 +109,7 @@ class RedisState:
         self._rl = prefix + "rl:"
         self._cc = prefix + "cc:"
         self._br = prefix + "br:"
+        self._bf = prefix + "bf:"
         self._rr = prefix + "rr:"
         self._lru = prefix + "lru:"
         self._reserve = self._redis.register_script(scripts.RESERVE)
@@ -271,6 +271,7 @@ class RedisState:
         retry_after: float | None = None,
         permanent: bool = False,
         seen: int | None = None,
+        tuning: BreakerTuning = DEFAULT_TUNING,
     ) -> BreakerRecord | None:
         if permanent:
             mode, retry_ms = "permanent", 0
@@ -285,32 +286,35 @@ class RedisState:
             version,
             _TTL_AFTER_OPEN_MS,
             _PERMANENT_TTL_MS,
-            _MAX_BACKOFF_MS,
+            max(1, round(tuning.max_open_s * 1000)),
             self._channel,
             key_id,
             -1 if seen is None else seen,
+            tuning.threshold,
+            max(1, round(tuning.window_s * 1000)),
         )
         if self._gate.down:
             raise self._skipped()
         try:
-            raw = await self._trip(keys=[self._br + key_id], args=args)
+            raw, opened = await self._trip(keys=[self._br + key_id, self._bf + key_id], args=args)
         except RedisError as exc:
             raise self._failed(exc) from exc
         finally:
             self._mirror.changed(key_id)  # also when the outcome is unknown (a timeout)
-        return scripts.decode_breaker(raw) if raw else None
+        return scripts.decode_breaker(raw, opened=bool(opened)) if raw else None
 
-    async def reset(self, key_id: str, seen: int | None = None) -> None:
+    async def reset(self, key_id: str, seen: int | None = None) -> bool:
         if self._gate.down:
             raise self._skipped()
         try:
-            await self._reset(
+            closed = await self._reset(
                 keys=[self._br + key_id], args=[self._channel, key_id, -1 if seen is None else seen]
             )
         except RedisError as exc:
             raise self._failed(exc) from exc
         finally:
             self._mirror.changed(key_id)
+        return bool(closed)
 
     async def claim_probe(self, key_id: str, trip_id: int, hold_s: float) -> bool:
         if self._gate.down:

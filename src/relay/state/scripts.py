@@ -13,6 +13,9 @@ Key layout (``<p>`` is the instance prefix, e.g. ``relay:``; see docs/state.md):
   "v": version, "t": trip_id, "p": probe_held_until_ms}``, no ``o`` when open until the version
   changes, ``p`` only while a half-open probe is held), expires 10 min after ``o`` (7 days when
   permanent);
+- ``<p>bf:<key_id>`` the times (ms) of a closed key's latest 5xx/connection failures (list, at most
+  the host's ``breaker.threshold`` entries, oldest first), expires ``breaker.window_s`` after the last;
+  deleted by the opening it leads to; only written for a threshold above 1;
 - ``<p>rr:<name>`` round-robin counter; ``<p>lru:<name>`` last use per member (sorted set);
 - channel ``<p>breakers``: every change of a breaker record (trip, reset) publishes its key id there,
   from the same script, so replicas that mirror breaker records (``relay.state.mirror``) drop theirs.
@@ -29,8 +32,9 @@ import orjson
 from relay.state.base import BreakerRecord
 
 
-def decode_breaker(raw: str | bytes) -> BreakerRecord:
-    """A breaker record as the scripts store it (``<p>br:<key_id>``, the layout above)."""
+def decode_breaker(raw: str | bytes, *, opened: bool = False) -> BreakerRecord:
+    """A breaker record as the scripts store it (``<p>br:<key_id>``, the layout above); ``opened``:
+    TRIP's word that it wrote this opening."""
     data = orjson.loads(raw)
     open_ms = data.get("o")
     return BreakerRecord(
@@ -39,6 +43,7 @@ def decode_breaker(raw: str | bytes) -> BreakerRecord:
         str(data.get("r", "")),
         str(data.get("v", "")),
         int(data.get("t", 0)),
+        opened,
     )
 
 
@@ -162,12 +167,15 @@ end
 return 0
 """
 
-# KEYS[1]: <p>br:<key_id>.
+# KEYS[1]: <p>br:<key_id>; KEYS[2]: <p>bf:<key_id> (a closed key's recent failure times).
 # ARGV: mode ('permanent' | 'retry' | 'backoff'), retry_after_ms, reason, version,
-#       ttl_after_open_ms, permanent_ttl_ms, max_backoff_ms, channel, key_id, seen (-1: unconditional).
-# Returns the record as JSON (the same encoding as stored; false when a stale failure met no record);
-# publishes key_id on channel if it wrote. ``t`` is the opening's trip id (ms, rising per key), ``p``
-# the half-open probe's hold (ms; written by PROBE, dropped by any new opening).
+#       ttl_after_open_ms, permanent_ttl_ms, max_backoff_ms, channel, key_id, seen (-1: unconditional),
+#       threshold, window_ms.
+# Returns {record as JSON (the same encoding as stored; '' when there is none), 1 if this call wrote
+# the opening else 0}; publishes key_id on channel if it wrote. A backoff failure of a closed key (no
+# record) opens it only as the threshold-th failure within window_ms (SPEC §6 tuning). ``t`` is the
+# opening's trip id (ms, rising per key), ``p`` the half-open probe's hold (ms; written by PROBE,
+# dropped by any new opening).
 TRIP = """
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -180,7 +188,8 @@ if raw then
   local ok, old = pcall(cjson.decode, raw)
   if ok and type(old) == 'table' and old.v == ARGV[4] and tonumber(old.f) then
     -- an auth failure is sticky: only a new version (or a reset) reopens the key
-    if old.o == nil and mode ~= 'permanent' then return raw end
+    -- (a second 401 of the same version finds it open already: nothing is written or logged)
+    if old.o == nil then return {raw, 0} end
     failures = tonumber(old.f)
     current = tonumber(old.t) or 0
     old_open = tonumber(old.o)
@@ -190,7 +199,17 @@ if raw then
 end
 local seen = tonumber(ARGV[10])
 -- a failure of a request that chose the key before its current state: counts for nothing
-if mode == 'backoff' and seen >= 0 and seen ~= current then return raw end
+if mode == 'backoff' and seen >= 0 and seen ~= current then return {raw or '', 0} end
+local threshold = tonumber(ARGV[11])
+if mode == 'backoff' and not raw and threshold > 1 then
+  local window_ms = tonumber(ARGV[12])
+  redis.call('RPUSH', KEYS[2], now_ms)
+  redis.call('LTRIM', KEYS[2], -threshold, -1)
+  redis.call('PEXPIRE', KEYS[2], window_ms)
+  local oldest = tonumber(redis.call('LINDEX', KEYS[2], 0))
+  if redis.call('LLEN', KEYS[2]) < threshold or now_ms - oldest > window_ms then return {'', 0} end
+end
+redis.call('DEL', KEYS[2])
 local trip_id = now_ms
 if trip_id <= current then trip_id = current + 1 end
 local record = {f = failures, r = ARGV[3], v = ARGV[4], t = trip_id}
@@ -206,7 +225,7 @@ else
     failures = failures + 1
     record.f = failures
     open_ms = tonumber(ARGV[7])
-    if failures <= 7 then open_ms = math.min(open_ms, 1000 * 2 ^ (failures - 1)) end
+    if failures <= 41 then open_ms = math.min(open_ms, 1000 * 2 ^ (failures - 1)) end
   end
   record.o = now_ms + open_ms
   ttl_ms = open_ms + tonumber(ARGV[5])
@@ -214,11 +233,12 @@ end
 local encoded = cjson.encode(record)
 redis.call('SET', KEYS[1], encoded, 'PX', math.max(1, math.floor(ttl_ms)))
 redis.call('PUBLISH', ARGV[8], ARGV[9])
-return encoded
+return {encoded, 1}
 """
 
 # KEYS[1]: <p>br:<key_id>. ARGV: channel, key_id, seen (-1: unconditional).
-# Closes the breaker (only the opening ``seen`` when given); publishes if it deleted a record.
+# Closes the breaker (only the opening ``seen`` when given); publishes and returns 1 if it deleted a
+# record, else 0.
 RESET = """
 local seen = tonumber(ARGV[3])
 if seen >= 0 then
@@ -227,7 +247,10 @@ if seen >= 0 then
   local ok, old = pcall(cjson.decode, raw)
   if ok and type(old) == 'table' and (tonumber(old.t) or 0) ~= seen then return 0 end
 end
-if redis.call('DEL', KEYS[1]) == 1 then redis.call('PUBLISH', ARGV[1], ARGV[2]) end
+if redis.call('DEL', KEYS[1]) == 1 then
+  redis.call('PUBLISH', ARGV[1], ARGV[2])
+  return 1
+end
 return 0
 """
 

@@ -68,6 +68,9 @@ batches = Table(
     # file ids, errors, per-state timestamps): the engine stores them, never reads them.
     Column("api_status", String(16), nullable=True),
     Column("api_data", JSONType, nullable=True),
+    # A retry batch (SPEC §17): the batch it was made from. No foreign key: the original may be deleted
+    # (retention) while the retry stays readable, still naming where it came from.
+    Column("retry_of", ID, nullable=True),
     CheckConstraint("status IN ('queued', 'cancelled')", name="status"),
     CheckConstraint("api IN ('relay', 'openai', 'anthropic')", name="api"),
     CheckConstraint("payload_store IN ('files', 'database')", name="payload_store"),
@@ -116,6 +119,7 @@ batch_items = Table(
     Column("response_offset", BigInteger, nullable=True),
     Column("response_length", Integer, nullable=True),
     Column("custom_id", Text, nullable=True),  # §14/§15: the caller's name for the item
+    Column("source_idx", Integer, nullable=True),  # a retry batch's item (§17): its idx in the original
     PrimaryKeyConstraint("batch_id", "idx"),
     CheckConstraint("idx >= 0", name="idx_not_negative"),
     CheckConstraint("state IN ('available', 'running', 'completed', 'discarded', 'cancelled')", name="state"),
@@ -177,6 +181,16 @@ batch_workers = Table(
     Column("instance_id", String(200), primary_key=True),
     _ts("started_at"),
     _ts("heartbeat_at"),
+)
+
+# Fair share across projects (SPEC §17): when a claim last served each project. The claim serves the
+# project whose turn is oldest (never-served first); a row outlives the project's batches, so a project
+# whose batch just finished does not jump the queue with its next one. One small row per project.
+batch_project_turns = Table(
+    "batch_project_turns",
+    metadata,
+    Column("project_id", ID, primary_key=True),
+    _ts("last_claimed_at"),
 )
 
 # The Files API's files (SPEC §14): uploads (purpose ``batch``) and the output and error files Relay

@@ -3,7 +3,9 @@
 What it does. :func:`find_answer` reads the answer stored for ``(owner, key)`` within the window;
 :func:`record_answer` writes one inside the caller's transaction (the create's), first removing a row
 of the same pair older than the window, so a key can be used again after 24 h; :func:`delete_older`
-removes up to ``limit`` rows past the window (a periodic sweep: keys never used again stay otherwise).
+removes up to ``limit`` rows past the window (a periodic sweep: keys never used again stay otherwise);
+:func:`delete_answers_naming` removes an owner's rows whose answer is the create of one batch (SPEC §17: a
+deleted batch's idempotency rows go with it, so a repeat cannot answer an id that no longer exists).
 
 What it deliberately does not know. What a fingerprint covers, what an answer is, HTTP.
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+import orjson
 from sqlalchemy import delete, insert, literal, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -87,3 +90,31 @@ async def delete_older(engine: AsyncEngine, cutoff: datetime, limit: int) -> int
     async with engine.begin() as conn:
         result = await conn.execute(delete(K).where(tuple_(K.c.owner, K.c.key).in_(old)))
     return int(result.rowcount or 0)
+
+
+async def delete_answers_naming(engine: AsyncEngine, owner: str, batch_id: str, created_at: datetime) -> int:
+    """Delete ``owner``'s rows whose stored answer is the create of ``batch_id`` (its top-level ``id``:
+    a retry's answer names its original as ``retry_of`` and is kept); how many went. The create wrote
+    its row with the batch's own ``created_at``, so only the owner's rows of that second are read."""
+    near = (created_at - timedelta(seconds=1), created_at + timedelta(seconds=1))
+    query = select(K.c.key, K.c.body).where(
+        K.c.owner == owner,
+        K.c.created_at >= literal(near[0], t.UTCDateTime()),
+        K.c.created_at <= literal(near[1], t.UTCDateTime()),
+    )
+    async with engine.connect() as conn:
+        rows = (await conn.execute(query)).all()
+    keys = [key for key, body in rows if _answer_id(bytes(body)) == batch_id]
+    if not keys:
+        return 0
+    async with engine.execution_options(sqlite_begin="IMMEDIATE").begin() as conn:
+        result = await conn.execute(delete(K).where(K.c.owner == owner, K.c.key.in_(keys)))
+    return int(result.rowcount or 0)
+
+
+def _answer_id(body: bytes) -> object:
+    try:
+        answer = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    return answer.get("id") if isinstance(answer, dict) else None

@@ -1,19 +1,15 @@
-"""What the Anthropic Message Batches façade (SPEC §15) reads and deletes in the batch tables.
+"""What the Anthropic Message Batches façade (SPEC §15) reads in the batch tables.
 
 What it does. :func:`request_counts` counts a page of batches' items the way a MessageBatch shows them
-(``processing``, ``succeeded``, ``errored``, ``canceled``, ``expired``) in one GROUP BY;
-:func:`delete_ended` removes an ended batch, its items and its bodies kept in the database (one
-transaction, the caller's).
+(``processing``, ``succeeded``, ``errored``, ``canceled``, ``expired``) in one GROUP BY.
 
-What it deliberately does not know. HTTP, the owner rule (the façade checks it before calling) and the
-payload files of ``RELAY_BATCH_PAYLOAD_STORE=files`` (never removed: SPEC §10.7). Usage events stay:
-they are the record of what ran and was priced (SPEC §8).
+What it deliberately does not know. HTTP, the owner rule (the façade checks it before calling), and
+deleting a batch (SPEC §17's one deletion: ``relay.batches.deleter`` over ``relay.store.retention``).
 
 Invariants. An item is counted once: ``available``/``running`` are ``processing``, ``completed`` is
 ``succeeded``, ``discarded`` is ``errored``, ``cancelled`` is ``expired`` when the engine's expiry
 cancelled it (its error starts ``expired: ``, ``relay.domain.batches.expired_error``) and ``canceled``
-otherwise; so the five always sum to the batch's item count. :func:`delete_ended` deletes nothing of
-a batch that has not ended.
+otherwise; so the five always sum to the batch's item count.
 """
 
 from __future__ import annotations
@@ -21,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from sqlalchemy import and_, case, delete, func, literal_column, select
+from sqlalchemy import and_, case, func, literal_column, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from relay.store import tables as t
@@ -62,16 +58,3 @@ async def request_counts(conn: AsyncConnection, batch_ids: Sequence[str]) -> dic
         key = "expired" if is_expired else _STATE_KEYS[state]
         out[batch_id][key] += int(count)
     return out
-
-
-async def delete_ended(conn: AsyncConnection, batch_id: str) -> bool:
-    """Delete the batch, its items and its database-held bodies when it has ended (``completed_at``
-    set); False (nothing deleted) when it has not, or does not exist."""
-    gone = await conn.execute(
-        delete(B).where(B.c.id == batch_id, B.c.completed_at.is_not(None)).returning(B.c.id)
-    )
-    if gone.first() is None:
-        return False
-    await conn.execute(delete(I).where(I.c.batch_id == batch_id))  # SQLite may not cascade
-    await conn.execute(delete(t.payload_chunks).where(t.payload_chunks.c.owner_id == batch_id))
-    return True

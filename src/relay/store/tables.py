@@ -95,6 +95,7 @@ hosts = Table(
     *_common(),
     Column("base_url", String(2048), nullable=False),
     Column("enabled", Boolean, nullable=False, server_default="1"),
+    Column("breaker", JSONType, nullable=True),  # {"threshold", "window_s", "max_open_s"}; NULL: untuned
 )
 
 host_keys = Table(
@@ -320,6 +321,7 @@ CATALOG_TABLES = (
 # ``tables.<name>`` and the Alembic target keep covering every table.
 from relay.store.batch_tables import (  # noqa: E402
     batch_items,
+    batch_project_turns,
     batch_workers,
     batches,
     files,
@@ -334,6 +336,7 @@ __all__ = [
     "JSONType",
     "UTCDateTime",
     "batch_items",
+    "batch_project_turns",
     "batch_workers",
     "batches",
     "files",

@@ -2,6 +2,11 @@
 
 Nothing here decides what is logged; callers never pass credentials, key values or bodies.
 
+Libraries' lines get the same treatment: uvicorn's ``color_message`` extra (its message again, with
+ANSI colour escapes) is never written, and the lifecycle lines uvicorn writes once per server
+("Started server process", "Shutting down" …) are written once per process, although ``relay serve``
+runs two servers (inference and control) that each write them.
+
 Invariants: formatting never raises (a field no encoder can write — a lone surrogate, an object whose
 ``str`` fails — is escaped or replaced, so a hostile value can neither lose its line nor put a traceback
 on stderr), and no field is longer than ``MAX_FIELD_CHARS`` (a 1 MB model name makes a short line, with
@@ -18,7 +23,13 @@ from typing import Any
 
 import orjson
 
-_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
+# Record attributes that are not fields of the line: the standard ones, and uvicorn's ``color_message``
+# (the message again, with ANSI escapes for a terminal).
+_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
+    "message",
+    "asctime",
+    "color_message",
+}
 
 MAX_FIELD_CHARS = 1024
 """Longest string value in a log line; longer ones keep their head and say how long they were."""
@@ -62,7 +73,7 @@ class JsonFormatter(logging.Formatter):
             "ts": datetime.fromtimestamp(record.created, UTC).isoformat(),
             "level": record.levelname.lower(),
             "logger": record.name,
-            "msg": _message(record),
+            "message": _message(record),
         }
         out.update(_extras(record))
         if record.exc_info:
@@ -92,9 +103,41 @@ class ConsoleFormatter(logging.Formatter):
         return f"{line} {extras}" if extras else line
 
 
+class OncePerProcess(logging.Filter):
+    """Lets each of uvicorn's per-server lifecycle lines through once: ``relay serve`` runs two uvicorn
+    servers in one process, and both write the same "Started server process [pid]", "Shutting down" …
+    Other lines (errors, warnings) always pass. Bounded: only the templates below are remembered."""
+
+    TEMPLATES = frozenset(
+        (
+            "Started server process [%d]",
+            "Finished server process [%d]",
+            "Waiting for application startup.",
+            "Application startup complete.",
+            "Waiting for application shutdown.",
+            "Application shutdown complete.",
+            "Shutting down",
+        )
+    )
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen: set[tuple[str, str]] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg not in self.TEMPLATES:
+            return True
+        line = (str(record.msg), repr(record.args))
+        if line in self._seen:
+            return False
+        self._seen.add(line)
+        return True
+
+
 def configure_logging(level: str, fmt: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else ConsoleFormatter())
+    handler.addFilter(OncePerProcess())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

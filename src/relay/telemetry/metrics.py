@@ -1,15 +1,18 @@
 """Prometheus metrics (SPEC §12), created once per process on the registry ``boot`` owns.
 
-Label sets are small and bounded (route, shape, status class, host-key id), so cardinality stays
-proportional to the catalog, never to traffic. Recording costs a dict lookup and an add: the live
-plane's families are wrapped in :class:`Children`, which keeps each labelled child once it exists.
+Label sets are small and bounded (route, shape, status, the catalog's model, host and host-key names
+and ids), so cardinality stays proportional to the catalog, never to traffic: a model label is the
+catalog model a request was routed to, never the name a caller sent. Recording costs a dict lookup and
+an add: the live plane's families are wrapped in :class:`Children`, which keeps each labelled child
+once it exists. No counter exports a ``_created`` series (boot switches them off with
+:func:`no_created_series` before building the registry).
 """
 
 from __future__ import annotations
 
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
 _Metric = TypeVar("_Metric", Counter, Gauge, Histogram)
 
@@ -55,7 +58,34 @@ _LATENCY_BUCKETS = (
     60,
     300,
 )
+#: A batch item runs from its claim to its answer: seconds to minutes (RELAY_BATCH_ITEM_TIMEOUT_S).
+_ITEM_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 _OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.1)
+
+
+class Metered(Protocol):
+    """What :meth:`Metrics.used` reads of a usage event (``relay.usage.event.UsageEvent``; telemetry sits
+    below usage, so it names the fields, not the class)."""
+
+    @property
+    def model(self) -> str: ...
+    @property
+    def input_tokens(self) -> int: ...
+    @property
+    def output_tokens(self) -> int: ...
+    @property
+    def cached_input_tokens(self) -> int: ...
+    @property
+    def reasoning_tokens(self) -> int | None: ...
+    @property
+    def cost_nanos(self) -> int | None: ...
+
+
+def no_created_series() -> None:
+    """Stop every counter and histogram exporting a ``_created`` series (the time it was created): a
+    series per labelled child that dashboards never chart. prometheus_client keeps this switch per
+    process; boot sets it once, before any metric exists."""
+    disable_created_metrics()
 
 
 class Metrics:
@@ -63,17 +93,36 @@ class Metrics:
         self.requests = Children(
             Counter(
                 "relay_requests_total",
-                "Inference requests by route, shape and status",
-                ["route", "shape", "status"],
+                "Inference requests by route, shape, status and the catalog model they were routed to "
+                '("" before routing)',
+                ["route", "shape", "status", "model"],
                 registry=registry,
             )
         )
         self.upstream_latency = Children(
             Histogram(
                 "relay_upstream_latency_seconds",
-                "Time from sending upstream to the response head (or whole body)",
-                ["host"],
+                "Time from sending upstream to the response head (or whole body), live requests and "
+                "batch items (source)",
+                ["host", "source"],
                 buckets=_LATENCY_BUCKETS,
+                registry=registry,
+            )
+        )
+        self.tokens = Children(
+            Counter(
+                "relay_tokens_total",
+                "Tokens the upstreams reported, live and batch, by catalog model and kind (input, output, "
+                "cached_input and reasoning: parts of input and output)",
+                ["model", "kind"],
+                registry=registry,
+            )
+        )
+        self.cost = Children(
+            Counter(
+                "relay_cost_usd_total",
+                "Priced cost in USD of the tokens above (bindings with prices only), by catalog model",
+                ["model"],
                 registry=registry,
             )
         )
@@ -94,11 +143,22 @@ class Metrics:
                 registry=registry,
             )
         )
+        # Breaker and upstream-error series carry the host key's name beside its id (SPEC §6): the id
+        # stays stable across renames, the name is what an on-call reads.
         self.breaker_trips = Children(
             Counter(
                 "relay_breaker_trips_total",
-                "Upstream failures recorded against a host key",
-                ["host_key", "kind"],
+                "Upstream failures recorded against a host key (by the breaker's kind of failure)",
+                ["host_key", "host_key_name", "kind"],
+                registry=registry,
+            )
+        )
+        self.upstream_errors = Children(
+            Counter(
+                "relay_upstream_errors_total",
+                "Upstream attempts that failed, by host, host key name and status (an HTTP status, "
+                "or connection / timeout when no answer came), live and batch",
+                ["host", "host_key_name", "status"],
                 registry=registry,
             )
         )
@@ -123,17 +183,31 @@ class Metrics:
             Gauge(
                 "relay_breaker_open",
                 "1 while a host key's breaker is open (as last seen by this replica)",
-                ["host_key"],
+                ["host_key", "host_key_name"],
                 registry=registry,
             )
         )
+
+    def used(self, event: Metered) -> None:
+        """Count one answer's tokens and cost from its usage event (live requests and batch items)."""
+        model, tokens = event.model, self.tokens
+        if event.input_tokens:
+            tokens.labels(model, "input").inc(event.input_tokens)
+        if event.output_tokens:
+            tokens.labels(model, "output").inc(event.output_tokens)
+        if event.cached_input_tokens:
+            tokens.labels(model, "cached_input").inc(event.cached_input_tokens)
+        if event.reasoning_tokens:
+            tokens.labels(model, "reasoning").inc(event.reasoning_tokens)
+        if event.cost_nanos:
+            self.cost.labels(model).inc(event.cost_nanos / 1e9)
 
 
 class BatchMetrics:
     """Batch items by state and the worker pool's use (SPEC §12), registered only on replicas that run
     a worker pool. ``open`` (available/running, every replica's items) is read from the database by
     the batch liveness loop (``relay.batches.liveness``); ``finished`` counts the final states this
-    replica wrote."""
+    replica wrote; ``started`` the items it started per project (SPEC §17's fair share, made visible)."""
 
     def __init__(self, registry: CollectorRegistry, size: int) -> None:
         self.finished = Counter(
@@ -146,6 +220,12 @@ class BatchMetrics:
             "relay_batch_items",
             "Batch items waiting (available) or running, in the whole database",
             ["state"],
+            registry=registry,
+        )
+        self.started = Counter(
+            "relay_batch_items_started_total",
+            "Batch items this replica started running, by the submitting project's id (fair share)",
+            ["project"],
             registry=registry,
         )
         self.workers = Gauge(
@@ -168,11 +248,21 @@ class BatchMetrics:
             ["policy", "meter"],
             registry=registry,
         )
+        self.duration = Histogram(
+            "relay_batch_item_duration_seconds",
+            "How long batch items this replica finished ran (claim to answer: routing, rate-limit "
+            "waits, every upstream attempt), by final state (completed, discarded)",
+            ["state"],
+            buckets=_ITEM_BUCKETS,
+            registry=registry,
+        )
         self.size = size
         for state in ("completed", "discarded", "cancelled"):
             self.finished.labels(state)
         for state in ("available", "running"):
             self.open.labels(state)
+        for state in ("completed", "discarded"):
+            self.duration.labels(state)
         self.busy(0)
 
     def busy(self, running: int) -> None:
@@ -207,3 +297,26 @@ class WebhookMetrics:
         )
         for outcome in self.OUTCOMES:
             self.deliveries.labels(outcome)
+
+
+class RetentionMetrics:
+    """What retention deleted (SPEC §17), by ``what``: the sweeps and ``DELETE /api/batches/{id}`` of
+    this replica. ``items`` went with their request and response bodies; ``files`` are the §14 output
+    and error files of deleted batches; ``payloads`` are captured live payloads (SPEC §9)."""
+
+    WHAT = ("batches", "items", "files", "idempotency_keys", "usage_events", "payloads")
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.deleted = Counter(
+            "relay_retention_deleted_total",
+            "Rows this replica's retention deleted (sweeps and DELETE /api/batches/{id}), by what",
+            ["what"],
+            registry=registry,
+        )
+        for what in self.WHAT:
+            self.deleted.labels(what)
+
+    def count(self, counts: dict[str, int]) -> None:
+        for what, n in counts.items():
+            if n:
+                self.deleted.labels(what).inc(n)

@@ -165,7 +165,7 @@ class Fleet:
                     continue
                 exc = str(record.get("exc") or "").strip().splitlines()
                 lines.append(
-                    f"{record.get('ts')} {record.get('level')} {record.get('msg')}"
+                    f"{record.get('ts')} {record.get('level')} {record.get('message')}"
                     + (f" [{exc[-1]}]" if exc else "")
                 )
             out.append(f"--- {replica.name} ({replica.instance}) ---\n" + "\n".join(lines[-25:]))

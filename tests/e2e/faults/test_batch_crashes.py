@@ -93,6 +93,12 @@ def test_killed_replica_items_are_worker_lost_and_the_rest_complete(
     after_kill = [s for attempts in sent.values() for s in attempts if s.ts > killed_at]
     assert after_kill and {s.key for s in after_kill} == {survivor.upstream_key}
     assert survivor.alive, survivor.process.logs()
+    # On-call sees the take-over: a line per pass that took items of this batch from the dead replica.
+    taken = [r for r in survivor.process.log_records() if r.get("event") == "batch_taken_over"]
+    assert taken and {(r["level"], r["batch_id"], r["lost_replica"]) for r in taken} == {
+        ("warning", batch_id, doomed.instance)
+    }
+    assert sum(r["items"] for r in taken) == len(discarded)
 
 
 # ---------------------------------------------------------------------------------------------- 2. Postgres

@@ -175,6 +175,38 @@ def test_a_small_batch_does_not_wait_for_a_large_one(gateway: Gateway) -> None:
     wait_finished(gateway, large)
 
 
+def test_items_started_are_counted_per_project(gateway: Gateway) -> None:
+    """SPEC §17: ``relay_batch_items_started_total{project}`` (the project's id) counts the items this
+    replica started for each project."""
+    team, project, account = uniq("tm"), uniq("prj"), uniq("sa")
+    docs = [
+        {"kind": "Team", "name": team, "spec": {"display_name": team}},
+        {"kind": "Project", "name": project, "spec": {"team": team, "default_policy": gateway.policy}},
+        {"kind": "ServiceAccount", "name": account, "spec": {"project": project}},
+    ]
+    gateway.control_write("POST", "/api/apply", {"documents": docs}, 200)
+    minted = gateway.control_write(
+        "POST", "/api/keys", {"principal_kind": "serviceaccount", "principal": account}, 201
+    )
+    other_key = minted.json()["plaintext"]
+    before = gateway.metrics()
+
+    ours = submit(gateway, "openai", [chat_item(i) for i in range(3)])
+    theirs = submit(gateway, "openai", [chat_item(i) for i in range(5)], key=other_key)
+    projects = {
+        wait_finished(gateway, ours)["ProjectID"]: 3,
+        wait_finished(gateway, theirs, key=other_key)["ProjectID"]: 5,
+    }
+
+    after = gateway.metrics()
+    assert len(projects) == 2
+    for project_id, count in projects.items():
+        grew = metric_value(after, "relay_batch_items_started_total", project=project_id) - metric_value(
+            before, "relay_batch_items_started_total", project=project_id
+        )
+        assert grew == count, (project_id, grew)
+
+
 def test_submit_poll_and_results_do_not_count_against_limits(gateway: Gateway) -> None:
     """SPEC §10.1: submitting, polling and reading results are free; each item counts when it runs."""
     limited = gateway.scenario(rules=[{"meter": "requests", "limit": 1, "window": "9999999s"}])

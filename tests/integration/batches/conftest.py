@@ -22,7 +22,15 @@ from tests.fixtures.databases import emptied_engine
 @pytest.fixture
 async def engine(migrated_url: str) -> AsyncIterator[AsyncEngine]:
     async with emptied_engine(
-        migrated_url, (t.usage_events, t.batch_items, t.batches, t.batch_workers, t.idempotency_keys)
+        migrated_url,
+        (
+            t.usage_events,
+            t.batch_items,
+            t.batches,
+            t.batch_workers,
+            t.batch_project_turns,
+            t.idempotency_keys,
+        ),
     ) as engine:
         yield engine
 

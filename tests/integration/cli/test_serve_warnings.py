@@ -12,14 +12,14 @@ REDIS_WARNING = "RELAY_REDIS_URL is unset with Postgres"
 
 
 def redis_warnings(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [r for r in records if REDIS_WARNING in str(r.get("msg", ""))]
+    return [r for r in records if REDIS_WARNING in str(r.get("message", ""))]
 
 
 def test_postgres_without_redis_warns_at_boot(postgres_url: str, relay_factory: Any) -> None:
     relay = relay_factory(postgres_url)
     warned = redis_warnings(relay.log_records())
     assert [r["level"] for r in warned] == ["warning"], relay.logs()
-    assert "per replica" in warned[0]["msg"]
+    assert "per replica" in warned[0]["message"]
 
 
 def test_postgres_with_redis_does_not_warn(postgres_url: str, relay_factory: Any) -> None:

@@ -280,7 +280,7 @@ def test_an_unpriced_binding_is_reported(gateway: Gateway) -> None:
     deadline = time.monotonic() + 10
     while not any(
         r.get("level") == "warning"
-        and str(r.get("msg", "")).startswith(f"binding {binding['name']} has no pricing")
+        and str(r.get("message", "")).startswith(f"binding {binding['name']} has no pricing")
         for r in gateway.log_records()
     ):
         assert time.monotonic() < deadline, "no warning logged for the unpriced binding"

@@ -124,7 +124,7 @@ def test_one_log_line_per_request_without_secrets_or_bodies(gateway: Gateway, fa
         line = lines[0]
         assert line["status"] == statuses[name], (name, line)
         assert isinstance(line["latency_ms"], int) and line["latency_ms"] >= 0, line
-        assert line["level"] == "info" and line["msg"] == "request"
+        assert line["level"] == "info" and line["message"] == "request"
     for name in ("ok", "stream", "not_found"):
         line = lines_for(gateway, request_ids[name])[0]
         assert line["policy_id"] == policy_id, line

@@ -93,6 +93,18 @@ async def test_a_missing_request_is_file_not_found(store: PayloadStore) -> None:
             await store.read_request(missing_batch, idx)
 
 
+async def test_a_group_of_requests_reads_back_in_one_call(store: PayloadStore) -> None:
+    """``read_requests`` (a retry copying bodies, SPEC §17): any subset, multi-chunk and empty bodies
+    whole; one missing body is ``FileNotFoundError``, not a partial answer."""
+    batch_id = mint_id("b")
+    await store.write_requests(batch_id, iter(BODIES))
+    assert await store.read_requests(batch_id, [4, 1, 3]) == {4: BODIES[4], 1: BODIES[1], 3: BODIES[3]}
+    assert await store.read_requests(batch_id, list(range(len(BODIES)))) == dict(enumerate(BODIES))
+    for missing_batch, idxs in ((batch_id, [0, len(BODIES)]), (mint_id("b"), [0])):
+        with pytest.raises(FileNotFoundError):
+            await store.read_requests(missing_batch, idxs)
+
+
 async def test_a_failing_submission_writes_no_request(store: PayloadStore) -> None:
     batch_id = mint_id("b")
 

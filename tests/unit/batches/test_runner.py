@@ -391,9 +391,9 @@ async def test_under_translate_an_upstream_error_is_still_upstream_returned(
     policy = translating(runner, s.policy)
     item = {"model": s.model.name, "messages": [{"role": "user", "content": "hi"}]}
     batch = await runner.batch([item], key=s.relay_key, policy=policy)
-    # §10.4's text with the provider's message (not a translation failure): the answer is not translated.
-    said = await runner.run(batch)
-    assert_discarded(said, "upstream returned 400: Invalid request.", "upstream_status", status=400)
+    assert_discarded(
+        await runner.run(batch), "upstream returned 400: Invalid request.", "upstream_status", status=400
+    )
     assert fake.requests()[-1]["path"] == "/v1/messages"
 
 

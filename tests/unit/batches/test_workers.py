@@ -1,5 +1,6 @@
-"""relay.batches.workers.ReadyQueue: claimed items wait per batch, served round-robin across batches and
-in idx order within one; a cancel drops a batch's waiting items; each keeps its read-ahead body."""
+"""relay.batches.workers.ReadyQueue: claimed items wait per project and batch, served round-robin across
+projects, then across a project's batches, then in idx order (SPEC §17); a cancel drops a batch's
+waiting items; each keeps its read-ahead body."""
 
 from __future__ import annotations
 
@@ -10,9 +11,18 @@ from relay.batches.workers import ReadyQueue
 from relay.store.batch_queue import ClaimedItem
 
 
-def items(batch_id: str, count: int) -> list[ClaimedItem]:
-    record = SimpleNamespace(id=batch_id)  # the queue reads only the batch's id
+def items(batch_id: str, count: int, project: str | None = None) -> list[ClaimedItem]:
+    """``count`` items of a batch; its project is the batch's own unless given."""
+    record = SimpleNamespace(id=batch_id, project_id=project or f"prj-{batch_id}")  # all the queue reads
     return [ClaimedItem(record, idx) for idx in range(count)]  # type: ignore[arg-type]
+
+
+def drain(ready: ReadyQueue) -> list[tuple[str, int]]:
+    order = []
+    while ready:
+        item, _ = ready.pop()
+        order.append((item.batch_id, item.idx))
+    return order
 
 
 def test_batches_are_served_round_robin_and_each_in_idx_order() -> None:
@@ -29,6 +39,33 @@ def test_batches_are_served_round_robin_and_each_in_idx_order() -> None:
     assert len(ready) == 0
 
 
+def test_projects_take_turns_then_their_batches_then_idxs() -> None:
+    """A project with three batches claimed ahead gets every third slot, not three of every four."""
+    ready = ReadyQueue()
+    for item in [*items("a1", 2, "A"), *items("a2", 2, "A"), *items("a3", 1, "A"), *items("b1", 3, "B")]:
+        ready.add(item, None)
+    assert drain(ready) == [
+        ("a1", 0),
+        ("b1", 0),
+        ("a2", 0),
+        ("b1", 1),
+        ("a3", 0),
+        ("b1", 2),
+        ("a1", 1),
+        ("a2", 1),
+    ]
+
+
+def test_a_project_claimed_later_joins_the_turns_at_the_back() -> None:
+    ready = ReadyQueue()
+    for item in items("a1", 3, "A"):
+        ready.add(item, None)
+    assert ready.pop()[0].idx == 0
+    for item in items("b1", 2, "B"):
+        ready.add(item, None)
+    assert drain(ready) == [("a1", 1), ("b1", 0), ("a1", 2), ("b1", 1)]
+
+
 async def test_an_item_keeps_its_read_ahead_body() -> None:
     ready = ReadyQueue()
     body: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
@@ -43,8 +80,11 @@ def test_dropping_a_batch_forgets_only_its_waiting_items() -> None:
     ready = ReadyQueue()
     for item in [*items("cancelled", 2), *items("kept", 1)]:
         ready.add(item, None)
+    for item in items("same-project", 1, "prj-cancelled"):
+        ready.add(item, None)
     dropped = ready.drop_batch("cancelled")
     assert [(i.batch_id, i.idx) for i in dropped] == [("cancelled", 0), ("cancelled", 1)]
     assert ready.drop_batch("unknown") == []
-    assert len(ready) == 1
-    assert ready.pop()[0].batch_id == "kept"
+    assert len(ready) == 2
+    assert sorted(drain(ready)) == [("kept", 0), ("same-project", 0)]
+    assert ready.drop_batch("kept") == []

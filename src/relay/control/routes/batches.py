@@ -1,4 +1,5 @@
-"""HTTP routes of the admin batch API (SPEC §11): list every owner's batches, read one, cancel one.
+"""HTTP routes of the admin batch API (SPEC §11, §17): list every owner's batches, read one, cancel one,
+delete a finished one.
 
 Thin: the query parameters go to :class:`relay.control.services.batches.BatchAdmin` as given (it
 refuses unknown ones and bad values with a 400 naming them), its answer is the response. Admin bearer
@@ -7,7 +8,7 @@ only. What it deliberately does not know: batches beyond what the service answer
 
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, Response
 
 from relay.control.query import single_params
 from relay.control.routes.table import Route, mount
@@ -32,6 +33,13 @@ class BatchRoutes:
         """Cancel any owner's batch as ``POST /v1/batches/{id}/cancel`` does (idempotent)."""
         return await self._batches.cancel(batch_id)
 
+    async def delete_batch(self, batch_id: str) -> Response:
+        """Delete a finished batch of any API now, as the retention sweep does (SPEC §17): its items,
+        request and response bodies, OpenAI output and error files and idempotency rows (usage events
+        stay). 204; 404 unknown; 409 ``batch_not_finished`` while an item is not final."""
+        await self._batches.delete(batch_id)
+        return Response(status_code=204)
+
     def table(self) -> list[Route]:
         documented = [
             {
@@ -49,6 +57,7 @@ class BatchRoutes:
             Route("GET", "/api/batches", self.list_batches, "Batch", query=documented),
             Route("GET", one, self.get_batch, "Batch"),
             Route("POST", one + "/cancel", self.cancel_batch, "Batch"),
+            Route("DELETE", one, self.delete_batch, "Batch", status_code=204),
         ]
 
 

@@ -2,7 +2,9 @@
 
 What it does. :meth:`BatchAdmin.list` validates the filters (each bad one is a 400 naming it) and
 answers one keyset page ``{"items", "next_cursor"}``; :meth:`detail` adds a batch's item counts and
-its failures grouped by §10.4 cause; :meth:`cancel` cancels any owner's batch exactly as §10.5 does.
+its failures grouped by §10.4 cause; :meth:`cancel` cancels any owner's batch exactly as §10.5 does;
+:meth:`delete` deletes a finished one now, as the retention sweep would (SPEC §17: the one
+``BatchDeleter``; 404 unknown, 409 ``batch_not_finished``), and logs what went.
 The HTTP routes (``relay.control.routes.batches``) and the dashboard both call it, so the dashboard
 shows and refuses exactly what the API does.
 
@@ -15,11 +17,13 @@ this replica's workers (``relay.batches.service``), HTTP.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any, Final
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from relay.batches.deleter import BatchDeleter
 from relay.batches.service import BatchNotFound, BatchService
 from relay.control.query import check_cursor, check_range, parse_choice, parse_limit, parse_timestamp
 from relay.domain.batches import ITEM_STATES
@@ -30,6 +34,7 @@ from relay.store import batches as store
 from relay.store import catalog as catalog_store
 from relay.store import tables as t
 
+log = logging.getLogger("relay.retention")
 FILTERS: Final = ("project", "team", "owner", "state", "api", "from", "to")
 APIS: Final = store.APIS
 LIST_PARAMS: Final = frozenset({*FILTERS, "limit", "cursor"})
@@ -49,9 +54,10 @@ DESCRIPTIONS: Final[Mapping[str, str]] = {
 
 
 class BatchAdmin:
-    def __init__(self, engine: AsyncEngine, batches: BatchService) -> None:
+    def __init__(self, engine: AsyncEngine, batches: BatchService, deleter: BatchDeleter) -> None:
         self._engine = engine
         self._batches = batches
+        self._deleter = deleter
 
     async def list(self, params: Mapping[str, str], scope: tuple[str, ...] | None = None) -> dict[str, Any]:
         """One page of batches, newest first; ``params`` are the query parameters (unknown → 400)."""
@@ -104,6 +110,12 @@ class BatchAdmin:
         if scope is not None:
             await self.detail(batch_id, scope)  # 404 outside the scope, before any change
         return await self._batches.cancel_any(batch_id)
+
+    async def delete(self, batch_id: str) -> None:
+        """SPEC §17: any API's finished batch, with its items, bodies, §14 output files and
+        idempotency rows (usage events stay); 404 unknown, 409 ``batch_not_finished``."""
+        deleted = await self._deleter.delete(batch_id)
+        log.info("deleted batch %s at the admin's request: %s", batch_id, deleted.describe())
 
     async def _filters(
         self, conn: Any, params: Mapping[str, str], scope: tuple[str, ...] | None

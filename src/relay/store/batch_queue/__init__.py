@@ -9,10 +9,11 @@ worker takes them (no transaction is held while an item runs); :meth:`~BatchStor
 gives running items their final states with their usage events; :meth:`~BatchStore.cancel` cancels a
 batch's available items with their events. Replica liveness (heartbeats, rescue, put back, release),
 the expiry's statements and the reads (record, status view, result rows) are methods too. The private
-modules hold the statements: ``_submit`` (insert, cancel), ``_claims`` (claim, start, the worker
-row), ``_finish`` (finalize), ``_liveness`` (heartbeats, rescue, put back), ``_expiry``, ``_views``
-(reads), ``_rows`` (tables, the record mapping) and ``_txn`` (write transactions, the clock, advisory
-locks, and the completion check that runs the finish hooks inside the finishing transaction).
+modules hold the statements: ``_submit`` (insert, cancel), ``_retry`` (a retry batch, SPEC §17),
+``_claims`` (claim, start, the worker row), ``_finish`` (finalize), ``_liveness`` (heartbeats, rescue,
+put back), ``_expiry``, ``_views`` (reads), ``_rows`` (tables, the record mapping) and ``_txn`` (write
+transactions, the clock, advisory locks, and the completion check that runs the finish hooks inside
+the finishing transaction).
 
 What it deliberately does not know. What an item is or how it runs (``relay.batches.runner``), how
 usage events are built (callers pass them, or a callback that builds them for the idxs this module
@@ -22,10 +23,14 @@ and the grouping loops that batch many calls into one statement (``relay.batches
 ``relay.batches.finalizer``). The façades' own rows (§14, §15) are in ``relay.store.facade_batches``
 and ``relay.store.message_batches``.
 
-Fair order (SPEC §10.6). A claim serves one batch: among queued batches with available items, the one
-served least recently (never-served first, then the oldest), and takes its lowest available idxs. Each
-claim stamps the batch's ``last_claimed_at``, so batches take turns: a small batch submitted after a
-large one is served by the next claim, and items of one batch start in idx order.
+Fair order (SPEC §10.6, §17's fair share). A claim serves one batch: among queued batches with
+unreserved available items, one of the project served least recently (``batch_project_turns``; a
+project never served first), and of that project's batches the one served least recently (never-served
+first, then the oldest); it takes the batch's lowest available idxs. Each claim stamps the project's
+turn and the batch's ``last_claimed_at``, so projects take turns, then their batches: with P projects
+waiting each one's next claim comes within P claims, a small batch submitted after a large one is
+served within a claim or two, and items of one batch start in idx order. The pick costs one index
+probe per open batch, never a walk over items (``_claims._has_unreserved``).
 
 Invariants.
 * No item is claimed twice: Postgres claims with ``FOR UPDATE SKIP LOCKED`` (the batch row, then the
@@ -44,7 +49,8 @@ Invariants.
   updates its items, then takes a transaction-level advisory lock per batch, then checks: whichever
   checks second sees the other's commit. Lock order is items → advisory lock → batch row everywhere
   (cancel takes the advisory lock first but touches only available items, which only a start, a
-  single statement holding no other lock, also locks), and claims never wait. Should a start and a
+  single statement holding no other lock, also locks), and claims wait only for each other, on their
+project's turn row (the last statement of a claim). Should a start and a
   cancel still lock one batch's rows in different orders, Postgres fails one: a start is retried by
   its caller, a cancel here.
 * Liveness uses one clock: on Postgres every timestamp this package compares (``claimed_at``,
@@ -65,12 +71,14 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.domain.batch_record import BatchRecord, BatchView, ResultRow
+from relay.domain.batch_retry import RetrySelection
 from relay.store import batches as admin_reads
-from relay.store.batch_queue import _claims, _expiry, _finish, _liveness, _submit, _views
+from relay.store.batch_queue import _claims, _expiry, _finish, _liveness, _retry, _submit, _views
 from relay.store.batch_queue._claims import ClaimedItem
 from relay.store.batch_queue._expiry import ExpiryEvents
 from relay.store.batch_queue._finish import FinalItem, SaveResponses
 from relay.store.batch_queue._liveness import RescuedItem
+from relay.store.batch_queue._retry import RetryRaced
 from relay.store.batch_queue._rows import record_from_row
 from relay.store.batch_queue._submit import InTransaction
 from relay.store.batch_queue._txn import NO_HOOKS, BatchEvent, RunsFinishHooks
@@ -86,6 +94,7 @@ __all__ = [
     "HeldConnection",
     "InTransaction",
     "RescuedItem",
+    "RetryRaced",
     "RunsFinishHooks",
     "SaveResponses",
     "record_from_row",
@@ -133,6 +142,32 @@ class BatchStore:
     ) -> list[int]:
         """Cancel the batch and its available items with one event each (SPEC §10.5); the idxs."""
         return await _submit.cancel(self._engine, batch_id, events_for=events_for, hooks=self._hooks)
+
+    # ------------------------------------------------------------------------------------------ retry
+
+    async def count_retry(self, batch_id: str, chosen: RetrySelection) -> int:
+        """How many items of the batch a retry with ``chosen`` takes (SPEC §17)."""
+        return await _retry.count_selected(self._engine, batch_id, chosen)
+
+    async def retry_idxs(
+        self, batch_id: str, chosen: RetrySelection, *, after_idx: int, limit: int
+    ) -> list[int]:
+        """A page of the idxs a retry takes, ascending, above ``after_idx``."""
+        return await _retry.selected_idxs(self._engine, batch_id, chosen, after_idx=after_idx, limit=limit)
+
+    async def insert_retry_batch(
+        self,
+        row: Mapping[str, Any],
+        chosen: RetrySelection,
+        total_items: int,
+        *,
+        copy_request_chunks: bool,
+        first: InTransaction | None = None,
+    ) -> None:
+        """The retry batch and its items copied server side in one transaction (``_retry``)."""
+        await _retry.insert_retry_batch(
+            self._engine, row, chosen, total_items, copy_request_chunks=copy_request_chunks, first=first
+        )
 
     # ------------------------------------------------------------------------------------------ hot loop
 

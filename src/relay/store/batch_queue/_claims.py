@@ -1,7 +1,8 @@
 """Claims and starts of batch items (SPEC §10.2, §10.6): the two statements of the hot batch loop.
 
 :func:`claim` reserves up to ``limit`` available items of ONE batch for a replica, in the queue's fair
-order (``relay.store.batch_queue`` docstring), and refreshes its heartbeat in the same transaction;
+order (``relay.store.batch_queue`` docstring: projects take turns, then their batches, then idxs),
+stamps the batch's and its project's turn, and refreshes its heartbeat in the same transaction;
 reserved items stay ``available``. :func:`start` makes reserved items ``running`` with one conditional
 statement per group (``relay.batches.starter`` groups the calls). Both are built once per dialect and
 run on a connection the calling task holds (``relay.store.held``) where it keeps one.
@@ -32,7 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from relay.domain.batch_record import BatchRecord
 from relay.domain.batches import AVAILABLE, RUNNING
-from relay.store.batch_queue._rows import B, I, W, in_state, record_from_row
+from relay.store.batch_queue._rows import B, I, T, W, in_state, record_from_row
 from relay.store.batch_queue._txn import connection, write_txn
 from relay.store.held import Db
 from relay.store.tables import ID, UTCDateTime
@@ -50,9 +51,26 @@ class ClaimedItem:
         return self.batch.id
 
 
-def _unreserved_in(batch_id: Any) -> ColumnElement[bool]:
-    """The batch has an available item no replica has reserved (``ix_batch_items_unreserved``)."""
-    return exists().where(I.c.batch_id == batch_id, in_state(AVAILABLE), I.c.claimed_by.is_(None))
+def _has_unreserved(batch_id: Any) -> ColumnElement[bool]:
+    """The batch has an available item no replica has reserved: its lowest such idx is not NULL.
+
+    Why not ``EXISTS``: Postgres turns an ``EXISTS`` into a semi-join and, with a big batch, plans it
+    as a scan of every waiting item (≈ 1.4 s per claim at 1 000 000 items). A scalar subquery cannot be
+    flattened: it is one probe of ``ix_batch_items_unreserved`` per open batch, the first entry of the
+    batch's range, whatever the number of waiting items (``bench/claim_at_scale.py``)."""
+    first = (
+        select(I.c.idx)
+        .where(I.c.batch_id == batch_id, in_state(AVAILABLE), I.c.claimed_by.is_(None))
+        .order_by(I.c.idx)
+        .limit(1)
+        .scalar_subquery()
+    )
+    return first.is_not(None)
+
+
+def _project_turn(project_id: Any) -> Any:
+    """When a claim last served the project (NULL: never), for the claim's order (SPEC §17)."""
+    return select(T.c.last_claimed_at).where(T.c.project_id == project_id).scalar_subquery()
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +81,7 @@ class _ClaimSQL:
     pick: Any
     take: Any
     stamp: Any
+    turn: Any
     heartbeat: Any
 
 
@@ -84,10 +103,17 @@ def _claim_sql(dialect: str) -> _ClaimSQL:
             B.c.completed_at.is_(None),
             B.c.status == literal_column("'queued'"),
             or_(B.c.expires_at.is_(None), B.c.expires_at > now),  # an expired batch starts nothing (§14)
-            _unreserved_in(B.c.id),
+            _has_unreserved(B.c.id),
             B.c.policy_id.not_in(bindparam("c_skip", expanding=True)),  # held back by pacing (§17)
         )
-        .order_by(B.c.last_claimed_at.asc().nulls_first(), B.c.created_at, B.c.id)
+        # Fair share (SPEC §17): the project served least recently, then its batch served least
+        # recently (never-served first, then the oldest), and the take below its lowest idxs.
+        .order_by(
+            _project_turn(B.c.project_id).asc().nulls_first(),
+            B.c.last_claimed_at.asc().nulls_first(),
+            B.c.created_at,
+            B.c.id,
+        )
         .limit(1)
         .with_for_update(skip_locked=True, key_share=True)
     )
@@ -111,19 +137,30 @@ def _claim_sql(dialect: str) -> _ClaimSQL:
         .returning(I.c.idx)
     )
     stamp = update(B).where(B.c.id == batch_id).values(last_claimed_at=now)
-    values = {"instance_id": bindparam("c_instance", type_=ID), "started_at": now, "heartbeat_at": now}
-    upsert = pg_insert(W) if dialect == "postgresql" else sqlite_insert(W)
-    heartbeat = upsert.values(**values).on_conflict_do_update(
-        index_elements=[W.c.instance_id], set_={"heartbeat_at": now}
+    insert = pg_insert if dialect == "postgresql" else sqlite_insert
+    # Postgres' now() is the transaction's start: of concurrent claims, the one started last may commit
+    # first, and its turn must not be moved back by an earlier-started one (SQLite's claims are serial).
+    latest = func.greatest(T.c.last_claimed_at, now) if dialect == "postgresql" else now
+    turn = (
+        insert(T)
+        .values(project_id=bindparam("c_project", type_=ID), last_claimed_at=now)
+        .on_conflict_do_update(index_elements=[T.c.project_id], set_={"last_claimed_at": latest})
     )
-    built = _CLAIM_SQL[dialect] = _ClaimSQL(pick, take, stamp, heartbeat)
+    values = {"instance_id": bindparam("c_instance", type_=ID), "started_at": now, "heartbeat_at": now}
+    heartbeat = (
+        insert(W)
+        .values(**values)
+        .on_conflict_do_update(index_elements=[W.c.instance_id], set_={"heartbeat_at": now})
+    )
+    built = _CLAIM_SQL[dialect] = _ClaimSQL(pick, take, stamp, turn, heartbeat)
     return built
 
 
 async def claim(
     db: Db, instance_id: str, limit: int, skip_policies: Collection[str] = ()
 ) -> list[ClaimedItem]:
-    """Reserve up to ``limit`` available items of one batch (fair order, module docstring) for
+    """Reserve up to ``limit`` available items of one batch (fair order: the project served least
+    recently, then its batch served least recently, ``relay.store.batch_queue`` docstring) for
     ``instance_id`` (committed when this returns). Reserved items stay ``available`` — a cancel on any
     replica cancels them like any waiting item (SPEC §10.2) — and :func:`start` makes them ``running``
     when a worker takes them. ``[]`` when nothing is available unreserved (or, on Postgres, every such
@@ -148,11 +185,14 @@ async def claim(
             return []
         batch = record_from_row(picked._mapping)
         params["c_batch"] = batch.id
+        params["c_project"] = batch.project_id
         idxs = sorted((await conn.execute(sql.take, params)).scalars())
         if not idxs:
             return []
         await conn.execute(sql.stamp, params)
         await conn.execute(sql.heartbeat, params)
+        # Last: concurrent claims serving one project wait for each other here, for a commit's time.
+        await conn.execute(sql.turn, params)
     return [ClaimedItem(batch, idx) for idx in idxs]
 
 

@@ -1,5 +1,5 @@
-"""The batch queue's tables and row helpers: ``B``/``I``/``W``, the state predicate every query uses,
-and the one mapping of a ``batches`` row to a :class:`~relay.domain.batch_record.BatchRecord`.
+"""The batch queue's tables and row helpers: ``B``/``I``/``W``/``T``, the state predicate every query
+uses, and the one mapping of a ``batches`` row to a :class:`~relay.domain.batch_record.BatchRecord`.
 
 Why one place. Every statement of the queue filters on an item state written as a literal (so partial
 indexes serve prepared statements too) and every read builds the same record: done twice, they drift.
@@ -21,6 +21,7 @@ from relay.store import tables as t
 B = t.batches
 I = t.batch_items  # noqa: E741  (the item table, next to B)
 W = t.batch_workers
+T = t.batch_project_turns  # when a claim last served each project (fair share, SPEC §17)
 
 _RECORD_FIELDS = tuple(f.name for f in fields(BatchRecord))
 _RECORD_COLUMNS = tuple(B.c[name] for name in _RECORD_FIELDS)

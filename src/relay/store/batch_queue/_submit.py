@@ -60,11 +60,7 @@ async def insert_batch(
         raise ValueError("a batch has at least one item")
     if custom_ids is not None and len(custom_ids) != total_items:
         raise ValueError(f"{len(custom_ids)} custom ids for {total_items} items")
-    values = {**row, "status": "queued", "total_items": total_items}
-    values["completed_at"] = values["last_claimed_at"] = None
-    for nullable_json in ("token_claims", "api_data"):
-        if values.get(nullable_json) is None:
-            values[nullable_json] = null()  # SQL NULL, not the JSON value null (the CHECK tells them apart)
+    values = batch_values(row, total_items)
     batch_id = values["id"]
     async with write_txn(engine) as conn:
         if first is not None:
@@ -90,6 +86,17 @@ async def insert_batch(
             seq = seq.union_all(select(seq.c.idx + 1).where(seq.c.idx + 1 < total_items))
             source = select(literal(batch_id, ID), seq.c.idx, literal_column(f"'{AVAILABLE}'"))
         await conn.execute(insert(I).from_select(["batch_id", "idx", "state"], source))
+
+
+def batch_values(row: Mapping[str, Any], total_items: int) -> dict[str, Any]:
+    """The ``batches`` row of a new batch (a submit's or a retry's): ``row`` as the service decided
+    it, queued, with ``total_items`` and nothing claimed or completed yet."""
+    values = {**row, "status": "queued", "total_items": total_items}
+    values["completed_at"] = values["last_claimed_at"] = None
+    for nullable_json in ("token_claims", "api_data"):
+        if values.get(nullable_json) is None:
+            values[nullable_json] = null()  # SQL NULL, not the JSON value null (the CHECK tells them apart)
+    return values
 
 
 async def cancel(

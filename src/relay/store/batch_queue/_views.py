@@ -94,6 +94,7 @@ async def result_rows(engine: AsyncEngine, batch_id: str, *, after_idx: int, lim
                 I.c.response_length,
                 I.c.custom_id,
                 I.c.status,
+                I.c.source_idx,
             )
             .where(I.c.batch_id == batch_id, I.c.idx > after_idx)
             .order_by(I.c.idx)
@@ -107,6 +108,7 @@ async def result_rows(engine: AsyncEngine, batch_id: str, *, after_idx: int, lim
                 ResponseRef(file, offset, length) if file is not None else None,
                 custom_id,
                 status,
+                source_idx,
             )
-            for idx, state, error, file, offset, length, custom_id, status in rows
+            for idx, state, error, file, offset, length, custom_id, status, source_idx in rows
         ]
