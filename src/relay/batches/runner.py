@@ -1,13 +1,17 @@
 """One batch item, from its input file to its final state (SPEC §10.4, §10.6).
 
-What it does. :meth:`ItemRunner.execute` runs one claimed item through the checks of §10.6 in their
+What it does. :meth:`ItemRunner.prepare` takes one claimed item through the checks of §10.6 in their
 order — load input → credential still valid (against the CURRENT snapshot) → recorded policy exists and
-is enabled → routing → shape check — and then through the same glue as a live request: the one routing
-step (``request.fallbacks.route``), the one ``Call`` builder (``Call.routed``), ``Pipeline.run`` (never a
-copy of routing, limits or key selection) and the one usage-event builder (``usage.event``),
-unstreamed and bounded by ``RELAY_BATCH_ITEM_TIMEOUT_S``. It answers an :class:`ItemResult`: the final
-state, the error text of §10.4 and the item's one usage event, which the worker pool's finalizer
-writes (state and event in one transaction).
+is enabled → routing → shape check, then admission at the policy's batch share (SPEC §17) — before the
+item starts; :meth:`ItemRunner.run` then sends it through the same glue as a live request: the one
+routing step (``request.fallbacks.route``), the one ``Call`` builder (``Call.routed``),
+``Pipeline.run`` (never a copy of routing, limits or key selection) and the one usage-event builder
+(``usage.event``), unstreamed and bounded by ``RELAY_BATCH_ITEM_TIMEOUT_S`` (counted from ``run``: time
+held back by pacing never counts). :meth:`ItemRunner.release` gives back an admission that was not
+used. Under ``pacing: "wait"`` an item without room (a spent share, ``max_concurrency``, every key of
+its host open) raises :class:`ItemHeld` and the worker pool puts it back. It answers an
+:class:`ItemResult`: the final state, the error text of §10.4 and the item's one usage event, which the
+worker pool's finalizer writes (state and event in one transaction).
 
 What it deliberately does not know. Claiming, concurrency, cancellation and shutdown (the worker pool
 decides when an item runs or stops), HTTP, and payload logging: batch bodies are never captured
@@ -28,16 +32,16 @@ from dataclasses import dataclass
 
 import orjson
 
-from relay.adapters import EMBEDDINGS, Dispatch, admit, translate_request, translate_response
-from relay.adapters.translate import provider_error_message
+from relay.batches.item_shapes import in_item_shape, upstream_returned, wire_request
 from relay.crypto.tokens import TokenClaims
 from relay.domain.batch_record import CANCELLED_ERROR, BatchRecord, FinalState
-from relay.domain.batches import OPENAI_EMBEDDINGS
-from relay.errors import InvalidRequest, RateLimited, RelayError
+from relay.errors import RateLimited, RelayError
 from relay.payloads.base import KeptResponse, PayloadStores, Prefetched
 from relay.request.auth import Principal, build_principal, recheck_key, recheck_token
 from relay.request.fallbacks import NotAdmitted, Route, route
+from relay.request.keypool import PROBE_RECHECK_S
 from relay.request.pipeline import Call, Outcome, Pipeline, UpstreamUnavailable
+from relay.request.ratelimit import BatchRefused, Reservation
 from relay.request.routing import Plan
 from relay.snapshot import Snapshot
 from relay.store.batch_queue import ClaimedItem
@@ -56,6 +60,39 @@ class ItemResult:
     event: UsageEvent
     response: KeptResponse | None = None  # a completed item's body, as its payload store keeps it
     store: str = "files"  # that store (the batch's)
+
+
+#: The meter an item held back by open keys is counted under (``relay_batch_pacing_waits_total``).
+OPEN_KEYS = "open_keys"
+
+
+class ItemHeld(Exception):
+    """Under ``pacing: "wait"`` (SPEC §17): the item found no room and must not start now. Nothing is
+    taken; the worker pool puts it back ``available`` and holds ``policy_id`` for ``retry_after``
+    seconds. ``meter``: the refusing rule's meter, ``max_concurrency`` or :data:`OPEN_KEYS`."""
+
+    def __init__(self, policy_id: str, retry_after: float, meter: str) -> None:
+        super().__init__(f"held back by {meter} for {retry_after:g} s")
+        self.policy_id = policy_id
+        self.retry_after = retry_after
+        self.meter = meter
+
+
+@dataclass(slots=True)
+class Prepared:
+    """An item after :meth:`ItemRunner.prepare`: ready to run (``call`` and its ``reservation``) or
+    already decided (``result``, a discard)."""
+
+    item: ClaimedItem
+    started: float  # perf_counter at prepare: the item's latency counts from here
+    plan: Plan | None = None
+    model: str = ""
+    call: Call | None = None
+    reservation: Reservation | None = None  # held until run hands it to the pipeline or release
+    result: ItemResult | None = None
+
+    def elapsed_ms(self) -> int:
+        return int((time.perf_counter() - self.started) * 1000)
 
 
 class _Discard(Exception):
@@ -97,32 +134,64 @@ class ItemRunner:
     async def execute(
         self, item: ClaimedItem, prefetched: asyncio.Future[bytes | None] | None = None
     ) -> ItemResult:
-        """Run one item; never raises for a failing item (it becomes ``discarded``). Cancellation
-        (``asyncio.CancelledError``) propagates to the worker pool, which decides what it means.
-        ``prefetched``: its request body read ahead (:meth:`prefetch`), ``None`` in it if not."""
+        """:meth:`prepare` then :meth:`run` (an item that starts whatever its admission says)."""
+        return await self.run(await self.prepare(item, prefetched))
+
+    async def prepare(
+        self, item: ClaimedItem, prefetched: asyncio.Future[bytes | None] | None = None
+    ) -> Prepared:
+        """Everything before the upstream call, in §10.6's order: load input, credential, policy,
+        routing, shape, then admission (``Pipeline.admit_batch``: the batch share, SPEC §17). A failing
+        check becomes the prepared item's discard. Under ``pacing: "wait"`` an item that finds no room
+        raises :class:`ItemHeld` instead (nothing taken); so does one whose host has every key open.
+        ``prefetched``: its request body read ahead (:meth:`prefetch`), ``None`` in it if not. The
+        item's timeout does not run here: it starts in :meth:`run`."""
         batch, idx = item.batch, item.idx
-        started = time.perf_counter()
-        plan: Plan | None = None
-        model = ""
-
-        def elapsed() -> int:
-            return int((time.perf_counter() - started) * 1000)
-
+        prepared = Prepared(item, time.perf_counter())
         try:
             raw = await self._load(batch, idx, prefetched)
             snap = self._snapshot()
             principal = self._principal(batch, snap)
             body = _parse(raw)
             requested = body.get("model")
-            model = requested if isinstance(requested, str) else ""
+            prepared.model = requested if isinstance(requested, str) else ""
             chosen = _route(principal, body, snap, batch.inbound_shape, self._max_tokens)
-            plan = chosen.requested_plan
+            prepared.plan = chosen.requested_plan
+            waits = principal.policy.batch.pacing == "wait"
+            if waits and chosen.fallbacks is None:
+                reopens_in = await self._pipeline.keys_reopen_in(chosen.plan)
+                if reopens_in > 0:
+                    raise ItemHeld(batch.policy_id, reopens_in, OPEN_KEYS)
+            try:
+                prepared.reservation = await self._pipeline.admit_batch(principal)
+            except BatchRefused as exc:
+                if waits:
+                    raise ItemHeld(batch.policy_id, exc.retry_after, exc.meter) from None
+                raise _Discard(exc.code, exc.message) from None
+            except RateLimited as exc:  # a spent budget: never paced
+                raise _Discard(exc.code, exc.message) from None
+            prepared.call = Call.routed(principal, chosen, {}, stream=False)
+        except _Discard as failure:
+            prepared.result = self._discarded(prepared, failure)
+        return prepared
+
+    async def run(self, prepared: Prepared) -> ItemResult:
+        """Run a prepared item, bounded by ``RELAY_BATCH_ITEM_TIMEOUT_S`` from now; never raises for a
+        failing item (it becomes ``discarded``) but :class:`ItemHeld` (every key turned out open or
+        probing, under ``pacing: "wait"``). Cancellation (``asyncio.CancelledError``) propagates to the
+        worker pool, which decides what it means."""
+        if prepared.result is not None:
+            return prepared.result
+        call, reservation = prepared.call, prepared.reservation
+        assert call is not None and reservation is not None
+        prepared.reservation = None  # the pipeline owns it now: it commits it on every outcome
+        batch = prepared.item.batch
+        try:
             budget = asyncio.timeout(self._timeout_s)
-            call = Call.routed(principal, chosen, {}, stream=False)
             try:
                 async with budget:
-                    outcome = await self._pipeline.run(call)
-                plan = call.plan  # the plan that answered: a fallback's, after one
+                    outcome = await self._pipeline.run(call, reservation)
+                prepared.plan = call.plan  # the plan that answered: a fallback's, after one
             except TimeoutError:
                 if not budget.expired():
                     raise  # not the item's budget: a bug somewhere below, reported as such
@@ -133,23 +202,36 @@ class ItemRunner:
                 ) from None
             except UpstreamUnavailable as exc:
                 raise _Discard(exc.code, exc.message, status=exc.last_status, attempts=exc.attempts) from None
-            except RateLimited as exc:
-                raise _Discard(exc.code, exc.message) from None
             except RelayError as exc:  # no_healthy_keys and the rest of the pipeline's refusals
+                if exc.code == "no_healthy_keys" and call.principal.policy.batch.pacing == "wait":
+                    raise ItemHeld(batch.policy_id, PROBE_RECHECK_S, OPEN_KEYS) from None
                 raise _Discard(exc.code, exc.message) from None
         except _Discard as failure:
-            event = item_event(
-                batch,
-                idx,
-                status=failure.status,
-                error_kind=failure.kind,
-                error_message=failure.message,
-                plan=plan,
-                model=model,
-                latency_ms=elapsed(),
-                attempts=failure.attempts,
-            )
-            return ItemResult("discarded", failure.status or None, failure.message, event)
+            return self._discarded(prepared, failure)
+        return self._answered(prepared, outcome)
+
+    async def release(self, prepared: Prepared) -> None:
+        """Give back the admission of a prepared item that will not run (its start failed, a cancel)."""
+        reservation, prepared.reservation = prepared.reservation, None
+        if reservation is not None:
+            await self._pipeline.release(reservation)
+
+    def _discarded(self, prepared: Prepared, failure: _Discard) -> ItemResult:
+        event = item_event(
+            prepared.item.batch,
+            prepared.item.idx,
+            status=failure.status,
+            error_kind=failure.kind,
+            error_message=failure.message,
+            plan=prepared.plan,
+            model=prepared.model,
+            latency_ms=prepared.elapsed_ms(),
+            attempts=failure.attempts,
+        )
+        return ItemResult("discarded", failure.status or None, failure.message, event)
+
+    def _answered(self, prepared: Prepared, outcome: Outcome) -> ItemResult:
+        batch, idx, plan = prepared.item.batch, prepared.item.idx, prepared.plan
         if self._metrics is not None and plan is not None:
             self._metrics.upstream_latency.labels(plan.host.name, "batch").observe(outcome.upstream_ms / 1000)
         if outcome.error_kind is not None or not 200 <= outcome.status < 300:
@@ -162,10 +244,12 @@ class ItemRunner:
                 error_message=message,
                 plan=plan,
                 outcome=outcome,
-                latency_ms=elapsed(),
+                latency_ms=prepared.elapsed_ms(),
             )
             return ItemResult("discarded", outcome.status, message, event)
-        answer = _in_item_shape(batch.inbound_shape, principal, plan, outcome, model)
+        assert prepared.call is not None  # an answered item ran its call
+        principal = prepared.call.principal
+        answer = in_item_shape(batch.inbound_shape, principal, plan, outcome, prepared.model)
         if answer is None:  # a translated 2xx the binding's adapter cannot read
             message = f"upstream returned {outcome.status}: the answer could not be translated"
             event = item_event(
@@ -176,11 +260,11 @@ class ItemRunner:
                 error_message=message,
                 plan=plan,
                 outcome=outcome,
-                latency_ms=elapsed(),
+                latency_ms=prepared.elapsed_ms(),
             )
             return ItemResult("discarded", outcome.status, message, event)
         event = item_event(
-            batch, idx, status=outcome.status, plan=plan, outcome=outcome, latency_ms=elapsed()
+            batch, idx, status=outcome.status, plan=plan, outcome=outcome, latency_ms=prepared.elapsed_ms()
         )
         if self._metrics is not None:
             self._metrics.used(event)
@@ -289,7 +373,7 @@ def _route(principal: Principal, body: dict, snap: Snapshot, inbound: str, max_t
         raise _Discard("missing_model", "routing: 'model' must be a non-empty string")
 
     def admit_plan(plan: Plan) -> tuple[str, dict]:
-        return _wire_request(inbound, plan, body, principal.policy.batch.translate, max_tokens)
+        return wire_request(inbound, plan, body, principal.policy.batch.translate, max_tokens)
 
     try:
         return route(principal.policy, model, snap, admit_plan)
@@ -297,57 +381,6 @@ def _route(principal: Principal, body: dict, snap: Snapshot, inbound: str, max_t
         raise _Discard(refused.error.code, refused.error.message) from None
     except RelayError as exc:
         raise _Discard(exc.code, f"routing: {exc.message}") from None
-
-
-def _wire_request(inbound: str, plan: Plan, body: dict, translate: bool, max_tokens: int) -> tuple[str, dict]:
-    """The shape and body sent upstream, by the one admission rule: as it is, or — under a policy with
-    ``batch.translate`` (SPEC §17) — translated as a live request is (§7.3); otherwise a cross-shape
-    item fails (§10.4; its one exception sends a Responses item as it is to host ``openai``'s Chat
-    Completions path). The item's shape is all it looks at, never the API that submitted the batch."""
-    adapter = plan.binding.adapter
-    # An ``openai_embeddings`` item is a live ``/v1/embeddings`` request (an ``openai`` binding only).
-    as_live = EMBEDDINGS if inbound == OPENAI_EMBEDDINGS else inbound
-    admission = admit(as_live, adapter, host=plan.host.name, batch=True, translate=translate)
-    refused = f"cross-shape dispatch: item shape {inbound}, binding adapter {adapter}"
-    if admission.dispatch is Dispatch.PASS_THROUGH:
-        return admission.wire_shape, body
-    if admission.dispatch is Dispatch.TRANSLATE:
-        try:
-            translated, _ = translate_request(inbound, adapter, body, default_max_tokens=max_tokens)
-        except RelayError as exc:  # a parameter the adapter has no counterpart for (§7.3)
-            raise InvalidRequest(f"{refused}: {exc.message}", code=exc.code) from None
-        return admission.wire_shape, translated
-    raise InvalidRequest(refused, code="cross_shape")
-
-
-def _in_item_shape(
-    inbound: str, principal: Principal, plan: Plan | None, outcome: Outcome, model: str
-) -> bytes | None:
-    """A completed item's response in the item's own shape (SPEC §17 ``translate``: as §7.3 gives a
-    live caller, ``model`` the one asked for or, after a fallback, the one that answered); None when a
-    translated answer cannot be read."""
-    body = outcome.body or b""
-    if plan is None or not principal.policy.batch.translate:
-        return body
-    adapter = plan.binding.adapter
-    if (
-        admit(inbound, adapter, host=plan.host.name, batch=True, translate=True).dispatch
-        is not Dispatch.TRANSLATE
-    ):
-        return body
-    answered = plan.model.name if outcome.fallback_from is not None else model
-    try:
-        return translate_response(adapter, inbound, body, model=answered)
-    except ValueError:
-        return None
-
-
-def upstream_returned(status: int, body: bytes | None) -> str:
-    """§10.4's ``upstream returned <status>``, followed by the provider's error message when its body
-    has one (``upstream returned 400: Invalid 'messages[0].role' …``): the status alone does not tell a
-    user what to fix. Only that message is kept, bounded; the body itself never is (SPEC §10.3)."""
-    provider = provider_error_message(body)
-    return f"upstream returned {status}" + (f": {provider}" if provider else "")
 
 
 def response_lost(result: ItemResult, exc: OSError) -> ItemResult:

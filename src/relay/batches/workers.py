@@ -48,11 +48,13 @@ from collections.abc import Callable
 
 from relay.background import DONE, Backoff, Loop, PauseFor
 from relay.batches.finalizer import Finalizer
+from relay.batches.holds import PolicyHolds
 from relay.batches.liveness import put_back_events
 from relay.batches.outage import log_database_failure
 from relay.batches.pacing import ClaimPacer
-from relay.batches.runner import ItemResult, ItemRunner
+from relay.batches.runner import ItemHeld, ItemResult, ItemRunner, Prepared
 from relay.batches.starter import Starter
+from relay.request.limit_plans import MAX_CONCURRENCY_METER
 from relay.store.batch_queue import BatchStore, ClaimedItem
 from relay.telemetry.metrics import BatchMetrics
 
@@ -102,6 +104,19 @@ class ReadyQueue:
         self._count -= 1
         return entry
 
+    def drop_policy(self, policy_id: str) -> list[ClaimedItem]:
+        """Forget the waiting items of a policy's batches (the policy is held back by pacing)."""
+        dropped: list[ClaimedItem] = []
+        held = [
+            batch_id
+            for batches in self._by_project.values()
+            for batch_id, waiting in batches.items()
+            if waiting[0][0].batch.policy_id == policy_id
+        ]
+        for batch_id in held:
+            dropped += self.drop_batch(batch_id)
+        return dropped
+
     def drop_batch(self, batch_id: str) -> list[ClaimedItem]:
         """Forget a batch's waiting items (a cancel or expiry); returns them."""
         for project_id, batches in self._by_project.items():
@@ -135,6 +150,8 @@ class WorkerPool:
         self._poll_max_s = poll_max_s
         self._metrics = metrics
         self._pacer = ClaimPacer(size)
+        self._holds = PolicyHolds()  # policies held back by pacing (SPEC §17): not claimed meanwhile
+        self._waiting: dict[str, set[_Key]] = {}  # policy id → items put back for room, not run since
         self._claiming = asyncio.Lock()  # held from a claim until its items are registered
         self._items: dict[_Key, ClaimedItem] = {}  # claimed, not settled (module docstring)
         self._ready = ReadyQueue()  # claimed, waiting for a slot
@@ -188,7 +205,9 @@ class WorkerPool:
         async with self._claiming:
             started = time.monotonic()
             async with self._claim_db.use() as db:
-                claimed = await self._store.claim(self._instance_id, want, db=db)
+                claimed = await self._store.claim(
+                    self._instance_id, want, db=db, skip_policies=self._holds.held()
+                )
             self._pacer.claimed(time.monotonic() - started, got=len(claimed))
             bodies = self._runner.prefetch(claimed[0].batch, [c.idx for c in claimed]) if claimed else {}
             for item in claimed:
@@ -234,17 +253,37 @@ class WorkerPool:
                 self._metrics.duration.labels(result.state).observe(result.event.latency_ms / 1000)
 
     async def _run(self, item: ClaimedItem, body: Body | None) -> None:
+        """Prepare (admission: SPEC §17), start, run, and hand the result to the finalizer. An item
+        held back by pacing goes back ``available`` instead; its slot is free at once."""
         key = (item.batch_id, item.idx)
+        prepared: Prepared | None = None
         try:
+            if self._holds.is_held(item.batch.policy_id):  # held since it was claimed: not tried now
+                await self._put_back([item, *self._ready.drop_policy(item.batch.policy_id)], None)
+                return
+            try:
+                prepared = await self._runner.prepare(item, body)
+            except ItemHeld as held:
+                await self._held(item, held)
+                return
+            self._admitted(key, item.batch.policy_id)
             if not await self._starter.start(key):
                 # Cancelled (on any replica) or taken by another replica since we reserved it.
                 self._executing.discard(key)
                 self._items.pop(key, None)
+                await self._runner.release(prepared)
                 return
             if self._metrics is not None:
                 self._metrics.started.labels(item.batch.project_id).inc()
-            result = await self._runner.execute(item, body)
+            try:
+                result = await self._runner.run(prepared)
+            except ItemHeld as held:  # every key turned out open or probing once it ran
+                await self._held(item, held)
+                return
+            self._holds.lift(item.batch.policy_id, MAX_CONCURRENCY_METER)  # its lease is free again
         except asyncio.CancelledError:
+            if prepared is not None:
+                await self._runner.release(prepared)
             if key not in self._cancelling:
                 raise  # shutdown past its grace: stop() puts the item back
             current = asyncio.current_task()
@@ -259,12 +298,53 @@ class WorkerPool:
         self._executing.discard(key)
         self._finalizer.add(key, result)
 
+    # -------------------------------------------------------------------------------------- pacing
+
+    async def _held(self, item: ClaimedItem, held: ItemHeld) -> None:
+        """No room for ``item`` (SPEC §17 ``pacing: "wait"``): hold its policy, and put it and the
+        policy's other reserved items back ``available`` (nothing charged, no attempt counted)."""
+        seconds = self._holds.hold(held.policy_id, held.retry_after, held.meter)
+        if self._metrics is not None:
+            self._metrics.pacing_waits.labels(held.policy_id, held.meter).inc()
+        log.debug("batch items of policy %s held back %.2f s (%s)", held.policy_id, seconds, held.meter)
+        await self._put_back([item, *self._ready.drop_policy(held.policy_id)], held.policy_id)
+
+    async def _put_back(self, items: list[ClaimedItem], waiting_policy: str | None) -> None:
+        keys = [(i.batch_id, i.idx) for i in items]
+        for key in keys:
+            self._items.pop(key, None)
+            self._executing.discard(key)
+        if waiting_policy is not None:
+            self._waiting.setdefault(waiting_policy, set()).update(keys)
+            self._waiting_changed(waiting_policy)
+        try:
+            await self._store.put_back(self._instance_id, keys, events_for=put_back_events)
+        except Exception as exc:  # the orphan check puts them back once the database answers
+            log_database_failure("putting paced batch items back failed; the orphan check will", exc)
+
+    def _admitted(self, key: _Key, policy_id: str) -> None:
+        waiting = self._waiting.get(policy_id)
+        if waiting is not None and key in waiting:
+            waiting.discard(key)
+            self._waiting_changed(policy_id)
+
+    def _waiting_changed(self, policy_id: str) -> None:
+        waiting = self._waiting.get(policy_id, set())
+        if self._metrics is not None:
+            self._metrics.waiting.labels(policy_id).set(len(waiting))
+        if not waiting:
+            self._waiting.pop(policy_id, None)
+
     async def cancel_batch(self, batch_id: str, error: str | None = None) -> int:
         """After ``BatchStore.cancel`` (or an expiry) committed: stop this replica's running items of
         ``batch_id`` (each becomes ``cancelled``, with ``error`` when given, else ``"cancelled"``) and
         forget its reserved ones (the cancel cancelled them, and their start would fail anyway).
         Returns how many were stopped or forgotten."""
         stopped = 0
+        for policy_id, waiting in list(self._waiting.items()):
+            if any(key[0] == batch_id for key in waiting):
+                waiting.difference_update([key for key in waiting if key[0] == batch_id])
+                self._waiting_changed(policy_id)
         for item in self._ready.drop_batch(batch_id):  # reserved, not started
             self._items.pop((item.batch_id, item.idx), None)
             stopped += 1

@@ -58,6 +58,9 @@ SHORT_RETRY_AFTER_S = 5.0
 #: the soonest (the probe usually ends first: its trip or reset changes the record and the claim).
 PROBE_RECHECK_S = 1.0
 
+#: A batch item waiting on keys that are open until edited (auth failures) looks again this often.
+PERMANENT_RECHECK_S = 5.0
+
 FailureKind = Literal["auth", "rate_limited_short", "rate_limited", "server", "connection"]
 
 _REASONS: dict[str, str] = {
@@ -218,6 +221,34 @@ class KeyPool:
         elif strategy == "least_recently_used" and answered and len(eligible) > 1:
             eligible = await self._least_recent(eligible)
         return Selection(eligible, half_open)
+
+    async def reopens_in(self, keys: Sequence[HostKey]) -> float:
+        """Seconds until some key of ``keys`` may be tried: 0 when one is closed or half-open with no
+        probe this replica knows to be in flight; else the soonest end of an opening (a key open until
+        it is edited counts as :data:`PERMANENT_RECHECK_S`) or of a probe's recheck. For batch items
+        that wait instead of failing ``no healthy keys`` (SPEC §17); one ``breakers`` read (usually the
+        mirror). A store that does not answer: 0 (the pipeline fails open the same way)."""
+        if not keys:
+            return 0.0
+        try:
+            records = await self._state.breakers([key.id for key in keys])
+        except StateUnavailable:
+            return 0.0
+        now, clock = time.time(), time.monotonic()
+        soonest = PERMANENT_RECHECK_S
+        for key in keys:
+            record = records.get(key.id)
+            if record is None or record.version != key.version:
+                return 0.0
+            if _is_open(record, key, now):
+                if record.open_until is not None:
+                    soonest = min(soonest, record.open_until - now)
+                continue
+            busy = self._probe_busy.get(key.id)
+            if busy is None or busy[0] != record.trip_id or clock >= busy[1]:
+                return 0.0
+            soonest = min(soonest, busy[1] - clock)
+        return max(soonest, 0.0)
 
     async def begin(self, key: HostKey, selection: Selection) -> bool:
         """May this request send to ``key`` now? Always for a closed key (no cost). For a half-open

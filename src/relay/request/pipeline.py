@@ -136,14 +136,18 @@ class Pipeline:
             if record is not None:
                 metrics.breaker_open.labels(key.id, key.name).set(1)
 
-    async def run(self, call: Call) -> Outcome:
-        principal = call.principal
-        reservation = await self._limiter.reserve(
-            principal.policy,
-            principal.credential_id,
-            project_id=principal.project_id,
-            team_id=principal.team_id,
-        )
+    async def run(self, call: Call, reservation: Reservation | None = None) -> Outcome:
+        """Run the call. ``reservation``: the call's admission made beforehand (a batch item's
+        :meth:`admit_batch`), which this run then owns and commits; ``None`` (live requests): reserve
+        here."""
+        if reservation is None:
+            principal = call.principal
+            reservation = await self._limiter.reserve(
+                principal.policy,
+                principal.credential_id,
+                project_id=principal.project_id,
+                team_id=principal.team_id,
+            )
         try:
             outcome = await self._plans(call, reservation)
         except BaseException:
@@ -153,6 +157,26 @@ class Pipeline:
             cost = _cost(reservation, call.plan, outcome.usage)
             await self._limiter.commit(reservation, outcome.usage, cost)
         return outcome
+
+    async def admit_batch(self, principal: Principal) -> Reservation:
+        """A batch item's admission (SPEC §17): its policy's batch share and ``max_concurrency`` lease
+        (``RateLimiter.reserve_batch``), taken before the item starts; pass it to :meth:`run`, or to
+        :meth:`release` when the item does not run after all."""
+        return await self._limiter.reserve_batch(
+            principal.policy,
+            principal.credential_id,
+            project_id=principal.project_id,
+            team_id=principal.team_id,
+        )
+
+    async def release(self, reservation: Reservation) -> None:
+        """Give back an admission :meth:`run` never used (nothing was sent)."""
+        await self._limiter.commit(reservation, Usage())
+
+    async def keys_reopen_in(self, plan: Plan) -> float:
+        """Seconds until some key of the plan's host may be tried (0: one may be now), for a batch
+        item that waits out open breakers instead of failing ``no healthy keys`` (SPEC §17)."""
+        return await self._pool.reopens_in(plan.keys)
 
     async def _plans(self, call: Call, reservation: Reservation) -> Outcome:
         """The fallback loop (SPEC §4 step 5): try the call's plan; on a trigger error — which is only

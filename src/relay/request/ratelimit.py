@@ -28,14 +28,18 @@ check as token meters, in the same round trip), commit adds the call's priced co
 round trip as the token adds). A refusal is :class:`relay.errors.BudgetExceeded`
 (``budget_exceeded``, ``budget exceeded: …``). :meth:`RateLimiter.spend` reads what each budget's
 current window holds, for ``GET /api/policies/{ref}/spend`` (control plane, not the hot path).
+
+Batch items (SPEC §17) are admitted by :meth:`RateLimiter.reserve_batch` against the policy's batch
+plan (``relay.request.limit_plans``): each limit at its batch share on the live counters, plus the
+``batch.max_concurrency`` lease; its refusal is :class:`BatchRefused`. Live admission is unchanged.
 """
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import logging
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -43,12 +47,21 @@ from decimal import Decimal
 from typing import Any
 
 from relay.adapters.base import Usage
-from relay.domain.ratelimits import RateLimitRule, window_seconds
+from relay.domain.ratelimits import window_seconds
 from relay.domain.times import rfc3339
 from relay.errors import BudgetExceeded, RateLimited
 from relay.request.fail_open import FailOpen
+from relay.request.limit_plans import (
+    NANOS_PER_USD,
+    CompiledRule,
+    LimitPlan,
+    assemble,
+    batch_rules,
+    compile_rules,
+    state_key,
+)
 from relay.snapshot import Policy
-from relay.state import ADMITTED, LimitCheck, SharedState, StateUnavailable
+from relay.state import ADMITTED, SharedState, StateUnavailable
 from relay.state.leases import LeaseRenewer
 
 log = logging.getLogger("relay.ratelimit")
@@ -60,8 +73,16 @@ LEASE_MARGIN_S = 5.0
 #: simply dropped when it grows past this (old snapshots' policies are then released).
 MAX_CACHED_PLANS = 4096
 
-_TOKEN_METERS = frozenset(("tokens", "input_tokens", "output_tokens", "cost_usd"))
-_NANOS_PER_USD = Decimal(1_000_000_000)
+
+class BatchRefused(RateLimited):
+    """A batch item found its policy's batch share of a rule spent, or ``batch.max_concurrency``
+    reached (SPEC §17). A ``RateLimited``, so ``pacing: fail`` fails the item ``rate limit exceeded: ``
+    as §10.4 says; under ``pacing: wait`` the batch engine holds the item back for ``retry_after``
+    seconds. ``meter``: the refusing rule's meter (``max_concurrency`` for the lease)."""
+
+    def __init__(self, message: str, *, retry_after: float, meter: str) -> None:
+        super().__init__(message, retry_after=retry_after)
+        self.meter = meter
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,93 +99,7 @@ class Reservation:
 EMPTY_RESERVATION = Reservation("", (), ())
 
 
-@dataclass(frozen=True, slots=True)
-class _Rule:
-    """One deduplicated rule, compiled: its base state key, check kind and refusal message."""
-
-    key: str
-    kind: str
-    meter: str
-    limit: int
-    window_s: int
-    per: str
-    message: str
-    display_limit: str = ""  # the rule's limit as written (a budget's USD amount)
-
-    @property
-    def per_caller(self) -> bool:
-        return self.per != "policy"
-
-    def check(self, key: str) -> LimitCheck:
-        if self.kind == "concurrency":
-            return LimitCheck(key, "concurrency", self.limit)
-        return LimitCheck(
-            key, "window" if self.kind == "window" else "window_peek", self.limit, self.window_s
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class _Plan:
-    """A policy's rules, compiled once. Per-policy checks are built here; per-credential ones per call."""
-
-    rules: tuple[_Rule, ...]
-    checks: tuple[LimitCheck, ...]  # per-policy checks (static)
-    token_windows: tuple[tuple[str, int, str], ...]  # per-policy token windows (static)
-    concurrency_keys: tuple[str, ...]  # per-policy concurrency keys (static)
-    per_caller: tuple[_Rule, ...]  # rules counted per credential, project or team
-    needs_lease: bool  # some rule is a concurrency rule
-    needs_cost: bool  # some rule is a cost_usd budget
-
-
-def _state_key(policy_id: str, meter: str, window_s: int, per: str) -> str:
-    digest = hashlib.sha256(f"{meter}|{window_s}|{per}".encode()).hexdigest()[:10]
-    return f"pol:{policy_id}:{digest}"
-
-
-def _compile(policy: Policy) -> _Plan:
-    strictest: dict[tuple[str, int, str], RateLimitRule] = {}
-    for rule in policy.rules:
-        # A concurrency limit has no window: its counter must not change when the (ignored) window does.
-        window_s = 0 if rule.meter == "concurrency" else window_seconds(rule.window)
-        ident = (rule.meter, window_s, rule.per)
-        if ident not in strictest or rule.limit_nanos < strictest[ident].limit_nanos:
-            strictest[ident] = rule
-    rules: list[_Rule] = []
-    for (meter, window_s, per), rule in strictest.items():
-        kind = "concurrency" if meter == "concurrency" else "peek" if meter in _TOKEN_METERS else "window"
-        shown = ""
-        if kind == "concurrency":
-            text = f'rate limit exceeded: policy "{policy.name}" allows {rule.limit} concurrent requests'
-        elif meter == "cost_usd":
-            shown = _usd(rule.limit_nanos)
-            text = f'budget exceeded: policy "{policy.name}" allows ${shown} per {rule.window}'
-        else:
-            text = (
-                f'rate limit exceeded: policy "{policy.name}" allows {rule.limit} {meter} per {rule.window}'
-            )
-        if per != "policy":
-            text += f" per {per}"
-        key = _state_key(policy.id, meter, window_s, per)
-        rules.append(_Rule(key, kind, meter, rule.limit_nanos, window_s, per, text, shown))
-    shared = [r for r in rules if not r.per_caller]
-    return _Plan(
-        rules=tuple(rules),
-        checks=tuple(r.check(r.key) for r in shared),
-        token_windows=tuple((r.key, r.window_s, r.meter) for r in shared if r.kind == "peek"),
-        concurrency_keys=tuple(r.key for r in shared if r.kind == "concurrency"),
-        per_caller=tuple(r for r in rules if r.per_caller),
-        needs_lease=any(r.kind == "concurrency" for r in rules),
-        needs_cost=any(r.meter == "cost_usd" for r in rules),
-    )
-
-
-def _usd(nanos: int) -> str:
-    """Nano-USD as a plain decimal string of dollars (``12500000000`` → ``12.5``)."""
-    text = format((Decimal(nanos) / _NANOS_PER_USD).normalize(), "f")
-    return text
-
-
-def _caller_key(rule: _Rule, credential_id: str, project_id: str, team_id: str) -> str:
+def _caller_key(rule: CompiledRule, credential_id: str, project_id: str, team_id: str) -> str:
     if rule.per == "credential":
         return f"{rule.key}:{credential_id}"
     if rule.per == "project":
@@ -180,12 +115,22 @@ def _tokens(meter: str, usage: Usage, cost: int) -> int:
     return usage.input_tokens if meter == "input_tokens" else usage.output_tokens
 
 
+def _until_reset(rule: CompiledRule, reported: float) -> float:
+    """When a refused batch item may be tried again: the store's answer (at least 1 s, as a live
+    ``Retry-After`` is), or sooner when the rule's window resets sooner (SPEC §17: an item waits at
+    most until the window's reset). Windows are epoch-aligned, so this clock tells; a concurrency
+    lease has no reset (its 1 s stands)."""
+    if rule.kind == "concurrency":
+        return reported
+    return min(reported, rule.window_s - time.time() % rule.window_s)
+
+
 def _json_usd(nanos: int) -> int | float:
     """Nano-USD as a JSON number of dollars: an int when whole, else the float of the exact decimal
     (JSON has no decimal type; its shortest repr prints the exact digits for any amount ≤ 2**53 nanos)."""
     if nanos % 1_000_000_000 == 0:
         return nanos // 1_000_000_000
-    return float(Decimal(nanos) / _NANOS_PER_USD)
+    return float(Decimal(nanos) / NANOS_PER_USD)
 
 
 class RateLimiter:
@@ -211,7 +156,8 @@ class RateLimiter:
         self._state = state
         self._lease_s = lease_s
         self._renewer = LeaseRenewer(state, lease_s, every_s=renew_every_s)
-        self._plans: dict[int, tuple[Policy, _Plan]] = {}
+        self._plans: dict[int, tuple[Policy, LimitPlan]] = {}
+        self._batch_plans: dict[int, tuple[Policy, LimitPlan]] = {}
         # Lease ids must be unique across replicas (lease sets are shared): a random per-process
         # prefix plus a counter is unique and far cheaper than a uuid per request.
         self._lease_prefix = secrets.token_hex(6)
@@ -220,7 +166,7 @@ class RateLimiter:
             log, "rate limits are not enforced", "admitting requests", on_fail_open=on_fail_open
         )
 
-    def _plan(self, policy: Policy) -> _Plan:
+    def _plan(self, policy: Policy) -> LimitPlan:
         # Keyed by identity: a snapshot's Policy objects are immutable, and holding the object in the
         # entry keeps its id from being reused while cached.
         entry = self._plans.get(id(policy))
@@ -228,12 +174,39 @@ class RateLimiter:
             return entry[1]
         if len(self._plans) >= MAX_CACHED_PLANS:
             self._plans.clear()
-        plan = _compile(policy)
+        plan = assemble(compile_rules(policy))
         self._plans[id(policy)] = (policy, plan)
         return plan
 
-    async def reserve(
+    def _batch_plan(self, policy: Policy) -> LimitPlan:
+        """The plan batch items of ``policy`` are admitted against (``relay.request.limit_plans``)."""
+        entry = self._batch_plans.get(id(policy))
+        if entry is not None and entry[0] is policy:
+            return entry[1]
+        if len(self._batch_plans) >= MAX_CACHED_PLANS:
+            self._batch_plans.clear()
+        plan = assemble(batch_rules(policy, self._plan(policy).rules))
+        self._batch_plans[id(policy)] = (policy, plan)
+        return plan
+
+    async def reserve_batch(
         self, policy: Policy, credential_id: str, *, project_id: str = "", team_id: str = ""
+    ) -> Reservation:
+        """Admit one batch item of ``policy`` (SPEC §17): every rule at its batch share, on the counters
+        live requests use, and the ``batch.max_concurrency`` lease, in one atomic step. A spent share
+        or lease raises :class:`BatchRefused` (the meter, and when to try again: the window's reset);
+        a spent budget raises :class:`BudgetExceeded` as for live requests. Commit the reservation
+        exactly as for :meth:`reserve` (it releases the batch lease too)."""
+        return await self.reserve(policy, credential_id, project_id=project_id, team_id=team_id, batch=True)
+
+    async def reserve(
+        self,
+        policy: Policy,
+        credential_id: str,
+        *,
+        project_id: str = "",
+        team_id: str = "",
+        batch: bool = False,
     ) -> Reservation:
         """Admit one request under every rule of ``policy``, or raise :class:`RateLimited`.
 
@@ -242,11 +215,17 @@ class RateLimiter:
         rules are applied or none. The caller MUST call :meth:`commit` exactly once for every
         reservation this returns, on every outcome (success, upstream error, client disconnect) —
         with zero or partial usage when there is no full answer — or concurrency slots stay taken
-        until ``lease_s`` passes.
+        until ``lease_s`` passes. ``batch``: a batch item's admission (:meth:`reserve_batch`); one
+        branch on the live path, no extra call.
         """
-        if not policy.rules:
+        if batch:
+            if not policy.rules and policy.batch.max_concurrency is None:
+                return EMPTY_RESERVATION
+            plan = self._batch_plan(policy)
+        elif not policy.rules:
             return EMPTY_RESERVATION
-        plan = self._plan(policy)
+        else:
+            plan = self._plan(policy)
         checks = plan.checks
         token_windows = plan.token_windows
         concurrency_keys = plan.concurrency_keys
@@ -277,8 +256,13 @@ class RateLimiter:
                 self._renewer.hold(lease_id, concurrency_keys)
             return reservation
         failed = self._failed_rule(plan, verdict.failed_key, credential_id, project_id, team_id)
-        error = BudgetExceeded if failed.meter == "cost_usd" else RateLimited
-        raise error(failed.message, retry_after=max(1.0, verdict.retry_after))
+        retry_after = max(1.0, verdict.retry_after)
+        if failed.meter == "cost_usd":
+            raise BudgetExceeded(failed.message, retry_after=retry_after)
+        if batch:
+            wait_s = _until_reset(failed, retry_after)
+            raise BatchRefused(failed.message, retry_after=wait_s, meter=failed.meter)
+        raise RateLimited(failed.message, retry_after=retry_after)
 
     async def commit(self, reservation: Reservation, usage: Usage, cost_nanos: int | None = 0) -> None:
         """Add the request's actual tokens to its token windows and release its concurrency leases.
@@ -311,8 +295,8 @@ class RateLimiter:
 
     @staticmethod
     def _failed_rule(
-        plan: _Plan, failed_key: str | None, credential_id: str, project_id: str, team_id: str
-    ) -> _Rule:
+        plan: LimitPlan, failed_key: str | None, credential_id: str, project_id: str, team_id: str
+    ) -> CompiledRule:
         for rule in plan.rules:
             key = _caller_key(rule, credential_id, project_id, team_id) if rule.per_caller else rule.key
             if failed_key == key:
@@ -331,7 +315,7 @@ class RateLimiter:
             if rule.meter != "cost_usd":
                 continue
             window_s = window_seconds(rule.window)
-            key = _state_key(policy.id, "cost_usd", window_s, rule.per)
+            key = state_key(policy.id, "cost_usd", window_s, rule.per)
             used, window_end = await self._state.window_usage(key, window_s, per_caller=rule.per != "policy")
             if rule.per == "policy":
                 used.setdefault("", 0)

@@ -234,6 +234,20 @@ class BatchMetrics:
             ["state"],
             registry=registry,
         )
+        # SPEC §17 pacing: items this replica put back for want of room (per policy id, not run since),
+        # and every time an item was held back, by the meter that refused it.
+        self.waiting = Gauge(
+            "relay_batch_items_waiting",
+            "Available batch items of the policy that were tried and found no room (this replica's view)",
+            ["policy"],
+            registry=registry,
+        )
+        self.pacing_waits = Counter(
+            "relay_batch_pacing_waits_total",
+            "Batch items held back by pacing, by policy and the meter that refused them",
+            ["policy", "meter"],
+            registry=registry,
+        )
         self.duration = Histogram(
             "relay_batch_item_duration_seconds",
             "How long batch items this replica finished ran (claim to answer: routing, rate-limit "

@@ -1,0 +1,155 @@
+"""What does a paced batch cost live traffic under the same policy? SPEC §17: live requests keep
+``limit − share`` of every window while a batch runs at its batch share.
+
+Starts the fake upstream and one ``relay serve`` (embedded SQLite in a temporary directory, 16 batch
+workers, no Redis unless ``--redis``), applies the minimal catalog of ``bench/live_overhead.py`` and
+gives its policy one rule, ``requests`` ``--limit`` per second, and the batch block ``{pacing: wait,
+live_reserve: --reserve}``. Then, in one run:
+
+1. **live alone**: an open-loop generator at ``--rate`` live requests/s (below ``limit − share``) for
+   ``--duration`` seconds → live req/s, p50, p99, refusals (429);
+2. **live + paced batch**: a batch of ``--items`` items (default 50 000) is submitted under the same
+   policy and, while it runs, the same live load again → the same figures, plus the batch's items/s
+   over that time against its share per second (``floor(limit × (1 − reserve))``).
+
+The batch is cancelled at the end. A benchmark, not a test: it prints, and exits 0 once it measured.
+
+    .venv/bin/python bench/paced_batch.py [--items 50000] [--rate 100] [--limit 400] [--reserve 0.5]
+                                          [--duration 10] [--redis URL]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import (
+    CHAT_BODY,
+    Processes,
+    machine_line,
+    markdown_table,
+    ms,
+    paced,
+    run_async,
+    start_fake_upstream,
+)
+from live_overhead import MODEL, configure, relay_admin, start_relay
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--items", type=int, default=50_000, help="batch items (default 50 000)")
+    parser.add_argument("--rate", type=float, default=100.0, help="live requests per second")
+    parser.add_argument("--limit", type=int, default=400, help="the policy's requests per second")
+    parser.add_argument("--reserve", type=float, default=0.5, help="batch.live_reserve")
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds per measured phase")
+    parser.add_argument("--redis", default=None, help="RELAY_REDIS_URL for the relay (default: none)")
+    return parser.parse_args()
+
+
+def batch_counts(client: httpx.Client, base: str, batch_id: str, key: str) -> dict[str, int]:
+    view = client.get(f"{base}/v1/batches/{batch_id}", headers={"Authorization": f"Bearer {key}"}).json()
+    return dict(view["counts"])
+
+
+def main() -> None:
+    args = parse_args()
+    share = max(1, math.floor(args.limit * (1 - args.reserve)))
+    with Processes() as procs, tempfile.TemporaryDirectory(prefix="relay-paced-") as tmp:
+        _fake, upstream = start_fake_upstream(procs)
+        env = {"RELAY_BATCH_WORKERS": "16", "RELAY_BATCH_MAX_ITEMS": str(max(args.items, 50_000))}
+        if args.redis:
+            env["RELAY_REDIS_URL"] = args.redis
+        relay = start_relay(procs, Path(tmp) / "relay", extra_env=env)
+        key = configure(relay, upstream)
+        with httpx.Client(timeout=120) as client:
+            policy: dict[str, Any] = {
+                "rate_limit": {"rules": [{"meter": "requests", "limit": args.limit, "window": "1s"}]},
+                "batch": {"pacing": "wait", "live_reserve": args.reserve},
+            }
+            patched = client.patch(
+                relay.control_url + "/api/policies/bench", json=policy, headers=relay_admin(relay)
+            )
+            if patched.status_code != 200:
+                raise SystemExit(f"PATCH /api/policies/bench answered {patched.status_code}: {patched.text}")
+            time.sleep(1.0)  # the relay's snapshot picks the change up (a local write swaps at once)
+            headers = {"Authorization": f"Bearer {key}", "content-type": "application/json"}
+            body = orjson.dumps(CHAT_BODY)
+            url = relay.base_url + "/v1/chat/completions"
+
+            alone = run_async(paced(url, body, headers, args.rate, args.duration))
+
+            items = [
+                {"model": MODEL, "messages": [{"role": "user", "content": f"item {i}"}]}
+                for i in range(args.items)
+            ]
+            submitted = client.post(
+                relay.base_url + "/v1/batches",
+                content=orjson.dumps({"shape": "openai", "requests": items}),
+                headers=headers,
+            )
+            if submitted.status_code != 202:
+                raise SystemExit(f"POST /v1/batches answered {submitted.status_code}: {submitted.text}")
+            batch_id = submitted.json()["id"]
+            time.sleep(2.0)  # let the batch reach its share before measuring
+            before = batch_counts(client, relay.base_url, batch_id, key)
+            started = time.monotonic()
+            beside = run_async(paced(url, body, headers, args.rate, args.duration))
+            elapsed = time.monotonic() - started
+            after = batch_counts(client, relay.base_url, batch_id, key)
+            client.post(relay.base_url + f"/v1/batches/{batch_id}/cancel", headers=headers)
+
+        done = after.get("completed", 0) - before.get("completed", 0)
+        failed = after.get("discarded", 0)
+        rows = [
+            [
+                "live alone",
+                f"{alone.rps:.0f}",
+                ms(alone.p50_ms),
+                ms(alone.p99_ms),
+                str(alone.errors),
+                "—",
+                "—",
+            ],
+            [
+                "live + paced batch",
+                f"{beside.rps:.0f}",
+                ms(beside.p50_ms),
+                ms(beside.p99_ms),
+                str(beside.errors),
+                f"{done / elapsed:.0f}",
+                f"{share}",
+            ],
+        ]
+        print(machine_line())
+        print(
+            f"policy: {args.limit} requests/s, live_reserve {args.reserve:g} → batch share {share}/s, "
+            f"live keeps {args.limit - share}/s; live load {args.rate:g} req/s for {args.duration:g} s; "
+            f"batch of {args.items} items"
+        )
+        print(
+            markdown_table(
+                ["phase", "live req/s", "p50 ms", "p99 ms", "live errors", "batch items/s", "share/s"],
+                rows,
+                [False, True, True, True, True, True, True],
+            )
+        )
+        print(
+            f"batch: {done} items completed while measured, {failed} discarded so far (expect 0 under wait)"
+        )
+
+
+if __name__ == "__main__":
+    main()
