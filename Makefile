@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint unit bench serve clean chart-examples lock sbom
+.PHONY: demo test lint unit bench serve clean chart-examples lock sbom oidc-provider
 
 # Dependencies come from requirements/dev.lock only: every version pinned, every file checked against
 # its recorded hash (--require-hashes), nothing resolved beyond the lock (--no-deps), and Relay itself
@@ -43,8 +43,18 @@ lint: $(STAMP)  ## ruff, mypy on src/, import-linter contracts (ARCHITECTURE.md 
 # a 2-core machine; `make test TEST_WORKERS=0` runs in one process. See tests/README.md.
 TEST_WORKERS ?= 3
 
-test: lint  ## lint, then every test in parallel workers (real Postgres and Redis on 127.0.0.1; see README)
+test: lint oidc-provider  ## lint, then every test in parallel workers (real Postgres and Redis on 127.0.0.1; see README)
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup
+
+# The single sign-on tests' OpenID Provider (npm oidc-provider, pinned by its package-lock.json) in a
+# tests-local node_modules; reinstalled only when the lock changes. Without npm the SSO tests skip,
+# except under CI=true, where a missing npm or a failed install fails here.
+OIDC_PROVIDER := tests/fixtures/oidc_provider
+oidc-provider: $(OIDC_PROVIDER)/node_modules/.package-lock.json
+$(OIDC_PROVIDER)/node_modules/.package-lock.json: $(OIDC_PROVIDER)/package-lock.json
+	@if command -v npm >/dev/null; then cd $(OIDC_PROVIDER) && npm ci --no-audit --no-fund --loglevel=error; \
+	elif [ "$$CI" = "true" ]; then echo "npm is missing (the SSO tests need Node.js 20.19+)"; exit 1; \
+	else echo "npm is missing: the single sign-on tests will skip"; fi
 
 bench: $(STAMP)  ## benchmarks: print figures next to a baseline measured in the same run
 	$(BIN)/python bench/fake_upstream_speed.py
@@ -52,7 +62,7 @@ bench: $(STAMP)  ## benchmarks: print figures next to a baseline measured in the
 	$(BIN)/python bench/batch_throughput.py
 
 chart-examples: $(STAMP)  ## re-render deploy/helm/relay/examples/*.yaml with real Helm (review the diff)
-	$(BIN)/python -m tests.deploy.helm_render
+	$(BIN)/python -m tests.integration.deploy.helm_render
 
 serve: $(STAMP)
 	$(BIN)/relay serve

@@ -36,6 +36,13 @@ not a test: it always exits 0 once it has measured.
     .venv/bin/python bench/live_overhead.py [--duration 5] [--concurrency 1,16,64] [--rate 500]
                                             [--generator auto|wrk|python] [--redis URL]
                                             [--log-level info|warning] [--no-floor]
+                                            [--otel [--base-src DIR]]
+
+``--otel`` (issue 29) adds **traced**: a second ``relay serve`` with tracing on (``RELAY_OTEL_ENDPOINT``
+= ``bench/otlp_sink.py``, a local sink that answers every export; ratio 1.0: every request a server
+span and an attempt span), run beside **relay** (tracing off) in every round; ``--base-src DIR`` adds
+**base**, a relay from another source tree (a worktree of the commit before tracing), for "off costs
+nothing". The summary prints each one's CPU ms/req and p50/p99 side by side with the differences.
 
 Load generator: ``wrk`` (1 thread) when installed, else an asyncio/aiohttp generator, which costs
 0.3–0.7 ms CPU per request itself and competes for the same cores as Relay and the fake upstream (the
@@ -50,6 +57,7 @@ import base64
 import json
 import os
 import secrets
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -62,6 +70,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from cache_mode import CACHE_POLICY, cache_catalog, cache_lines, cache_runs
 from common import (
     CHAT_BODY,
     SRC,
@@ -83,6 +92,7 @@ from common import (
     write_wrk_script,
     wrk_version,
 )
+from guard_mode import GUARD_POLICY, guard_catalog, guard_lines, guard_runs
 
 UPSTREAM_KEY = "sk-bench-upstream"
 MODEL = "bench-model"
@@ -128,6 +138,7 @@ def start_relay(
     database_url: str | None = None,
     extra_env: dict[str, str] | None = None,
     log_level: str = "warning",
+    src: Path = SRC,
 ) -> Relay:
     """``relay serve`` (one process, ``log_level``, JSON logs, no Redis, no batch workers unless
     ``extra_env`` says otherwise) on ``database_url`` (default: a SQLite file in ``workdir``); returns
@@ -139,7 +150,7 @@ def start_relay(
     admin_token = "bench-admin-" + secrets.token_urlsafe(24)
     env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}  # no Redis, no stray config
     env.update(
-        PYTHONPATH=str(SRC),
+        PYTHONPATH=str(src),
         RELAY_BIND="127.0.0.1",
         RELAY_PORT=str(port),
         RELAY_CONTROL_PORT=str(control_port),
@@ -151,7 +162,7 @@ def start_relay(
         RELAY_LOG_LEVEL=log_level,
         RELAY_LOG_FORMAT="json",
     )
-    if "batch_workers" in (SRC / "relay" / "config.py").read_text(encoding="utf-8"):
+    if "batch_workers" in (src / "relay" / "config.py").read_text(encoding="utf-8"):
         env["RELAY_BATCH_WORKERS"] = "0"
     env.update(extra_env or {})
     log_path = workdir / "relay.log"
@@ -275,9 +286,13 @@ def mint_key(relay: Relay, policy: str | None = None) -> str:
     return str(minted.json()["plaintext"])
 
 
-def configure(relay: Relay, upstream_base: str, *, budget: bool = False) -> str:
+def configure(
+    relay: Relay, upstream_base: str, *, budget: bool = False, cache: bool = False, guard: bool = False
+) -> str:
     """Applies the catalog, mints a relay key, waits until a request through Relay answers 200."""
     documents = catalog(upstream_base) + (budget_catalog() if budget else [])
+    documents += cache_catalog() if cache else []
+    documents += guard_catalog() if guard else []
     with httpx.Client(timeout=10, headers=relay_admin(relay)) as client:
         applied = client.post(relay.control_url + "/api/apply", json={"documents": documents})
         if applied.status_code != 200:
@@ -299,6 +314,40 @@ def configure(relay: Relay, upstream_base: str, *, budget: bool = False) -> str:
                     f"{relay.log_tail()}"
                 )
             time.sleep(0.1)
+
+
+def run_cache_mode(
+    args: argparse.Namespace, relay: Relay, direct: Target, via: Target, pids: dict[str, int]
+) -> list[str]:
+    """``--cache``: the response cache's runs (bench/cache_mode.py), before the others; its summary."""
+    runs = cache_runs(
+        pids=pids,
+        relay_url=via.url,
+        upstream_url=direct.url,
+        plain_headers=via.headers,
+        cache_headers={"Authorization": f"Bearer {mint_key(relay, CACHE_POLICY)}"},
+        upstream_headers=direct.headers,
+        concurrency=args.cache_concurrency,
+        rounds=args.cache_rounds,
+        warmup=args.warmup,
+        duration=args.duration,
+    )
+    return cache_lines(runs)
+
+
+def run_guard_mode(args: argparse.Namespace, relay: Relay, via: Target, pids: dict[str, int]) -> list[str]:
+    """``--guardrails``: input guardrails vs the plain policy (bench/guard_mode.py); its summary."""
+    runs = guard_runs(
+        pids=pids,
+        relay_url=via.url,
+        plain_headers=dict(via.headers),
+        guard_headers={"Authorization": f"Bearer {mint_key(relay, GUARD_POLICY)}"},
+        concurrency=args.guard_concurrency,
+        rounds=args.guard_rounds,
+        warmup=args.warmup,
+        duration=args.duration,
+    )
+    return guard_lines(runs)
 
 
 def rss_mib(pid: int) -> float:
@@ -341,6 +390,7 @@ class Bench:
         self.tmp = tmp
         self.pids = pids
         self.rows: list[Row] = []
+        self.round_label = ""  # " r2" … with --rounds: each round's closed-loop rows are their own
         self._scripts: dict[tuple[str, bool, float | None], Path] = {}
 
     def _script(self, target: Target, body: bytes, stream: bool, delay_ms: float | None) -> Path:
@@ -374,8 +424,8 @@ class Bench:
         meter.stop()
         n = result.requests or 1
         proxy_cpu = proxy_sys = None
-        if target.name in ("relay", "floor", "translated", "tokens", "budget"):  # the proxy under test
-            proxy = "floor" if target.name == "floor" else "relay"
+        if target.name in ("relay", "floor", "translated", "tokens", "budget", "traced", "base"):
+            proxy = target.name if target.name in ("floor", "traced", "base") else "relay"  # under test
             proxy_cpu = meter.seconds[proxy] * 1000 / n
             proxy_sys = (
                 100 * meter.system_seconds[proxy] / meter.seconds[proxy] if meter.seconds[proxy] else 0
@@ -415,7 +465,7 @@ class Bench:
         self._measure(
             load,
             target,
-            str(concurrency),
+            str(concurrency) + self.round_label,
             lambda: self._load(target, body, stream, concurrency, self.args.duration, None),
         )
 
@@ -514,6 +564,55 @@ def budget_lines(rows: list[Row]) -> list[str]:
         out.append(
             f"budget + fallback entry vs the same policy without them ({r.load} {r.concurrency}): "
             f"{delta:+.3f} ms CPU/req{vs_plain} — {verdict(delta <= 0.1)} (target ≤ +0.1 ms)"
+        )
+    return out
+
+
+TARGET_OTEL_OFF_CPU_MS = 0.02  # issue 29: tracing off costs nothing measurable vs the build before it
+TARGET_OTEL_ON_CPU_MS = 0.15  # issue 29: tracing on (ratio 1.0, a local collector) per request
+
+
+def otel_lines(rows: list[Row]) -> list[str]:
+    """Issue 29's targets, per load and on average over the loads of this run: CPU per request of the
+    build under test with tracing off (relay) and on (traced, ratio 1.0, spans exported to a local
+    sink), and of the build before tracing (base, when ``--base-src`` ran it), with p50/p99 beside."""
+    out = ["", "tracing (--otel): CPU ms/req and p50/p99 ms, same loads, same run, interleaved"]
+    off_deltas: list[float] = []
+    on_deltas: list[float] = []
+    for r in rows:
+        if r.target != "relay" or r.proxy_cpu_ms is None:
+            continue
+        on = find(rows, r.load, r.concurrency, "traced")
+        base = find(rows, r.load, r.concurrency, "base")
+        parts = [f"{r.load} {r.concurrency}:"]
+        if base is not None and base.proxy_cpu_ms is not None:
+            off_deltas.append(r.proxy_cpu_ms - base.proxy_cpu_ms)
+            parts.append(
+                f"base {base.proxy_cpu_ms:.3f} (p50 {base.result.p50_ms:.2f} p99 {base.result.p99_ms:.2f})"
+            )
+        parts.append(f"off {r.proxy_cpu_ms:.3f} (p50 {r.result.p50_ms:.2f} p99 {r.result.p99_ms:.2f})")
+        if on is not None and on.proxy_cpu_ms is not None:
+            on_deltas.append(on.proxy_cpu_ms - r.proxy_cpu_ms)
+            parts.append(f"on {on.proxy_cpu_ms:.3f} (p50 {on.result.p50_ms:.2f} p99 {on.result.p99_ms:.2f})")
+            parts.append(f"on - off {on.proxy_cpu_ms - r.proxy_cpu_ms:+.3f}")
+        if base is not None and base.proxy_cpu_ms is not None:
+            parts.append(f"off - base {r.proxy_cpu_ms - base.proxy_cpu_ms:+.3f}")
+        out.append("  " + "  ".join(parts))
+    # Judged on the median of the runs' differences: on a shared machine one disturbed run moves the
+    # mean by more than the targets themselves; both are printed.
+    if off_deltas:
+        mean, median = sum(off_deltas) / len(off_deltas), statistics.median(off_deltas)
+        out.append(
+            f"tracing off vs the build before it: median {median:+.3f}, mean {mean:+.3f} ms CPU per request "
+            f"over {len(off_deltas)} runs (target ≤ {TARGET_OTEL_OFF_CPU_MS} ms): "
+            f"{verdict(median <= TARGET_OTEL_OFF_CPU_MS)}"
+        )
+    if on_deltas:
+        mean, median = sum(on_deltas) / len(on_deltas), statistics.median(on_deltas)
+        out.append(
+            f"tracing on (ratio 1.0, local sink) vs off: median {median:+.3f}, mean {mean:+.3f} ms CPU per "
+            f"request over {len(on_deltas)} runs (target ≤ +{TARGET_OTEL_ON_CPU_MS} ms): "
+            f"{verdict(median <= TARGET_OTEL_ON_CPU_MS)}"
         )
     return out
 
@@ -664,12 +763,55 @@ def main() -> None:
         help="also run two relay targets with rules: tokens (a tokens rule) and budget (the same rule, "
         "a cost_usd spend limit and a fallback entry); budget - tokens = what budgets and fallbacks add",
     )
+    parser.add_argument(
+        "--otel",
+        action="store_true",
+        help="also run a second relay with tracing on (RELAY_OTEL_ENDPOINT = a local sink, "
+        "bench/otlp_sink.py, sample ratio 1.0) as target traced: tracing off vs on in one run",
+    )
+    parser.add_argument(
+        "--base-src",
+        metavar="DIR",
+        type=Path,
+        help="with --otel: also run a relay from this src/ directory (e.g. a worktree of the commit "
+        "before tracing) as target base, for tracing off vs the build before it",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="repeat the closed-loop and stream runs this many times, interleaved (a noisy machine: the "
+        "--otel and --budget summaries average over every round)",
+    )
+    parser.add_argument(
+        "--cache",
+        action="store_true",
+        help="also measure the response cache (bench/cache_mode.py): plain, miss, hit and direct, "
+        "interleaved, relay CPU per request",
+    )
+    parser.add_argument("--cache-concurrency", type=int, default=16, help="closed-loop connections (--cache)")
+    parser.add_argument(
+        "--cache-rounds", type=int, default=3, help="interleaved rounds of the four (--cache)"
+    )
+    parser.add_argument("--cache-only", action="store_true", help="with --cache: skip the other runs")
+    parser.add_argument(
+        "--guardrails",
+        action="store_true",
+        help="also measure two regex + one PII input guardrail on a 2 KB request vs the plain policy "
+        "(bench/guard_mode.py), interleaved, relay CPU per request",
+    )
+    parser.add_argument("--guard-concurrency", type=int, default=16, help="closed-loop connections")
+    parser.add_argument("--guard-rounds", type=int, default=5, help="interleaved rounds (--guardrails)")
+    parser.add_argument("--guard-only", action="store_true", help="with --guardrails: skip the other runs")
     args = parser.parse_args()
     levels = [int(x) for x in args.concurrency.split(",") if x.strip()]
     rates = [r for r in (float(x) for x in args.rate.split(",") if x.strip()) if r > 0]
     wrk = find_wrk(args.generator)
     n_runs = (3 if args.no_floor else 4) + (2 if args.budget else 0)
-    n_runs *= len(levels) + (1 if args.stream_concurrency else 0) + len(rates) * (2 if wrk else 1)
+    n_runs += (1 if args.otel else 0) + (1 if args.otel and args.base_src else 0)
+    n_runs *= (len(levels) + (1 if args.stream_concurrency else 0)) * args.rounds + len(rates) * (
+        2 if wrk else 1
+    )
     print(f"Relay live overhead (SPEC §13) — {machine_line()}")
     generator = (
         f"{wrk_version(wrk)} ({args.threads} thread)"
@@ -695,7 +837,7 @@ def main() -> None:
             extra_env={"RELAY_REDIS_URL": args.redis} if args.redis else None,
             log_level=args.log_level,
         )
-        key = configure(relay, upstream, budget=args.budget)
+        key = configure(relay, upstream, budget=args.budget, cache=args.cache, guard=args.guardrails)
         direct = Target(
             "direct", upstream + "/v1/chat/completions", {"Authorization": f"Bearer {UPSTREAM_KEY}"}
         )
@@ -717,6 +859,31 @@ def main() -> None:
             for label, policy in (("tokens", "bench-tokens"), ("budget", "bench-budget")):
                 policy_key = mint_key(relay, policy)
                 targets.append(Target(label, via.url, {"Authorization": f"Bearer {policy_key}"}))
+        if args.otel:
+            _sink, sink_url = start_announcing(
+                procs, [sys.executable, str(Path(__file__).resolve().parent / "otlp_sink.py")], "otlp-sink"
+            )
+            traced_env = {"RELAY_OTEL_ENDPOINT": sink_url, "RELAY_OTEL_SAMPLE_RATIO": "1.0"}
+            if args.redis:
+                traced_env["RELAY_REDIS_URL"] = args.redis
+            tracing = start_relay(procs, tmp / "traced", extra_env=traced_env, log_level=args.log_level)
+            traced_key = configure(tracing, upstream, budget=args.budget)
+            pids["traced"] = tracing.process.pid
+            chat = "/v1/chat/completions"
+            traced = Target("traced", tracing.base_url + chat, {"Authorization": f"Bearer {traced_key}"})
+            if args.base_src:
+                base = start_relay(
+                    procs,
+                    tmp / "base",
+                    extra_env={"RELAY_REDIS_URL": args.redis} if args.redis else None,
+                    log_level=args.log_level,
+                    src=args.base_src.resolve(),
+                )
+                base_key = configure(base, upstream, budget=args.budget)
+                pids["base"] = base.process.pid
+                base_auth = {"Authorization": f"Bearer {base_key}"}
+                targets.insert(targets.index(via), Target("base", base.base_url + chat, base_auth))
+            targets.insert(targets.index(via) + 1, traced)  # base, relay (off), traced (on) side by side
         idle = CpuMeter(pids)
         idle.start()
         time.sleep(1.0)
@@ -730,13 +897,19 @@ def main() -> None:
         )
 
         bench = Bench(args, wrk, tmp, pids)
+        cached = run_cache_mode(args, relay, direct, via, pids) if args.cache else []
+        cached += run_guard_mode(args, relay, via, pids) if args.guardrails else []
+        if args.cache_only or args.guard_only:
+            levels, rates, args.stream_concurrency = [], [], 0
         try:
-            for concurrency in levels:
-                for target in targets:
-                    bench.closed("closed", target, body, False, concurrency)
-            if args.stream_concurrency:
-                for target in targets:
-                    bench.closed("stream", target, stream_body, True, args.stream_concurrency)
+            for n in range(args.rounds):
+                bench.round_label = f" r{n + 1}" if args.rounds > 1 else ""
+                for concurrency in levels:
+                    for target in targets:
+                        bench.closed("closed", target, body, False, concurrency)
+                if args.stream_concurrency:
+                    for target in targets:
+                        bench.closed("stream", target, stream_body, True, args.stream_concurrency)
             for rate in rates:
                 for target in targets:
                     bench.paced(target, body, rate)
@@ -746,6 +919,14 @@ def main() -> None:
         except (subprocess.SubprocessError, RuntimeError, OSError) as exc:
             print(f"a run failed, reporting what was measured: {exc!r}", file=sys.stderr)
         relay_rss = rss_mib(relay.process.pid)
+        sink_stats = ""
+        if args.otel:
+            time.sleep(6)  # past OTEL_BSP_SCHEDULE_DELAY (5 s): the last spans are exported too
+            try:
+                got = httpx.get(sink_url + "/stats", timeout=5).json()
+                sink_stats = f"otlp sink received {got['exports']} exports, {got['bytes']:,} bytes"
+            except httpx.HTTPError as exc:
+                sink_stats = f"otlp sink did not answer: {exc!r}"
         if relay.process.poll() is not None:
             print(f"relay serve died during the runs:\n{relay.log_tail()}", file=sys.stderr)
 
@@ -789,6 +970,12 @@ def main() -> None:
     if args.budget:
         for line in budget_lines(rows):
             print(line)
+    if args.otel:
+        for line in otel_lines(rows):
+            print(line)
+        print(sink_stats)
+    for line in cached:
+        print(line)
     if rates:
         for line in report_targets(rows, rates[0]):
             print(line)

@@ -1,10 +1,11 @@
 """What does a paced batch cost live traffic under the same policy? SPEC §17: live requests keep
 ``limit − share`` of every window while a batch runs at its batch share.
 
-Starts the fake upstream and one ``relay serve`` (embedded SQLite in a temporary directory, 16 batch
-workers, no Redis unless ``--redis``), applies the minimal catalog of ``bench/live_overhead.py`` and
-gives its policy one rule, ``requests`` ``--limit`` per second, and the batch block ``{pacing: wait,
-live_reserve: --reserve}``. Then, in one run:
+Starts the fake upstream and one ``relay serve`` (embedded SQLite in a temporary directory, or a fresh
+Postgres database with ``--postgres ADMIN_URL``; 16 batch workers; no Redis unless ``--redis``),
+applies the minimal catalog of ``bench/live_overhead.py`` and gives its policy one rule, ``requests``
+``--limit`` per second, and the batch block ``{pacing: wait, live_reserve: --reserve}``. Then, in one
+run:
 
 1. **live alone**: an open-loop generator at ``--rate`` live requests/s (below ``limit − share``) for
    ``--duration`` seconds → live req/s, p50, p99, refusals (429);
@@ -12,10 +13,15 @@ live_reserve: --reserve}``. Then, in one run:
    policy and, while it runs, the same live load again → the same figures, plus the batch's items/s
    over that time against its share per second (``floor(limit × (1 − reserve))``).
 
-The batch is cancelled at the end. A benchmark, not a test: it prints, and exits 0 once it measured.
+The batch is cancelled at the end and the relay stopped. ``--rounds N`` repeats both phases on a fresh
+relay; ``--compare-src DIR`` (another checkout's ``src/``, e.g. a worktree of the base commit) runs the
+same rounds on that code too, interleaved round by round (this checkout, then that one), so a change is
+judged against a baseline measured in the same run on the same noisy machine. A benchmark, not a test:
+it prints, and exits 0 once it measured.
 
     .venv/bin/python bench/paced_batch.py [--items 50000] [--rate 100] [--limit 400] [--reserve 0.5]
-                                          [--duration 10] [--redis URL]
+                                          [--duration 10] [--redis URL] [--postgres ADMIN_URL]
+                                          [--rounds 1] [--compare-src ../base/src]
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import math
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +40,11 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from batch_throughput import Databases
 from common import (
     CHAT_BODY,
+    SRC,
+    LoadResult,
     Processes,
     machine_line,
     markdown_table,
@@ -56,6 +66,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--reserve", type=float, default=0.5, help="batch.live_reserve")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per measured phase")
     parser.add_argument("--redis", default=None, help="RELAY_REDIS_URL for the relay (default: none)")
+    parser.add_argument(
+        "--postgres", default=None, help="run relay on Postgres: an admin URL (a database is created per run)"
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="fresh relays per code under test")
+    parser.add_argument(
+        "--compare-src", type=Path, default=None, help="another checkout's src/ to interleave with"
+    )
     return parser.parse_args()
 
 
@@ -64,15 +81,27 @@ def batch_counts(client: httpx.Client, base: str, batch_id: str, key: str) -> di
     return dict(view["counts"])
 
 
-def main() -> None:
-    args = parse_args()
-    share = max(1, math.floor(args.limit * (1 - args.reserve)))
-    with Processes() as procs, tempfile.TemporaryDirectory(prefix="relay-paced-") as tmp:
-        _fake, upstream = start_fake_upstream(procs)
-        env = {"RELAY_BATCH_WORKERS": "16", "RELAY_BATCH_MAX_ITEMS": str(max(args.items, 50_000))}
-        if args.redis:
-            env["RELAY_REDIS_URL"] = args.redis
-        relay = start_relay(procs, Path(tmp) / "relay", extra_env=env)
+@dataclass
+class Measured:
+    alone: LoadResult
+    beside: LoadResult
+    items_per_s: float
+    discarded: int
+
+
+def measure(
+    args: argparse.Namespace, procs: Processes, upstream: str, dbs: Databases, workdir: Path, src: Path
+) -> Measured:
+    """One fresh relay running ``src``: live alone, then live beside a paced batch."""
+    env = {
+        "RELAY_BATCH_WORKERS": "16",
+        "RELAY_BATCH_MAX_ITEMS": str(max(args.items, 50_000)),
+        "PYTHONPATH": str(src),
+    }
+    if args.redis:
+        env["RELAY_REDIS_URL"] = args.redis
+    relay = start_relay(procs, workdir, database_url=dbs.fresh(workdir), extra_env=env)
+    try:
         key = configure(relay, upstream)
         with httpx.Client(timeout=120) as client:
             policy: dict[str, Any] = {
@@ -110,45 +139,65 @@ def main() -> None:
             elapsed = time.monotonic() - started
             after = batch_counts(client, relay.base_url, batch_id, key)
             client.post(relay.base_url + f"/v1/batches/{batch_id}/cancel", headers=headers)
+    finally:
+        procs.stop(relay.process)
+    done = after.get("completed", 0) - before.get("completed", 0)
+    return Measured(alone, beside, done / elapsed, after.get("discarded", 0))
 
-        done = after.get("completed", 0) - before.get("completed", 0)
-        failed = after.get("discarded", 0)
-        rows = [
+
+def rows_of(label: str, runs: list[Measured], share: int) -> list[list[str]]:
+    rows = []
+    for i, run in enumerate(runs, 1):
+        name = f"{label} #{i}" if len(runs) > 1 else label
+        alone, beside = run.alone, run.beside
+        p50, p99 = ms(alone.p50_ms), ms(alone.p99_ms)
+        rows.append([name, "live alone", f"{alone.rps:.0f}", p50, p99, str(alone.errors), "—"])
+        rows.append(
             [
-                "live alone",
-                f"{alone.rps:.0f}",
-                ms(alone.p50_ms),
-                ms(alone.p99_ms),
-                str(alone.errors),
-                "—",
-                "—",
-            ],
-            [
+                name,
                 "live + paced batch",
                 f"{beside.rps:.0f}",
                 ms(beside.p50_ms),
                 ms(beside.p99_ms),
                 str(beside.errors),
-                f"{done / elapsed:.0f}",
-                f"{share}",
-            ],
-        ]
-        print(machine_line())
-        print(
-            f"policy: {args.limit} requests/s, live_reserve {args.reserve:g} → batch share {share}/s, "
-            f"live keeps {args.limit - share}/s; live load {args.rate:g} req/s for {args.duration:g} s; "
-            f"batch of {args.items} items"
+                f"{run.items_per_s:.0f} of {share} ({run.items_per_s / share:.0%}), "
+                f"{run.discarded} discarded",
+            ]
         )
-        print(
-            markdown_table(
-                ["phase", "live req/s", "p50 ms", "p99 ms", "live errors", "batch items/s", "share/s"],
-                rows,
-                [False, True, True, True, True, True, True],
-            )
+    return rows
+
+
+def main() -> None:
+    args = parse_args()
+    share = max(1, math.floor(args.limit * (1 - args.reserve)))
+    codes = [("this checkout", SRC)]
+    if args.compare_src is not None:
+        codes.append((f"{args.compare_src}", args.compare_src.resolve()))
+    results: dict[str, list[Measured]] = {label: [] for label, _ in codes}
+    with Processes() as procs, tempfile.TemporaryDirectory(prefix="relay-paced-") as tmp:
+        dbs = Databases(args.postgres, Path(tmp))
+        try:
+            _fake, upstream = start_fake_upstream(procs)
+            for round_no in range(args.rounds):
+                for n, (label, src) in enumerate(codes):
+                    workdir = Path(tmp) / f"relay-{round_no}-{n}"
+                    results[label].append(measure(args, procs, upstream, dbs, workdir, src))
+        finally:
+            dbs.drop_all()
+    print(machine_line())
+    print(
+        f"{dbs.kind}{', Redis' if args.redis else ''}; policy: {args.limit} requests/s, live_reserve "
+        f"{args.reserve:g} → batch share {share}/s, live keeps {args.limit - share}/s; live load "
+        f"{args.rate:g} req/s for {args.duration:g} s per phase; batch of {args.items} items"
+    )
+    rows = [row for label, _ in codes for row in rows_of(label, results[label], share)]
+    print(
+        markdown_table(
+            ["code", "phase", "live req/s", "p50 ms", "p99 ms", "live errors", "batch items/s of share"],
+            rows,
+            [False, False, True, True, True, True, False],
         )
-        print(
-            f"batch: {done} items completed while measured, {failed} discarded so far (expect 0 under wait)"
-        )
+    )
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Annotated, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -30,6 +31,15 @@ from pydantic import (
 )
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
+
+from relay.oidc_settings import (
+    GroupGrant,
+    check_issuer,
+    check_redirect,
+    check_scopes,
+    parse_groups,
+    parse_project_groups,
+)
 
 ENV_PREFIX = "RELAY_"
 DEFAULT_DATA_DIR = "relay-data"
@@ -89,8 +99,12 @@ class Settings(BaseModel):
     public_url: str | None = None  # where users reach Relay; https makes the session cookies Secure
     upstream_timeout_s: float = Field(300.0, gt=0)
     translate_default_max_tokens: int = Field(4096, ge=1)
+    cache_max_bytes: int = Field(64 * 1024 * 1024, ge=1024, le=1 << 40)
+    cache_max_entry_bytes: int = Field(1024 * 1024, ge=1, le=1 << 30)
+    guardrail_stream_window: int = Field(256, ge=1, le=65_536)
     batch_workers: int = Field(16, ge=0, le=4096)
-    batch_max_items: int = Field(50_000, ge=1)
+    # Up to a million (SPEC §17 "Scale"): submit, status and results stay bounded in memory and time.
+    batch_max_items: int = Field(50_000, ge=1, le=1_000_000)
     batch_max_bytes: int = Field(200 * 1024 * 1024, ge=1024)
     batch_item_timeout_s: float = Field(300.0, gt=0)
     batch_rescue_after_s: float = Field(900.0, gt=0)
@@ -110,13 +124,40 @@ class Settings(BaseModel):
     webhook_concurrency: int = Field(8, ge=1, le=1024)
     webhook_retry_scale: float = Field(1.0, gt=0, le=1)
     data_dir: str = DEFAULT_DATA_DIR
+    # SPEC §18 traces: off while the endpoint is unset. The last three are the standard OpenTelemetry
+    # variables (STANDARD_VARIABLES names them), read here so a bad value stops the start like any other.
+    otel_endpoint: str | None = None
+    otel_sample_ratio: float = Field(1.0, ge=0, le=1, allow_inf_nan=False)
+    otel_sampler_arg: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)
+    otel_service_name: str = Field("relay", min_length=1)
+    otel_headers: SecretStr | None = None
+    # SPEC §21 single sign-on: off while the issuer is unset; discovery happens at sign-in, not here.
+    oidc_issuer: Annotated[str, AfterValidator(check_issuer)] | None = None
+    oidc_client_id: str | None = Field(None, min_length=1, max_length=512)
+    oidc_client_secret: SecretStr | None = None
+    oidc_scopes: Annotated[str, AfterValidator(check_scopes)] = "openid email profile"
+    oidc_groups_claim: str = Field("groups", min_length=1, max_length=256)
+    oidc_admin_groups: Annotated[tuple[str, ...], BeforeValidator(parse_groups)] = ()
+    oidc_project_groups: Annotated[tuple[GroupGrant, ...], BeforeValidator(parse_project_groups)] = ()
+    oidc_redirect_url: Annotated[str, AfterValidator(check_redirect)] | None = None
 
     @field_validator("log_level", "log_format", "batch_payload_store", mode="before")
     @classmethod
     def _lower(cls, value: object) -> object:
         return value.lower() if isinstance(value, str) else value
 
-    @field_validator("redis_url", "public_url", mode="before")
+    @field_validator(
+        "redis_url",
+        "public_url",
+        "otel_endpoint",
+        "otel_sampler_arg",
+        "otel_headers",
+        "oidc_issuer",
+        "oidc_client_id",
+        "oidc_client_secret",
+        "oidc_redirect_url",
+        mode="before",
+    )
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         return None if value == "" else value
@@ -127,6 +168,22 @@ class Settings(BaseModel):
         if value is not None and not value.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https://")
         return value.rstrip("/") if value is not None else None
+
+    @field_validator("otel_endpoint")
+    @classmethod
+    def _otel_endpoint(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not re.match(r"^https?://[^/?#\s]+(/[^?#\s]*)?$", value):
+            raise ValueError(
+                "must be the collector's http:// or https:// base URL (e.g. http://collector:4318)"
+            )
+        return value.rstrip("/")
+
+    @property
+    def otel_ratio(self) -> float:
+        """The trace sample ratio in force: ``OTEL_TRACES_SAMPLER_ARG`` when set, else Relay's own."""
+        return self.otel_sample_ratio if self.otel_sampler_arg is None else self.otel_sampler_arg
 
     @field_validator("database_url")
     @classmethod
@@ -184,6 +241,8 @@ class Settings(BaseModel):
             )
         if self.control_port is not None and self.control_port == self.port:
             raise ValueError("RELAY_CONTROL_PORT: must differ from RELAY_PORT")
+        if self.oidc_issuer is not None and self.oidc_client_id is None:
+            raise ValueError("RELAY_OIDC_CLIENT_ID: required when RELAY_OIDC_ISSUER is set")
         return self
 
     @property
@@ -203,7 +262,10 @@ class Settings(BaseModel):
                 value = "********"
             elif name in ("database_url", "redis_url") and value:
                 value = _mask_url_password(value)
-            out[ENV_PREFIX + name.upper()] = "off" if name == "control_port" and value is None else value
+            elif isinstance(value, tuple):  # a list setting, written back as the variable spells it
+                value = ",".join(map(str, value))
+            env_name = STANDARD_VARIABLES.get(name) or ENV_PREFIX + name.upper()
+            out[env_name] = "off" if name == "control_port" and value is None else value
         return out
 
 
@@ -217,13 +279,25 @@ def _mask_url_password(url: str) -> str:
     return parsed.render_as_string(hide_password=True)
 
 
+STANDARD_VARIABLES: Mapping[str, str] = {
+    "otel_sampler_arg": "OTEL_TRACES_SAMPLER_ARG",
+    "otel_service_name": "OTEL_SERVICE_NAME",
+    "otel_headers": "OTEL_EXPORTER_OTLP_HEADERS",
+}
+"""Settings read from OpenTelemetry's standard variables rather than a ``RELAY_*`` one (SPEC §18)."""
+
+
 def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     """Read and validate the settings once; raise :class:`ConfigError` naming the bad variable."""
     env = dict(os.environ if environ is None else environ)
     values = {k[len(ENV_PREFIX) :].lower(): v for k, v in env.items() if k.startswith(ENV_PREFIX)}
-    known = set(Settings.model_fields)
+    known = set(Settings.model_fields) - set(STANDARD_VARIABLES)
+    values = {k: v for k, v in values.items() if k in known}
+    for name, variable in STANDARD_VARIABLES.items():
+        if env.get(variable):
+            values[name] = env[variable]
     try:
-        return Settings.model_validate({k: v for k, v in values.items() if k in known})
+        return Settings.model_validate(values)
     except ValidationError as exc:
         raise ConfigError(_one_line(exc)) from None
 
@@ -234,7 +308,8 @@ CLIENT_VARIABLES = {"URL", "CONTROL_URL", "API_KEY"}
 def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
     """``RELAY_*`` names that no setting reads (typos such as ``RELAY_PROT``), for a boot warning."""
     env = os.environ if environ is None else environ
-    known = {name.upper() for name in Settings.model_fields} | CLIENT_VARIABLES
+    known = {name.upper() for name in Settings.model_fields if name not in STANDARD_VARIABLES}
+    known |= CLIENT_VARIABLES
     return sorted(
         k
         for k in env
@@ -247,7 +322,8 @@ def _one_line(exc: ValidationError) -> str:
     loc = err.get("loc") or ()
     message = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
     if loc:
-        return f"{ENV_PREFIX}{str(loc[0]).upper()}: {message}"
+        field = str(loc[0])
+        return f"{STANDARD_VARIABLES.get(field) or ENV_PREFIX + field.upper()}: {message}"
     return message
 
 
@@ -304,8 +380,13 @@ SETTING_HELP: dict[str, str] = {
     "max_json_depth": "deepest JSON nesting accepted in any input (400 invalid_json)",
     "public_url": "external base URL; https makes the session cookie Secure",
     "upstream_timeout_s": "longest wait for an upstream answer",
+    "cache_max_bytes": "response cache held in process memory when RELAY_REDIS_URL is unset "
+    "(least recently used out first)",
+    "cache_max_entry_bytes": "largest cached response (a larger one is answered but not kept)",
+    "guardrail_stream_window": "characters an output guardrail holds back on a stream, so a match split "
+    "across chunks is still seen whole (1 to 65536)",
     "batch_workers": "batch items this process runs at once (0: none)",
-    "batch_max_items": "most items in one batch",
+    "batch_max_items": "most items in one batch (1 to 1000000)",
     "batch_max_bytes": "largest batch submission body",
     "batch_item_timeout_s": "longest run of one batch item",
     "batch_rescue_after_s": "an item running this long on a silent replica is taken over",
@@ -325,6 +406,23 @@ SETTING_HELP: dict[str, str] = {
     "webhook_timeout_s": "longest webhook attempt (connect to response head); then it is retried",
     "webhook_concurrency": "webhook attempts this replica makes at once",
     "webhook_retry_scale": "multiplies the webhook retry schedule and its 24 h window (tests: e.g. 0.001)",
+    "otel_endpoint": "OpenTelemetry collector base URL (spans go to <it>/v1/traces as OTLP/HTTP); "
+    "unset: no traces",
+    "otel_sample_ratio": "share of traces sampled, 0–1 (OTEL_TRACES_SAMPLER_ARG wins; a caller's traceparent "
+    "decides for its own requests)",
+    "otel_sampler_arg": "OpenTelemetry's standard sample ratio; when set, it wins over "
+    "RELAY_OTEL_SAMPLE_RATIO",
+    "otel_service_name": "service.name of Relay's spans",
+    "otel_headers": "headers sent to the collector (k=v,k2=v2; shown masked)",
+    "oidc_issuer": "single sign-on: the OpenID Provider's issuer URL (https unless loopback); unset: no SSO",
+    "oidc_client_id": "single sign-on: Relay's client id at the provider (required with the issuer)",
+    "oidc_client_secret": "single sign-on: Relay's client secret at the provider (shown masked)",
+    "oidc_scopes": "single sign-on: scopes asked for (must include openid)",
+    "oidc_groups_claim": "single sign-on: the ID token claim that lists the account's groups",
+    "oidc_admin_groups": "single sign-on: groups whose members get the dashboard's admin view (a,b)",
+    "oidc_project_groups": "single sign-on: group=project[:policy],… memberships set at each sign-in",
+    "oidc_redirect_url": "single sign-on: the callback URL registered at the provider (default: the "
+    "request's scheme and Host + /ui/sso/callback)",
     "data_dir": "embedded mode's directory (SQLite file, generated master key and admin token)",
 }
 
@@ -340,6 +438,9 @@ def settings_help() -> str:
         else:
             value = field.default
             default = str(value).lower() if isinstance(value, bool) else str(value)
+            if isinstance(value, tuple):
+                default = ",".join(map(str, value)) or "empty"
         what = SETTING_HELP.get(name) or field.description or ""
-        lines.append(f"{ENV_PREFIX}{name.upper()} (default {default})" + (f": {what}" if what else ""))
+        env_name = STANDARD_VARIABLES.get(name) or ENV_PREFIX + name.upper()
+        lines.append(f"{env_name} (default {default})" + (f": {what}" if what else ""))
     return "\n".join(lines)

@@ -96,3 +96,14 @@ class Upstream:
         except aiohttp.ClientError as exc:
             raise UpstreamConnectionError(f"upstream connection failed: {type(exc).__name__}") from None
         return UpstreamResponse(response.status, response.headers, response)
+
+    async def get(self, url: str, headers: Mapping[str, str]) -> UpstreamResponse:
+        """A GET with the same errors as :meth:`post` (provider batch offload polls and reads results)."""
+        assert self._session is not None, "Upstream.start() runs at boot"
+        try:
+            response = await self._session.get(url, headers=dict(headers), allow_redirects=False)
+        except TimeoutError:
+            raise UpstreamTimeout(f"upstream did not answer within {self._total_s:g}s") from None
+        except aiohttp.ClientError as exc:
+            raise UpstreamConnectionError(f"upstream connection failed: {type(exc).__name__}") from None
+        return UpstreamResponse(response.status, response.headers, response)

@@ -57,6 +57,12 @@ def test_control_port_off_and_case_insensitive_enums() -> None:
         ({"RELAY_BATCH_PAYLOAD_GROUP_READABLE": "group"}, "RELAY_BATCH_PAYLOAD_GROUP_READABLE"),
         ({"RELAY_ADMIN_TOKEN": "short"}, "RELAY_ADMIN_TOKEN"),
         ({"RELAY_UPSTREAM_TIMEOUT_S": "0"}, "RELAY_UPSTREAM_TIMEOUT_S"),
+        ({"RELAY_BATCH_MAX_ITEMS": "1000001"}, "RELAY_BATCH_MAX_ITEMS"),
+        ({"RELAY_BATCH_MAX_ITEMS": "0"}, "RELAY_BATCH_MAX_ITEMS"),
+        ({"RELAY_BATCH_MAX_ITEMS": "-5"}, "RELAY_BATCH_MAX_ITEMS"),
+        ({"RELAY_BATCH_MAX_ITEMS": "1e6"}, "RELAY_BATCH_MAX_ITEMS"),
+        ({"RELAY_BATCH_MAX_ITEMS": "12.5"}, "RELAY_BATCH_MAX_ITEMS"),
+        ({"RELAY_BATCH_MAX_ITEMS": "many"}, "RELAY_BATCH_MAX_ITEMS"),
     ],
 )
 def test_bad_values_name_the_variable_in_one_line(env: dict[str, str], variable: str) -> None:
@@ -65,6 +71,11 @@ def test_bad_values_name_the_variable_in_one_line(env: dict[str, str], variable:
     message = str(info.value)
     assert message.startswith(variable + ":"), message
     assert "\n" not in message
+
+
+def test_batch_max_items_goes_up_to_a_million() -> None:
+    assert load_settings({"RELAY_BATCH_MAX_ITEMS": "1000000"}).batch_max_items == 1_000_000
+    assert load_settings({"RELAY_BATCH_MAX_ITEMS": "1"}).batch_max_items == 1
 
 
 def test_postgres_with_master_key_is_accepted_and_masked() -> None:
@@ -130,3 +141,25 @@ def test_postgres_urls_of_managed_consoles_are_accepted(given: str, taken: str) 
     """``postgres://`` (Heroku, Render, Supabase, …): SQLAlchemy no longer knows the alias."""
     s = load_settings({"RELAY_DATABASE_URL": given, "RELAY_MASTER_KEY": GOOD_KEY})
     assert s.database_url == taken and s.is_postgres
+
+
+def test_the_response_cache_bounds_default_to_64_mib_and_1_mib_and_are_validated() -> None:
+    """SPEC §19: RELAY_CACHE_MAX_BYTES (64 MiB) and RELAY_CACHE_MAX_ENTRY_BYTES (1 MiB); a wrong value
+    stops the start naming the variable."""
+    from relay.config import Settings
+
+    assert (Settings().cache_max_bytes, Settings().cache_max_entry_bytes) == (64 << 20, 1 << 20)
+    for name, value in (("RELAY_CACHE_MAX_BYTES", "12"), ("RELAY_CACHE_MAX_ENTRY_BYTES", "lots")):
+        with pytest.raises(ConfigError, match=name):
+            load_settings({name: value})
+
+
+def test_the_guardrail_stream_window_defaults_to_256_and_is_validated() -> None:
+    """SPEC §20: RELAY_GUARDRAIL_STREAM_WINDOW (256 characters); 0 or a word stops the start naming it."""
+    from relay.config import Settings
+
+    assert Settings().guardrail_stream_window == 256
+    assert load_settings({"RELAY_GUARDRAIL_STREAM_WINDOW": "64"}).guardrail_stream_window == 64
+    for value in ("0", "wide"):
+        with pytest.raises(ConfigError, match="RELAY_GUARDRAIL_STREAM_WINDOW"):
+            load_settings({"RELAY_GUARDRAIL_STREAM_WINDOW": value})

@@ -73,20 +73,30 @@ def anthropic_usage(usage: Any) -> Usage:
 
 
 class AnthropicStreamUsage:
-    """Collects usage from ``message_start`` and ``message_delta``; the latest value of a field wins."""
+    """Collects usage from ``message_start`` and ``message_delta``; the latest value of a field wins.
+    The same two events name the model and the stop reason (for a trace's attempt span)."""
 
-    __slots__ = ("_counts",)
+    __slots__ = ("_counts", "finish_reasons", "model")
 
     def __init__(self) -> None:
         self._counts: dict[str, int] = {}
+        self.model: str | None = None
+        self.finish_reasons: list[str] = []
 
     def take(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
         if kind == "message_start":
             message = event.get("message")
             usage = message.get("usage") if isinstance(message, dict) else None
+            model = message.get("model") if isinstance(message, dict) else None
+            if type(model) is str:
+                self.model = model
         elif kind == "message_delta":
             usage = event.get("usage")
+            delta = event.get("delta")
+            reason = delta.get("stop_reason") if isinstance(delta, dict) else None
+            if type(reason) is str:
+                self.finish_reasons = [reason]
         else:
             return
         if isinstance(usage, dict):

@@ -17,6 +17,7 @@ unparseable chunk passes through unchanged.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Final
 
 from .base import Usage, count, detail
@@ -60,18 +61,40 @@ def request_stream_usage(body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
     return {**body, "stream_options": {**options, "include_usage": True}}, True
 
 
-class ChatStreamUsage:
-    """Collects usage from chat chunks: the last ``usage`` object seen wins."""
+# A finish reason as chat chunks spell it (compact or spaced). Reasons are short identifiers, so an
+# escaped quote never appears in one; inside a JSON string the key's own quotes would be escaped.
+_FINISH_REASON: Final = re.compile(rb'"finish_reason"\s*:\s*"([^"\\]{1,64})"')
 
-    __slots__ = ("usage",)
+
+def finish_reasons_in(events: bytes, reasons: list[str]) -> None:
+    """Append the finish reasons named in ``events`` (whole chat events) to ``reasons``, in order.
+
+    A byte scan, not a parse: it runs only for traced streams, whose chunks the usage path never
+    parses unless they carry usage, and the reasons sit in earlier chunks than the usage.
+    """
+    if b'"finish_reason"' in events:
+        reasons.extend(match.decode("ascii", "replace") for match in _FINISH_REASON.findall(events))
+
+
+class ChatStreamUsage:
+    """Collects usage from chat chunks: the last ``usage`` object seen wins; ``model`` is the model
+    that chunk names (for a trace's attempt span). Finish reasons sit in earlier chunks; a traced
+    stream's tap scans them (``finish_reasons_in``), an untraced one never looks."""
+
+    __slots__ = ("finish_reasons", "model", "usage")
 
     def __init__(self) -> None:
         self.usage = Usage()
+        self.model: str | None = None
+        self.finish_reasons: list[str] = []
 
     def take(self, chunk: dict[str, Any]) -> None:
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             self.usage = chat_usage(usage)
+            model = chunk.get("model")
+            if type(model) is str:
+                self.model = model
 
 
 def drop_null_usage(data: bytes) -> bytes | None:

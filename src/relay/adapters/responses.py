@@ -28,14 +28,22 @@ def responses_usage(usage: Any) -> Usage:
 
 
 class ResponsesStreamUsage:
-    """Collects usage from Responses events: the ``response.usage`` of the terminal event."""
+    """Collects usage from Responses events: the ``response.usage`` of the terminal event, which also
+    names the model and the response's status (for a trace's attempt span)."""
 
-    __slots__ = ("usage",)
+    __slots__ = ("finish_reasons", "model", "usage")
 
     def __init__(self) -> None:
         self.usage = Usage()
+        self.model: str | None = None
+        self.finish_reasons: list[str] = []
 
     def take(self, event: dict[str, Any]) -> None:
         response = event.get("response")
         if isinstance(response, dict) and isinstance(response.get("usage"), dict):
             self.usage = responses_usage(response["usage"])
+            model, status = response.get("model"), response.get("status")
+            if type(model) is str:
+                self.model = model
+            if type(status) is str:
+                self.finish_reasons = [status]

@@ -28,7 +28,7 @@ from typing import Any, Final, Protocol
 from .anthropic import AnthropicStreamUsage
 from .base import ANTHROPIC, OPENAI, OPENAI_RESPONSES, Usage
 from .json_codec import has_object_key, loads
-from .openai import ChatStreamUsage, drop_null_usage, strip_chunk
+from .openai import ChatStreamUsage, drop_null_usage, finish_reasons_in, strip_chunk
 from .responses import ResponsesStreamUsage
 from .sse import EventSplitter, Span, event_data
 
@@ -40,6 +40,9 @@ class StreamUsage(Protocol):
 
     @property
     def usage(self) -> Usage: ...
+
+    model: str | None  # the model the answer names, when an event read for its usage says it
+    finish_reasons: list[str]
 
     def take(self, event: dict[str, Any]) -> None: ...
 
@@ -70,9 +73,9 @@ def parse_event(buf: bytes, start: int, end: int) -> dict[str, Any] | None:
 class StreamTap:
     """Feed it every upstream chunk in order; send what ``feed`` returns; call ``finish`` at the end."""
 
-    __slots__ = ("_chat", "_collector", "_splitter")
+    __slots__ = ("_chat", "_collector", "_reasons", "_splitter")
 
-    def __init__(self, shape: str, *, strip_usage_chunk: bool = False) -> None:
+    def __init__(self, shape: str, *, strip_usage_chunk: bool = False, traced: bool = False) -> None:
         if strip_usage_chunk and shape != OPENAI:
             raise ValueError("only OpenAI chat streams have a usage chunk to strip")
         self._collector = stream_usage(shape)
@@ -81,11 +84,24 @@ class StreamTap:
         self._chat = ChatStreamUsage() if strip_usage_chunk else None
         if self._chat is not None:
             self._collector = self._chat
+        # A traced chat stream scans whole events for finish reasons (the other shapes report them in
+        # the event that carries usage, which is parsed anyway); untraced streams pay nothing.
+        scan = traced and shape == OPENAI
+        self._reasons: list[str] | None = self._collector.finish_reasons if scan else None
 
     @property
     def usage(self) -> Usage:
         """Usage reported so far (final once the stream has ended and ``finish`` was called)."""
         return self._collector.usage
+
+    def answer_attributes(self, attributes: dict[str, Any]) -> None:
+        """Add ``gen_ai.response.model`` and ``gen_ai.response.finish_reasons`` to a trace's attempt
+        attributes, as far as the events read for their usage named them."""
+        collector = self._collector
+        if collector.model is not None:
+            attributes["gen_ai.response.model"] = collector.model[:256]
+        if collector.finish_reasons:
+            attributes["gen_ai.response.finish_reasons"] = collector.finish_reasons
 
     def feed(self, chunk: bytes) -> bytes:
         """The bytes to send to the caller now."""
@@ -96,14 +112,20 @@ class StreamTap:
             # needed unless it holds a usage object. A few C-level scans, no Python loop.
             keys = chunk.count(_USAGE_KEY)
             if not keys:
-                return chunk
-            if self._chat is not None:
-                stripped = drop_null_usage(chunk)
-                if stripped is not None:
-                    return stripped
+                out: bytes | None = chunk
+            elif self._chat is not None:
+                out = drop_null_usage(chunk)
             elif keys == chunk.count(b'"usage":null') or keys == chunk.count(b'"usage": null'):
-                return chunk  # only the nulls of a chat or Responses stream: nothing to read
+                out = chunk  # only the nulls of a chat or Responses stream: nothing to read
+            else:
+                out = None
+            if out is not None:
+                if self._reasons is not None:
+                    finish_reasons_in(out, self._reasons)
+                return out
         buf, spans = self._splitter.split(chunk)
+        if self._reasons is not None and spans:
+            finish_reasons_in(buf[spans[0][0] : spans[-1][1]], self._reasons)
         if self._chat is not None:
             return self._rewrite(self._chat, buf, spans, chunk)
         for start, end, _after in spans:
@@ -116,6 +138,8 @@ class StreamTap:
         rest = self._splitter.take_rest()
         if not rest:
             return b""
+        if self._reasons is not None:
+            finish_reasons_in(rest, self._reasons)
         if self._chat is not None:
             return self._rewrite(self._chat, rest, [(0, len(rest), len(rest))], b"")
         if has_object_key(rest, _USAGE_KEY):

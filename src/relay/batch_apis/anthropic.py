@@ -95,7 +95,9 @@ class MessageBatchesApp(RoutedApp[ApiCall]):
         return self._public_url or _request_base(call.scope, call.headers)
 
     async def _create(self, call: ApiCall) -> None:
-        await create_once(call, CREATE_ROUTE, self._max_bytes, self._service.replay, self._service.create)
+        await create_once(
+            call, CREATE_ROUTE, self._max_bytes, self._service.replay, self._service.create, spool=True
+        )
 
     async def _list(self, call: ApiCall) -> None:
         owner = call.owner()

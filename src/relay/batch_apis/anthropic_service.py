@@ -1,17 +1,16 @@
-"""Anthropic Message Batches (SPEC §15): what a valid create is, what a MessageBatch and a result line
-look like (pure functions), and :class:`MessageBatches`, the façade's service over the one engine.
+"""Anthropic Message Batches (SPEC §15): what a MessageBatch and a result line look like (pure
+functions), and :class:`MessageBatches`, the façade's service over the one engine.
 
-What it does. :func:`validate_create` turns a parsed create body into its items (``params``, each an
-``anthropic``-shape engine item) and their ``custom_id``s, or raises :class:`BatchRejected` naming the
-request (``requests[3].custom_id: …``); :func:`message_batch` renders the MessageBatch object from a
-batch's record and its request counts; ``relay.domain.message_batches.result_line`` renders one line
-of the results JSONL.
+What it does. A create's body is checked by ``relay.batch_apis.anthropic_create`` (whole, or read
+request by request when spooled), each request's ``params`` an ``anthropic``-shape engine item with its
+``custom_id``; :func:`message_batch` renders the MessageBatch object from a batch's record and its
+request counts; ``relay.domain.message_batches.result_line`` renders one line of the results JSONL.
 
-:class:`MessageBatches` creates (validation in a worker thread, then :meth:`BatchService.create`),
-reads, lists, cancels and deletes the caller's §15 batches, and streams an ended batch's results. A
-delete is the one batch deletion of SPEC §17 (``relay.batches.deleter.BatchDeleter``: items and their
-bodies a chunk at a time, then the row, then the payload directory), refused with §15's 400 while the
-batch has not ended.
+:class:`MessageBatches` creates (a body parsed whole is validated in a worker thread; a spooled one as
+its bodies are written; then :meth:`BatchService.create`), reads, lists, cancels and deletes the
+caller's §15 batches, and streams an ended batch's results. A delete is the one batch deletion of SPEC
+§17 (``relay.batches.deleter.BatchDeleter``: items and their bodies a chunk at a time, then the row,
+then the payload directory), refused with §15's 400 while the batch has not ended.
 
 What it deliberately does not know. HTTP (``relay.batch_apis.anthropic`` renders) and SQL (the
 store's). ``params`` are not inspected beyond "an object that does not ask for a stream": a bad one
@@ -27,13 +26,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 import orjson
 
+from relay.batch_apis.anthropic_create import StreamedCreate, validate_create
 from relay.batch_apis.idempotency import IdempotencyClaim
 from relay.batches.deleter import BatchDeleter, BatchNotFinished
 from relay.batches.service import (
@@ -45,10 +44,10 @@ from relay.batches.service import (
     load_batch_body,
 )
 from relay.domain.batch_record import BatchRecord
-from relay.domain.batches import BatchRejected
 from relay.domain.message_batches import result_line
 from relay.domain.times import rfc3339
 from relay.errors import InvalidRequest
+from relay.http.spool import SpooledBody
 from relay.request.auth import Principal
 from relay.store import message_batches as store
 from relay.store.batch_queue import record_from_row
@@ -57,57 +56,9 @@ from relay.store.engine import Engine
 from relay.store.message_batches import COUNT_KEYS
 
 EXPIRES_AFTER: Final = timedelta(hours=24)
-CUSTOM_ID_RE: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 RESULTS_PATH: Final = "/anthropic/v1/messages/batches/{id}/results"
 API: Final = "anthropic"
 log = logging.getLogger("relay.retention")
-
-
-def validate_create(body: Any, max_items: int) -> tuple[list[dict[str, Any]], list[str]]:
-    """``(params, custom_ids)`` of a valid create body, in submit order; else :class:`BatchRejected`
-    with the first problem, named by its request."""
-    if not isinstance(body, dict):
-        raise BatchRejected("the body must be a JSON object with requests")
-    requests = body.get("requests")
-    if requests is None:
-        raise BatchRejected("requests: field required")
-    if not isinstance(requests, list):
-        raise BatchRejected("requests: must be a list of {custom_id, params}")
-    if not requests:
-        raise BatchRejected("requests: must not be empty")
-    if len(requests) > max_items:
-        raise BatchRejected(
-            f"requests: {len(requests)} requests is more than the limit of {max_items}"
-            " (RELAY_BATCH_MAX_ITEMS)"
-        )
-    params_out: list[dict[str, Any]] = []
-    custom_ids: list[str] = []
-    seen: dict[str, int] = {}
-    for index, request in enumerate(requests):
-        where = f"requests[{index}]"
-        if not isinstance(request, dict):
-            raise BatchRejected(f"{where}: must be an object with custom_id and params")
-        custom_id = request.get("custom_id")
-        if not isinstance(custom_id, str):
-            raise BatchRejected(f"{where}.custom_id: field required, a string")
-        if not CUSTOM_ID_RE.fullmatch(custom_id):
-            raise BatchRejected(f"{where}.custom_id: must be 1 to 64 characters of A-Z, a-z, 0-9, _ and -")
-        if custom_id in seen:
-            raise BatchRejected(
-                f"{where}.custom_id: {custom_id!r} is already the custom_id of requests[{seen[custom_id]}]"
-            )
-        seen[custom_id] = index
-        params = request.get("params")
-        if not isinstance(params, dict):
-            raise BatchRejected(f"{where}.params: field required, a Messages request object")
-        if params.get("stream") is True:
-            raise BatchRejected(f"{where}.params.stream: a batch request cannot stream")
-        unknown = sorted(set(request) - {"custom_id", "params"})
-        if unknown:
-            raise BatchRejected(f"{where}.{unknown[0]}: unknown field")
-        params_out.append(params)
-        custom_ids.append(custom_id)
-    return params_out, custom_ids
 
 
 def processing_status(record: BatchRecord) -> str:
@@ -180,18 +131,24 @@ class MessageBatches:
         return await self._batches.replay(claim)
 
     async def create(
-        self, principal: Principal, raw: bytes, *, idempotency: IdempotencyClaim | None
+        self, principal: Principal, raw: bytes | SpooledBody, *, idempotency: IdempotencyClaim | None
     ) -> Answer:
-        """The created MessageBatch (200), or :class:`BatchRejected` with nothing written."""
+        """The created MessageBatch (200), or :class:`BatchRejected` with nothing written. A spooled
+        body (over 1 MiB, ``relay.http.spool``) is read request by request while the bodies are
+        written, as a native submit's is (``relay.batches.submission``): never whole in memory."""
+        # The engine's sweep expires it then. Shown as created_at + 24 h: the engine mints created_at
+        # microseconds later, far below the sweep's granularity.
+        expires_at = datetime.now(UTC) + EXPIRES_AFTER
+        if isinstance(raw, SpooledBody):
+            with raw.open() as source:
+                streamed = StreamedCreate(source, self._max_items, self._max_depth + 1)
+                new = NewBatch(
+                    api=API, shape="anthropic", requests=(), expires_at=expires_at, streamed=streamed
+                )
+                return await self._batches.create(principal, new, _created, idempotency=idempotency)
         params, custom_ids = await asyncio.to_thread(self._validate, raw)
         new = NewBatch(
-            api=API,
-            shape="anthropic",
-            requests=params,
-            custom_ids=custom_ids,
-            # The engine's sweep expires it then. Shown as created_at + 24 h: the engine mints
-            # created_at microseconds later, far below the sweep's granularity.
-            expires_at=datetime.now(UTC) + EXPIRES_AFTER,
+            api=API, shape="anthropic", requests=params, custom_ids=custom_ids, expires_at=expires_at
         )
         return await self._batches.create(principal, new, _created, idempotency=idempotency)
 

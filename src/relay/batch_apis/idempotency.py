@@ -23,6 +23,7 @@ sent, so a replay is byte-identical.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from typing import Final
 
 from relay.batches.service import Answer
 from relay.errors import Conflict, InvalidRequest
+from relay.http.spool import SpooledBody
 from relay.store import idempotency as store
 from relay.store.engine import Connection, Engine
 from relay.store.idempotency import StoredAnswer
@@ -95,6 +97,16 @@ def claim_from(header: str | None, owner: str, route: str, body: bytes) -> Idemp
     digest.update(b"\0")
     digest.update(body)
     return IdempotencyClaim(owner, key, digest.hexdigest())
+
+
+async def claim_from_spool(
+    header: str | None, owner: str, route: str, body: SpooledBody
+) -> IdempotencyClaim | None:
+    """:func:`claim_from` of a spooled body: the same fingerprint, the file hashed in a thread."""
+    key = validate_key(header)
+    if key is None:
+        return None
+    return IdempotencyClaim(owner, key, await asyncio.to_thread(body.sha256, route.encode() + b"\0"))
 
 
 async def replay(engine: Engine, claim: IdempotencyClaim) -> Answer | None:

@@ -33,6 +33,7 @@ from relay.batches.service import Answer, BatchService
 from relay.domain.batches import BatchRejected
 from relay.errors import InvalidRequest, RelayError
 from relay.http.errors import relay_error_body
+from relay.http.spool import SpooledBody
 from relay.http.wire import head, query_params
 from relay.request.auth import Principal
 from relay.snapshot import Snapshot
@@ -78,10 +79,12 @@ class BatchesApp(RoutedApp[ApiCall]):
         await call.json(200, orjson.dumps(await self._service.list_owned(call.owner(), limit, after)))
 
     async def _submit(self, call: ApiCall) -> None:
-        await create_once(call, SUBMIT_ROUTE, self._max_bytes, self._service.replay, self._submit_or_refuse)
+        await create_once(
+            call, SUBMIT_ROUTE, self._max_bytes, self._service.replay, self._submit_or_refuse, spool=True
+        )
 
     async def _submit_or_refuse(
-        self, principal: Principal, raw: bytes, *, idempotency: IdempotencyClaim | None
+        self, principal: Principal, raw: bytes | SpooledBody, *, idempotency: IdempotencyClaim | None
     ) -> Answer:
         try:
             return await self._service.submit(principal, raw, idempotency=idempotency)

@@ -35,7 +35,7 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from starlette.routing import compile_path
 from starlette.types import Receive, Scope, Send
@@ -46,6 +46,7 @@ from relay.batches.service import Answer
 from relay.domain.credentials import read_credential
 from relay.errors import NotFound, RelayError
 from relay.http.errors import error_headers, escaped, relay_error_body
+from relay.http.spool import SpooledBody, spool_body
 from relay.http.wire import MethodNotAllowed, new_request_id, read_body, request_headers, send_bytes
 from relay.request.auth import Principal, authenticate, authenticate_owner
 from relay.snapshot import Snapshot
@@ -92,10 +93,11 @@ C = TypeVar("C", bound=ApiCall)
 
 
 class Create(Protocol):
-    """A service's create: the caller, the body as received, its idempotency claim → the answer."""
+    """A service's create: the caller, the body as received (``bytes``; with ``create_once(spool=True)``
+    a ``SpooledBody`` when it is over 1 MiB), its idempotency claim → the answer."""
 
     def __call__(
-        self, principal: Principal, raw: bytes, *, idempotency: IdempotencyClaim | None
+        self, principal: Principal, raw: Any, *, idempotency: IdempotencyClaim | None
     ) -> Awaitable[Answer]: ...
 
 
@@ -105,18 +107,34 @@ async def create_once(
     max_bytes: int,
     replay: Callable[[IdempotencyClaim], Awaitable[Answer | None]],
     create: Create,
+    *,
+    spool: bool = False,
 ) -> None:
     """A batch create of any API, answered: the caller needs a usable policy (SPEC §10.1), the body is
     read whole within ``max_bytes`` (``RELAY_BATCH_MAX_BYTES``), and a create carrying an
-    ``Idempotency-Key`` already answered for ``route`` gets that answer again (SPEC §10.10)."""
+    ``Idempotency-Key`` already answered for ``route`` gets that answer again (SPEC §10.10). With
+    ``spool``, a body over 1 MiB is read into a temporary file (``relay.http.spool``) that ``create``
+    parses as it goes, removed once answered."""
     principal = call.principal()
-    body = await read_body(
-        call.receive, call.scope, max_bytes, what="batch body", setting="RELAY_BATCH_MAX_BYTES"
-    )
-    claim = idempotency.claim_from(call.headers.get(idempotency.HEADER), principal.owner, route, body)
-    answer = await replay(claim) if claim is not None else None
-    if answer is None:
-        answer = await create(principal, body, idempotency=claim)
+    setting = "RELAY_BATCH_MAX_BYTES"
+    if spool:
+        body: bytes | SpooledBody = await spool_body(
+            call.receive, call.scope, max_bytes, what="batch body", setting=setting
+        )
+    else:
+        body = await read_body(call.receive, call.scope, max_bytes, what="batch body", setting=setting)
+    try:
+        header = call.headers.get(idempotency.HEADER)
+        if isinstance(body, SpooledBody):
+            claim = await idempotency.claim_from_spool(header, principal.owner, route, body)
+        else:
+            claim = idempotency.claim_from(header, principal.owner, route, body)
+        answer = await replay(claim) if claim is not None else None
+        if answer is None:
+            answer = await create(principal, body, idempotency=claim)
+    finally:
+        if isinstance(body, SpooledBody):
+            body.close()
     await call.json(answer.status_code, answer.body)
 
 

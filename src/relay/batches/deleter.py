@@ -33,6 +33,7 @@ from relay.domain.batch_retry import BatchNotFinished
 from relay.payloads.base import PayloadStores
 from relay.store import idempotency
 from relay.store import retention as store
+from relay.store.batch_queue import InTransaction
 from relay.store.engine import Engine
 from relay.telemetry.metrics import RetentionMetrics
 
@@ -84,8 +85,9 @@ class BatchDeleter:
         self._metrics = metrics
         self._produced_files = produced_files
 
-    async def delete(self, batch_id: str) -> Deleted:
-        """Delete the finished batch ``batch_id`` now, as described above; what went."""
+    async def delete(self, batch_id: str, *, also: InTransaction | None = None) -> Deleted:
+        """Delete the finished batch ``batch_id`` now, as described above; what went. ``also`` runs
+        in the transaction that removes the batch's row (the admin's audit entry)."""
         target = await store.deletion_target(self._engine, batch_id)
         if target is None:
             raise BatchNotFound()
@@ -96,13 +98,19 @@ class BatchDeleter:
             )
         deleted = Deleted(files=await self._produced_files(target.api, target.api_data))
         try:
-            await self._delete_rows(target, deleted)
+            await self._delete_rows(target, deleted, also)
         finally:  # what went is counted, also when the rest is left to the next attempt
             self._metrics.count(deleted.counts())
         return deleted
 
-    async def _delete_rows(self, target: store.DeletionTarget, deleted: Deleted) -> None:
-        while n := await store.delete_items(self._engine, target.id, CHUNK_ITEMS):
+    async def _delete_rows(
+        self, target: store.DeletionTarget, deleted: Deleted, also: InTransaction | None = None
+    ) -> None:
+        last = -1
+        while True:
+            n, last = await store.delete_items(self._engine, target.id, CHUNK_ITEMS, after_idx=last)
+            if not n:
+                break
             deleted.items += n
             await asyncio.sleep(0)  # one chunk at a time: the event loop's other work goes between
         leftover = CHUNK_ROWS
@@ -111,6 +119,6 @@ class BatchDeleter:
         deleted.idempotency_keys = await idempotency.delete_answers_naming(
             self._engine, target.owner, target.id, target.created_at
         )
-        if await store.delete_batch_row(self._engine, target.id):
+        if await store.delete_batch_row(self._engine, target.id, also):
             deleted.batches = 1
         await self._payloads.of(target.payload_store).remove_batch(target.id)

@@ -6,7 +6,9 @@ and COMMIT per item, and a worker slot held until its commit). Here every finish
 single task writes whatever has accumulated with ``BatchStore.finalize_many`` — one transaction for the
 group, each item's event still committed together with its state. At low load a group is one item,
 written at once; under load groups grow by themselves while the previous commit is in flight. On
-Postgres the groups' transactions run on one connection the finalizer keeps (``relay.store.held``).
+Postgres the groups' transactions run on one connection the finalizer keeps (``relay.store.held``); on
+SQLite they are turns of the replica's write group (``relay.store.write_group``), sharing a
+transaction with the claims and starts they meet.
 
 Response bodies. A completed item's body was appended to a payload file when it ran; before a group's
 transaction, ``flush_responses`` puts those bytes on disk (one ``fdatasync`` per file for the whole
@@ -42,6 +44,7 @@ from relay.payloads.base import KeptResponse
 from relay.store.batch_queue import BatchStore, Db, FinalItem
 from relay.store.batch_queue import SaveResponses as SaveFinals
 from relay.store.engine import Connection
+from relay.store.held import Turns
 
 log = logging.getLogger("relay.batches")
 
@@ -58,9 +61,11 @@ class Finalizer:
         on_settled: Callable[[Key, ItemResult, bool], None],
         flush_responses: Callable[[], Awaitable[None]],
         save_responses: SaveResponses | None = None,
+        turns: Turns | None = None,
     ) -> None:
         self._store = store  # its finish hooks run in the group's transaction
-        self._held = store.held()  # the group transactions' connection, kept between groups
+        self._held = store.held()  # the group transactions' connection, kept between groups, unless
+        self._turns: Turns = turns if turns is not None else self._held  # it takes turns in a shared one
         self._flush_responses = flush_responses
         self._save_responses = save_responses
         self._instance_id = instance_id
@@ -101,7 +106,7 @@ class Finalizer:
         group = await self._flushed(list(self.pending.items())[:MAX_GROUP])
         failed: set[Key] = set()
         try:
-            async with self._held.use() as db:
+            async with self._turns.use() as db:
                 done = await self._finalize(db, group)
         except Exception as exc:
             retry_if_transient(exc, f"finalizing {len(group)} batch items")
@@ -134,7 +139,7 @@ class Finalizer:
         failed: set[Key] = set()
         for batch_id, part in by_batch.items():
             try:
-                async with self._held.use() as db:
+                async with self._turns.use() as db:
                     done |= await self._finalize(db, part)
             except Exception:
                 log.exception(

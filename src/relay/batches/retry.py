@@ -41,6 +41,7 @@ from relay.errors import InvalidRequest, Unavailable
 from relay.payloads.base import PayloadStore
 from relay.request.auth import Principal
 from relay.store.batch_queue import InTransaction
+from relay.telemetry.tracing import batch_created
 
 COPY_PAGE: Final = 500  # bodies read and written per step when they cross payload stores
 
@@ -86,6 +87,7 @@ class BatchRetries:
                 raise RuntimeError(f"copied {written} request bodies of {total}: the original changed")
         new = NewBatch(api="relay", shape=original.inbound_shape, requests=())
         row = {**batch_row(principal, new_id, created_at, new, target.name), "retry_of": original.id}
+        row["trace_parent"] = batch_created(new_id, total)  # SPEC §18: traced like any create
         body = {"id": new_id, "status": "queued", "total_items": total, "retry_of": original.id}
         answer = Answer(202, orjson.dumps(body))
 

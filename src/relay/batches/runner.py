@@ -8,10 +8,12 @@ routing step (``request.fallbacks.route``), the one ``Call`` builder (``Call.rou
 ``Pipeline.run`` (never a copy of routing, limits or key selection) and the one usage-event builder
 (``usage.event``), unstreamed and bounded by ``RELAY_BATCH_ITEM_TIMEOUT_S`` (counted from ``run``: time
 held back by pacing never counts). :meth:`ItemRunner.release` gives back an admission that was not
-used. Under ``pacing: "wait"`` an item without room (a spent share, ``max_concurrency``, every key of
-its host open) raises :class:`ItemHeld` and the worker pool puts it back. It answers an
-:class:`ItemResult`: the final state, the error text of §10.4 and the item's one usage event, which the
-worker pool's finalizer writes (state and event in one transaction).
+used. Under a policy with a response cache (SPEC §19) an item is looked up before its admission: a
+hit is admitted by the requests and concurrency rules only and completes with the stored body, no
+upstream call; a miss keeps its completed body. Under ``pacing: "wait"`` an item without room (a spent
+share, ``max_concurrency``, every key of its host open) raises :class:`ItemHeld` and the worker pool
+puts it back. It answers an :class:`ItemResult`: the final state, the error text of §10.4 and the
+item's one usage event, which the worker pool's finalizer writes (state and event in one transaction).
 
 What it deliberately does not know. Claiming, concurrency, cancellation and shutdown (the worker pool
 decides when an item runs or stops), HTTP, and payload logging: batch bodies are never captured
@@ -28,17 +30,24 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from relay.batches.admissions import BlockAdmissions
+from relay.batches.holds import OPEN_KEYS, ItemHeld
 from relay.batches.item_shapes import in_item_shape, upstream_returned, wire_request
+from relay.batches.item_trace import start as start_item_trace
+from relay.batches.item_trace import traced
 from relay.crypto.tokens import TokenClaims
 from relay.domain.batch_record import CANCELLED_ERROR, BatchRecord, FinalState
 from relay.errors import RateLimited, RelayError
 from relay.payloads.base import KeptResponse, PayloadStores, Prefetched
 from relay.request.auth import Principal, build_principal, recheck_key, recheck_token
+from relay.request.cache.step import HIT, CacheStep, Entry, Lookup
 from relay.request.fallbacks import NotAdmitted, Route, route
+from relay.request.guardrails.step import BLOCKED, Asked, GuardrailStep, check_body
 from relay.request.keypool import PROBE_RECHECK_S
 from relay.request.pipeline import Call, Outcome, Pipeline, UpstreamUnavailable
 from relay.request.ratelimit import BatchRefused, Reservation
@@ -47,6 +56,9 @@ from relay.snapshot import Snapshot
 from relay.store.batch_queue import ClaimedItem
 from relay.store.engine import Connection
 from relay.telemetry.metrics import Metrics
+
+if TYPE_CHECKING:
+    from relay.telemetry.tracing_export import Tracer
 from relay.usage.event import UsageEvent, cancelled_event, item_event
 
 log = logging.getLogger("relay.batches")
@@ -62,22 +74,6 @@ class ItemResult:
     store: str = "files"  # that store (the batch's)
 
 
-#: The meter an item held back by open keys is counted under (``relay_batch_pacing_waits_total``).
-OPEN_KEYS = "open_keys"
-
-
-class ItemHeld(Exception):
-    """Under ``pacing: "wait"`` (SPEC §17): the item found no room and must not start now. Nothing is
-    taken; the worker pool puts it back ``available`` and holds ``policy_id`` for ``retry_after``
-    seconds. ``meter``: the refusing rule's meter, ``max_concurrency`` or :data:`OPEN_KEYS`."""
-
-    def __init__(self, policy_id: str, retry_after: float, meter: str) -> None:
-        super().__init__(f"held back by {meter} for {retry_after:g} s")
-        self.policy_id = policy_id
-        self.retry_after = retry_after
-        self.meter = meter
-
-
 @dataclass(slots=True)
 class Prepared:
     """An item after :meth:`ItemRunner.prepare`: ready to run (``call`` and its ``reservation``) or
@@ -90,6 +86,10 @@ class Prepared:
     call: Call | None = None
     reservation: Reservation | None = None  # held until run hands it to the pipeline or release
     result: ItemResult | None = None
+    cache: Lookup | None = None  # where its answer is kept under a policy's cache (SPEC §19)
+    hit: Entry | None = None  # the cached answer it gets instead of an upstream call
+    answer: bytes | None = None  # a completed item's body in its shape (what a miss keeps)
+    guardrails: list[dict[str, str]] = field(default_factory=list)  # SPEC §20: what blocked or redacted
 
     def elapsed_ms(self) -> int:
         return int((time.perf_counter() - self.started) * 1000)
@@ -117,7 +117,13 @@ class ItemRunner:
         item_timeout_s: float,
         translate_max_tokens: int = 4096,
         metrics: Metrics | None = None,
+        cache: CacheStep | None = None,
+        tracer: Tracer | None = None,
+        guardrails: GuardrailStep | None = None,
     ) -> None:
+        self._cache = cache  # the live plane's response cache: items use their policy's like requests
+        self._tracer = tracer  # SPEC §18: items of a traced, sampled create are traces of their own
+        self._guardrails = guardrails  # SPEC §20: the live plane's step; items pass their policy's
         self._payloads = payloads
         self._pipeline = pipeline
         self._snapshot = snapshot
@@ -125,6 +131,12 @@ class ItemRunner:
         self._timeout_s = item_timeout_s
         self._max_tokens = translate_max_tokens  # RELAY_TRANSLATE_DEFAULT_MAX_TOKENS (SPEC §17 translate)
         self._metrics = metrics  # the live plane's families: upstream latency, tokens, cost (SPEC §12)
+        self._admissions = BlockAdmissions(pipeline)
+
+    @property
+    def admissions(self) -> BlockAdmissions:
+        """The batch admissions granted in blocks (the worker pool spreads their starts)."""
+        return self._admissions
 
     def prefetch(self, batch: BatchRecord, idxs: Sequence[int]) -> Prefetched:
         """Start reading these claimed items' request bodies ahead, if the batch's store does that
@@ -138,14 +150,16 @@ class ItemRunner:
         return await self.run(await self.prepare(item, prefetched))
 
     async def prepare(
-        self, item: ClaimedItem, prefetched: asyncio.Future[bytes | None] | None = None
+        self, item: ClaimedItem, prefetched: asyncio.Future[bytes | None] | None = None, demand: int = 1
     ) -> Prepared:
         """Everything before the upstream call, in §10.6's order: load input, credential, policy,
         routing, shape, then admission (``Pipeline.admit_batch``: the batch share, SPEC §17). A failing
         check becomes the prepared item's discard. Under ``pacing: "wait"`` an item that finds no room
         raises :class:`ItemHeld` instead (nothing taken); so does one whose host has every key open.
         ``prefetched``: its request body read ahead (:meth:`prefetch`), ``None`` in it if not. The
-        item's timeout does not run here: it starts in :meth:`run`."""
+        item's timeout does not run here: it starts in :meth:`run`. ``demand``: how many items of the
+        same policy the caller has in hand, this one included: admitted together when the policy's
+        plan allows (:mod:`relay.batches.admissions`)."""
         batch, idx = item.batch, item.idx
         prepared = Prepared(item, time.perf_counter())
         try:
@@ -155,6 +169,8 @@ class ItemRunner:
             body = _parse(raw)
             requested = body.get("model")
             prepared.model = requested if isinstance(requested, str) else ""
+            if principal.policy.input_guardrails:  # before the cache and routing, as a live request
+                await self._guard(prepared, "input", principal, body)
             chosen = _route(principal, body, snap, batch.inbound_shape, self._max_tokens)
             prepared.plan = chosen.requested_plan
             waits = principal.policy.batch.pacing == "wait"
@@ -162,11 +178,19 @@ class ItemRunner:
                 reopens_in = await self._pipeline.keys_reopen_in(chosen.plan)
                 if reopens_in > 0:
                     raise ItemHeld(batch.policy_id, reopens_in, OPEN_KEYS)
+            if self._cache is not None and principal.policy.cache is not None:
+                shape = batch.inbound_shape
+                prepared.cache, prepared.hit = await self._cache.for_item(principal, shape, body)
             try:
-                prepared.reservation = await self._pipeline.admit_batch(principal)
+                prepared.reservation = await (
+                    self._pipeline.admit_hit(principal, batch=True)  # SPEC §19: requests, concurrency only
+                    if prepared.hit is not None
+                    else self._admissions.admit(principal, demand if waits else 1)
+                )
             except BatchRefused as exc:
                 if waits:
-                    raise ItemHeld(batch.policy_id, exc.retry_after, exc.meter) from None
+                    held = ItemHeld(batch.policy_id, exc.retry_after, exc.meter, exc.share, exc.exact)
+                    raise held from None
                 raise _Discard(exc.code, exc.message) from None
             except RateLimited as exc:  # a spent budget: never paced
                 raise _Discard(exc.code, exc.message) from None
@@ -179,9 +203,17 @@ class ItemRunner:
         """Run a prepared item, bounded by ``RELAY_BATCH_ITEM_TIMEOUT_S`` from now; never raises for a
         failing item (it becomes ``discarded``) but :class:`ItemHeld` (every key turned out open or
         probing, under ``pacing: "wait"``). Cancellation (``asyncio.CancelledError``) propagates to the
-        worker pool, which decides what it means."""
+        worker pool, which decides what it means. Traced: :func:`relay.batches.item_trace.start`."""
+        trace = start_item_trace(self._tracer, prepared.item, prepared.call)
+        if trace is None:
+            return await self._run(prepared)
+        return await traced(trace, self._run(prepared), ItemHeld)
+
+    async def _run(self, prepared: Prepared) -> ItemResult:
         if prepared.result is not None:
             return prepared.result
+        if prepared.hit is not None:
+            return await self._from_cache(prepared, prepared.hit)
         call, reservation = prepared.call, prepared.reservation
         assert call is not None and reservation is not None
         prepared.reservation = None  # the pipeline owns it now: it commits it on every outcome
@@ -208,7 +240,32 @@ class ItemRunner:
                 raise _Discard(exc.code, exc.message) from None
         except _Discard as failure:
             return self._discarded(prepared, failure)
-        return self._answered(prepared, outcome)
+        result = await self._answered(prepared, outcome)
+        if prepared.cache is not None and self._cache is not None:
+            await self._cache.missed(prepared.cache, prepared.answer, outcome.usage)
+        return result
+
+    async def _from_cache(self, prepared: Prepared, entry: Entry) -> ItemResult:
+        """A completed item answered from its policy's cache: no upstream call, the stored body (in
+        the item's shape, as a live caller of that shape gets it), a usage event with ``cache_hit``."""
+        await self.release(prepared)
+        assert self._cache is not None
+        self._cache.counted(HIT)
+        outcome = Outcome(200, entry.content_type, entry.body, None, 0, None, entry.usage, cache_hit=True)
+        return self._completed(prepared, outcome, entry.body)
+
+    async def _guard(self, prepared: Prepared, stage: str, principal: Principal, body: Any) -> None:
+        """Run the policy's guardrails of ``stage`` over the item's body (redactions written into it);
+        a block discards the item with ``guardrail blocked: <name>`` (SPEC §20, §10.4)."""
+        assert self._guardrails is not None
+        policy = principal.policy
+        guardrails = policy.input_guardrails if stage == "input" else policy.output_guardrails
+        asked = Asked(prepared.model, principal.project_id, f"{prepared.item.batch.id}:{prepared.item.idx}")
+        verdict = await check_body(self._guardrails, stage, guardrails, body, asked)
+        prepared.guardrails.extend(verdict.applied)
+        if verdict.blocked is not None:
+            status = 0 if stage == "input" else 200
+            raise _Discard(BLOCKED, f"guardrail blocked: {verdict.blocked.name}", status=status)
 
     async def release(self, prepared: Prepared) -> None:
         """Give back the admission of a prepared item that will not run (its start failed, a cancel)."""
@@ -227,10 +284,11 @@ class ItemRunner:
             model=prepared.model,
             latency_ms=prepared.elapsed_ms(),
             attempts=failure.attempts,
+            guardrails=prepared.guardrails,
         )
         return ItemResult("discarded", failure.status or None, failure.message, event)
 
-    def _answered(self, prepared: Prepared, outcome: Outcome) -> ItemResult:
+    async def _answered(self, prepared: Prepared, outcome: Outcome) -> ItemResult:
         batch, idx, plan = prepared.item.batch, prepared.item.idx, prepared.plan
         if self._metrics is not None and plan is not None:
             self._metrics.upstream_latency.labels(plan.host.name, "batch").observe(outcome.upstream_ms / 1000)
@@ -263,10 +321,48 @@ class ItemRunner:
                 latency_ms=prepared.elapsed_ms(),
             )
             return ItemResult("discarded", outcome.status, message, event)
+        if principal.policy.output_guardrails:
+            try:
+                answer = await self._guard_answer(prepared, principal, answer)
+            except _Discard as blocked:  # the upstream answered: priced, never completed (SPEC §20)
+                outcome.error_kind = BLOCKED
+                event = item_event(
+                    batch,
+                    idx,
+                    status=outcome.status,
+                    error_kind=BLOCKED,
+                    error_message=blocked.message,
+                    plan=plan,
+                    outcome=outcome,
+                    latency_ms=prepared.elapsed_ms(),
+                    guardrails=prepared.guardrails,
+                )
+                return ItemResult("discarded", outcome.status, blocked.message, event)
+        prepared.answer = answer
+        return self._completed(prepared, outcome, answer)
+
+    async def _guard_answer(self, prepared: Prepared, principal: Principal, answer: bytes) -> bytes:
+        try:
+            parsed = orjson.loads(answer)
+        except orjson.JSONDecodeError:
+            return answer
+        before = len(prepared.guardrails)
+        await self._guard(prepared, "output", principal, parsed)
+        return orjson.dumps(parsed) if len(prepared.guardrails) > before else answer
+
+    def _completed(self, prepared: Prepared, outcome: Outcome, answer: bytes) -> ItemResult:
+        batch, idx = prepared.item.batch, prepared.item.idx
+        plan, status, latency_ms = prepared.plan, outcome.status, prepared.elapsed_ms()
         event = item_event(
-            batch, idx, status=outcome.status, plan=plan, outcome=outcome, latency_ms=prepared.elapsed_ms()
+            batch,
+            idx,
+            status=status,
+            plan=plan,
+            outcome=outcome,
+            latency_ms=latency_ms,
+            guardrails=prepared.guardrails,
         )
-        if self._metrics is not None:
+        if self._metrics is not None and not outcome.cache_hit:
             self._metrics.used(event)
         completed = ItemResult("completed", outcome.status, None, event, None, batch.payload_store)
         try:

@@ -3,9 +3,10 @@
 What it does. :meth:`BatchService.submit` validates a submission (``relay.domain.batches``), writes the
 items' request bodies to the current payload store (``RELAY_BATCH_PAYLOAD_STORE``), then the batch
 (recording that store) and all its items in one transaction, and answers what the 202
-carries; :meth:`status` renders the §10.2 view with its exact casing; :meth:`results` yields the §10.3
-results page by page (a 50 000-item batch never sits in memory); :meth:`cancel` cancels the available
-items (with their usage events) and asks this replica's worker pool to stop the batch's running items.
+carries; :meth:`status` and :meth:`results` read the owner's batch and hand it to
+``relay.batches.results``, which renders the §10.2 view and the §10.3 results page by page;
+:meth:`cancel` cancels the available items (with their usage events) and asks this replica's worker
+pool to stop the batch's running items.
 
 What it deliberately does not know. HTTP (``relay.batch_apis.native`` renders), how items run
 (``relay.batches.runner``) and rate limits: submitting, polling and reading results never count
@@ -19,20 +20,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import orjson
 
 from relay.adapters.json_codec import DEFAULT_MAX_DEPTH, JsonRefused, loads_input
+from relay.batches.results import render_result, result_pages, status_view
+from relay.batches.submission import StreamedItems, StreamedSubmission
 from relay.domain.batch_record import BatchRecord, ItemState, ResultRow
 from relay.domain.batches import (
     APIS,
-    CANCELLED,
-    COMPLETED,
-    DISCARDED,
     ENGINE_SHAPES,
     ITEM_STATES,
     Api,
@@ -42,15 +42,15 @@ from relay.domain.batches import (
 )
 from relay.domain.times import rfc3339
 from relay.errors import InvalidRequest, NotFound
+from relay.http.spool import SpooledBody
 from relay.payloads.base import PayloadStore, PayloadStores
 from relay.request.auth import Principal
 from relay.store.batch_queue import BatchStore, InTransaction
 from relay.store.engine import Connection, DuplicateRow, Engine
+from relay.telemetry.tracing import batch_created
 from relay.usage.event import cancelled_event
 
 log = logging.getLogger("relay.batches")
-
-RESULTS_PAGE = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +82,9 @@ class NewBatch:
     expires_at: datetime | None = None  # items not final by then are cancelled with "expired: "
     api_status: str | None = None  # the façade's own state (``validating``, ``failed``, …)
     api_data: dict[str, Any] | None = None  # the façade's own fields (endpoint, metadata, …)
+    # Items read while they are written (a spooled create): ``requests`` and ``custom_ids`` are then
+    # empty, and ``shape`` and ``custom_ids`` are the stream's once it was read whole.
+    streamed: StreamedItems | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,17 +161,24 @@ class BatchService:
         self._on_cancelled = on_cancelled
 
     async def submit(
-        self, principal: Principal, raw: bytes, *, idempotency: IdempotencyHook | None = None
+        self, principal: Principal, raw: bytes | SpooledBody, *, idempotency: IdempotencyHook | None = None
     ) -> Answer:
         """SPEC §10.1: 202 ``{"id", "status": "queued", "total_items"}`` once everything is durable
-        (with ``idempotency``, or the first answer of a concurrent duplicate)."""
-        # Parsing and validating 50 000 items takes a second or more of CPU: off the event loop.
-        shape, requests = await asyncio.to_thread(self._validate, raw)
+        (with ``idempotency``, or the first answer of a concurrent duplicate). A spooled body (over
+        1 MiB, ``relay.http.spool``) is parsed item by item while its bodies are written
+        (``relay.batches.submission``): a million items never sit in memory."""
 
         def render(created: CreatedBatch) -> Answer:
             body = {"id": created.id, "status": "queued", "total_items": created.total_items}
             return Answer(202, orjson.dumps(body))
 
+        if isinstance(raw, SpooledBody):
+            with raw.open() as source:
+                streamed = StreamedSubmission(source, self._max_items, self._max_depth)
+                new = NewBatch(api="relay", shape="openai", requests=(), streamed=streamed)
+                return await self.create(principal, new, render, idempotency=idempotency)
+        # Parsing and validating 50 000 items takes a second or more of CPU: off the event loop.
+        shape, requests = await asyncio.to_thread(self._validate, raw)
         return await self.create(
             principal, NewBatch(api="relay", shape=shape, requests=requests), render, idempotency=idempotency
         )
@@ -188,20 +198,29 @@ class BatchService:
         :meth:`replay` before, to answer a plain repeat without doing any work."""
         if new.shape not in ENGINE_SHAPES:
             raise ValueError(f"{new.shape!r} is not an item shape the engine runs")
+        if new.streamed is not None and (new.requests or new.custom_ids is not None):
+            raise ValueError("a streamed create carries its items in the stream only")
         if new.api not in APIS:
             raise ValueError(f"unknown batch API {new.api!r}")
         batch_id = mint_batch_id(new.api)
         created_at = datetime.now(UTC)
         store = self._payloads.current
         total = len(new.requests)
-        if total:
-            bodies = (body if isinstance(body, bytes) else orjson.dumps(body) for body in new.requests)
+        if total or new.streamed is not None:
+            bodies: Iterable[bytes] = (
+                (body if isinstance(body, bytes) else orjson.dumps(body) for body in new.requests)
+                if new.streamed is None
+                else new.streamed  # refuses (BatchRejected) from inside the write: nothing stays
+            )
             try:
                 total = await store.write_requests(batch_id, bodies)
             except BaseException:
                 await self.discard(store, batch_id)  # what a part-write left
                 raise
+            if new.streamed is not None:
+                new = replace(new, shape=new.streamed.shape, custom_ids=new.streamed.custom_ids)
         row = batch_row(principal, batch_id, created_at, new, store.name)
+        row["trace_parent"] = batch_created(batch_id, total)  # SPEC §18: its items link to this span
         answer = render(CreatedBatch(batch_id, created_at, total))
 
         async def insert(first: InTransaction | None) -> None:
@@ -331,75 +350,44 @@ class BatchService:
             raise BatchNotFound()
         return record
 
-    async def item_states(self, batch_id: str) -> list[ItemState]:
-        """Every item's state in idx order (the §10.2 ``items``), for any owner's batch."""
-        view = await self._store.batch_view(batch_id)
-        if view is None:
+    async def item_states(self, batch_id: str, limit: int) -> list[ItemState]:
+        """The first ``limit`` items' states in idx order (the §10.2 ``items``), for any owner's batch:
+        one keyset page, so a million-item batch's page reads ``limit`` rows, not a million."""
+        if await self._store.batch_record(batch_id) is None:
             raise BatchNotFound()
-        return view.items
+        rows = await self._store.result_rows(batch_id, after_idx=-1, limit=limit)
+        return [ItemState(row.idx, row.state) for row in rows]
 
     async def status(self, owner: str, batch_id: str, *, items: bool = True) -> dict[str, Any]:
-        """SPEC §10.2, exactly these keys; ``items=False`` leaves out ``items`` (the rest is the same)."""
+        """SPEC §10.2 (:func:`relay.batches.results.status_view`) of the owner's batch."""
         view = await self._store.batch_view(batch_id, owner, items=items)  # owner first (§10.8)
         if view is None or view.record.owner != owner:
             raise BatchNotFound()
-        r = view.record
-        answer = {
-            "ID": r.id,
-            "RelayKeyHash": r.owner,
-            "PolicyID": r.policy_id,
-            "ProjectID": r.project_id,
-            "TeamID": r.team_id,
-            "PrincipalKind": r.principal_kind,
-            "PrincipalID": r.principal_id,
-            "CredentialKind": r.credential_kind,
-            "CredentialID": r.credential_id,
-            "InboundShape": r.inbound_shape,
-            "Status": r.status,
-            "TotalItems": r.total_items,
-            "CreatedAt": rfc3339(r.created_at),
-            "CompletedAt": rfc3339(r.completed_at),
-            "counts": view.counts,
-            "items": orjson.Fragment(view.items_json),  # JSON text from the database, embedded as is
-        }
-        if not items:
-            del answer["items"]
-        if r.retry_of is not None:
-            answer["RetryOf"] = r.retry_of  # a retry batch (SPEC §17): the batch it was made from
-        return answer
+        return status_view(view, items=items)
 
     async def results(self, record: BatchRecord) -> AsyncIterator[list[bytes]]:
         """Pages of serialized §10.3 result objects, in idx order (call :meth:`owned` first)."""
         async for page in self.result_pages(record):
-            yield [_result(row, body) for row, body in page]
+            yield [render_result(row, body) for row, body in page]
 
-    async def result_pages(self, record: BatchRecord) -> AsyncIterator[list[tuple[ResultRow, bytes | None]]]:
-        """Every item in idx order, a page at a time, each with its response body (completed items
-        whose body is readable here; else None): what any API renders its results from."""
-        after = -1
-        while True:
-            rows = await self._store.result_rows(record.id, after_idx=after, limit=RESULTS_PAGE)
-            if not rows:
-                return
-            completed = {row.idx: row.response for row in rows if row.state == COMPLETED}
-            store = self._payloads.of(record.payload_store)
-            bodies = await store.read_responses(record.id, completed) if completed else {}
-            yield [(row, bodies.get(row.idx)) for row in rows]
-            if len(rows) < RESULTS_PAGE:
-                return
-            after = rows[-1].idx
+    def result_pages(self, record: BatchRecord) -> AsyncIterator[list[tuple[ResultRow, bytes | None]]]:
+        """Every item with its response body, a page at a time (see ``relay.batches.results``)."""
+        return result_pages(self._store, self._payloads, record)
 
     async def cancel(self, owner: str, batch_id: str) -> dict[str, Any]:
         """SPEC §10.5: idempotent; available items cancelled now, this replica's running ones stopped."""
         return await self.cancel_record(await self.owned(owner, batch_id))
 
-    async def cancel_any(self, batch_id: str) -> dict[str, Any]:
-        """The admin's cancel (SPEC §11): any owner's batch, otherwise exactly as :meth:`cancel`."""
-        return await self.cancel_record(await self.record(batch_id))
+    async def cancel_any(self, batch_id: str, *, also: InTransaction | None = None) -> dict[str, Any]:
+        """The admin's cancel (SPEC §11): any owner's batch, otherwise exactly as :meth:`cancel`;
+        ``also`` runs in the transaction that cancels it (the control plane's audit entry)."""
+        return await self.cancel_record(await self.record(batch_id), also=also)
 
-    async def cancel_record(self, record: BatchRecord) -> dict[str, Any]:
+    async def cancel_record(
+        self, record: BatchRecord, *, also: InTransaction | None = None
+    ) -> dict[str, Any]:
         cancelled = await self._store.cancel(
-            record.id, events_for=lambda idxs: [cancelled_event(record, idx) for idx in idxs]
+            record.id, events_for=lambda idxs: [cancelled_event(record, idx) for idx in idxs], also=also
         )
         if cancelled and self._on_cancelled is not None:
             self._on_cancelled(len(cancelled))
@@ -417,21 +405,3 @@ class BatchService:
         if self._stop_running is not None:
             await self._stop_running(record.id)
         return {"status": "cancelled"}
-
-
-def _result(row: ResultRow, response: bytes | None) -> bytes:
-    """One §10.3 result object; an item of a §14 or §15 batch also carries its ``custom_id`` (the
-    caller's name for it), so its results read through this API can be matched to the input."""
-    out: dict[str, Any] = {"idx": row.idx, "state": row.state}
-    if row.source_idx is not None:  # an item of a retry batch (SPEC §17): where it came from
-        out["source_idx"] = row.source_idx
-    if row.custom_id is not None:  # a §14/§15 item (or its retry) keeps the caller's name for it
-        out["custom_id"] = row.custom_id
-    if row.state == COMPLETED and response is not None:
-        try:
-            out["response"] = orjson.loads(response)
-        except orjson.JSONDecodeError:
-            out["response"] = response.decode("utf-8", "replace")  # a non-JSON 2xx body, kept as text
-    elif row.state in (DISCARDED, CANCELLED):
-        out["error"] = row.error
-    return orjson.dumps(out)

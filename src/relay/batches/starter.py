@@ -10,7 +10,9 @@ was cancelled meanwhile (``BatchStore.start``). One transaction per item start w
 starts whatever has accumulated with ONE statement: at low load a group is one item, started at once;
 under load groups grow by themselves while the previous statement is in flight. On Postgres the
 statements run on one connection the starter keeps (``relay.store.held``): a pool checkout would
-first ping it (three round trips), which cost more than the statement itself.
+first ping it (three round trips), which cost more than the statement itself. On SQLite they are
+urgent turns of the replica's write group (``relay.store.write_group``): they go before the claims and
+finalizes, so a slot waits for no one else's transaction but the one in progress.
 
 Database outages. A start that fails on a transient error is retried with backoff (the items stay
 reserved, so no one else takes them meanwhile). Whether a failed attempt committed is unknown: a retry
@@ -31,6 +33,7 @@ import logging
 from relay.background import Loop
 from relay.batches.outage import outage_backoff, report_outage, retry_if_transient
 from relay.store.batch_queue import BatchStore
+from relay.store.held import Turns
 
 log = logging.getLogger("relay.batches")
 
@@ -39,9 +42,10 @@ MAX_GROUP = 500  # items per statement: bounds its size
 
 
 class Starter:
-    def __init__(self, store: BatchStore, instance_id: str) -> None:
+    def __init__(self, store: BatchStore, instance_id: str, turns: Turns | None = None) -> None:
         self._store = store
-        self._held = store.held()
+        self._held = store.held()  # its own connection, unless it takes turns in a shared one:
+        self._turns: Turns = turns if turns is not None else self._held
         self._instance_id = instance_id
         self._waiting: dict[Key, asyncio.Future[bool]] = {}
         self._arrived = asyncio.Event()
@@ -76,7 +80,7 @@ class Starter:
             return
         group = list(self._waiting)[:MAX_GROUP]
         try:
-            async with self._held.use() as db:
+            async with self._turns.use() as db:
                 started = await self._store.start(self._instance_id, group, db=db)
         except Exception as exc:
             retry_if_transient(exc, f"starting {len(group)} batch items")

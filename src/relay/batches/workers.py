@@ -2,7 +2,7 @@
 
 What it does. A dispatcher task claims (reserves) items with ``BatchStore.claim`` — one batch per claim,
 of the project served least recently (the queue's fair order) — into a small local queue of ``ready``
-items (:class:`ReadyQueue`, which keeps that order across projects and batches), and
+items (:class:`relay.batches.ready.ReadyQueue`, which keeps that order across projects and batches), and
 keeps up to ``RELAY_BATCH_WORKERS`` of them running, each as its own task through
 :class:`relay.batches.runner.ItemRunner`. A ready item is still ``available`` in the database (SPEC
 §10.2): its task first asks the :class:`~relay.batches.starter.Starter` to make it ``running`` (one
@@ -13,7 +13,8 @@ finish faster than claims come back), so a freed slot starts its next item at on
 for a claim, and claims come in groups; the request bodies of a claim's items are read ahead
 then (``database``: one query per claim; ``files``: one worker-thread hop). The dispatcher, the
 starter and the finalizer each keep one Postgres connection between their statements
-(``relay.store.held``: no pool checkout and pre-ping per claim, start or finalize group). When
+(``relay.store.held``: no pool checkout and pre-ping per claim, start or finalize group); on SQLite
+they take turns in one connection's shared transactions (``relay.store.write_group``). When
 nothing is available it polls
 again after a short, growing sleep (50 → 200 ms). A finished item's result goes to the
 :class:`~relay.batches.finalizer.Finalizer`, which writes final states in groups; the slot is free as
@@ -43,90 +44,27 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
 from collections.abc import Callable
 
 from relay.background import DONE, Backoff, Loop, PauseFor
 from relay.batches.finalizer import Finalizer
-from relay.batches.holds import PolicyHolds
+from relay.batches.holds import MIN_HOLD_S, ItemHeld, PolicyHolds
 from relay.batches.liveness import put_back_events
 from relay.batches.outage import log_database_failure
 from relay.batches.pacing import ClaimPacer
-from relay.batches.runner import ItemHeld, ItemResult, ItemRunner, Prepared
+from relay.batches.ready import Body, ReadyQueue
+from relay.batches.rooms import ROOM_CLAIM_STEP, WindowRooms
+from relay.batches.runner import ItemResult, ItemRunner, Prepared
 from relay.batches.starter import Starter
 from relay.request.limit_plans import MAX_CONCURRENCY_METER
 from relay.store.batch_queue import BatchStore, ClaimedItem
+from relay.store.held import Turns
 from relay.telemetry.metrics import BatchMetrics
 
 log = logging.getLogger("relay.batches")
 
 _Key = tuple[str, int]
 CLAIM_RETRY_S = 1.0  # after a failed claim (the database is away)
-
-
-Body = asyncio.Future[bytes | None]  # an item's request body, read ahead when it was claimed
-
-
-class ReadyQueue:
-    """Claimed items waiting for a slot, with their bodies read ahead, in the claim's fair order (SPEC
-    §17): round-robin across projects, then across the project's batches, then idx order within a
-    batch. So a project whose batch was claimed after another project's claim-ahead does not queue
-    behind all of it, and a project with many batches gets no more slots than one with a single batch.
-    """
-
-    __slots__ = ("_by_project", "_count")
-
-    def __init__(self) -> None:
-        # project → batch → items; both dicts in turn order (the one served longest ago first).
-        self._by_project: dict[str, dict[str, deque[tuple[ClaimedItem, Body | None]]]] = {}
-        self._count = 0
-
-    def __len__(self) -> int:
-        return self._count
-
-    def add(self, item: ClaimedItem, body: Body | None) -> None:
-        batches = self._by_project.setdefault(item.batch.project_id, {})
-        batches.setdefault(item.batch_id, deque()).append((item, body))
-        self._count += 1
-
-    def pop(self) -> tuple[ClaimedItem, Body | None]:
-        """The next item of the project served longest ago, from its batch served longest ago (call
-        only when not empty). Both go to the back of their turns."""
-        project_id = next(iter(self._by_project))
-        batches = self._by_project.pop(project_id)
-        batch_id = next(iter(batches))
-        waiting = batches.pop(batch_id)
-        entry = waiting.popleft()
-        if waiting:
-            batches[batch_id] = waiting
-        if batches:
-            self._by_project[project_id] = batches
-        self._count -= 1
-        return entry
-
-    def drop_policy(self, policy_id: str) -> list[ClaimedItem]:
-        """Forget the waiting items of a policy's batches (the policy is held back by pacing)."""
-        dropped: list[ClaimedItem] = []
-        held = [
-            batch_id
-            for batches in self._by_project.values()
-            for batch_id, waiting in batches.items()
-            if waiting[0][0].batch.policy_id == policy_id
-        ]
-        for batch_id in held:
-            dropped += self.drop_batch(batch_id)
-        return dropped
-
-    def drop_batch(self, batch_id: str) -> list[ClaimedItem]:
-        """Forget a batch's waiting items (a cancel or expiry); returns them."""
-        for project_id, batches in self._by_project.items():
-            if batch_id in batches:
-                dropped = [item for item, _ in batches.pop(batch_id)]
-                if not batches:
-                    del self._by_project[project_id]
-                self._count -= len(dropped)
-                return dropped
-        return []
 
 
 class WorkerPool:
@@ -152,16 +90,27 @@ class WorkerPool:
         self._pacer = ClaimPacer(size)
         self._holds = PolicyHolds()  # policies held back by pacing (SPEC §17): not claimed meanwhile
         self._waiting: dict[str, set[_Key]] = {}  # policy id → items put back for room, not run since
+        self._preparing: dict[str, int] = {}  # policy id → its items taken from ready, not admitted yet
+        self._unadmitted: dict[_Key, str] = {}  # those items → their policy id
         self._claiming = asyncio.Lock()  # held from a claim until its items are registered
         self._items: dict[_Key, ClaimedItem] = {}  # claimed, not settled (module docstring)
         self._ready = ReadyQueue()  # claimed, waiting for a slot
         self._tasks: dict[_Key, asyncio.Task[None]] = {}  # running
         self._executing: set[_Key] = set()  # items whose execution (not finalize) is in progress
-        self._finalizer = Finalizer(
-            store, instance_id, self._settled, runner.flush_responses, runner.save_responses
+        # SQLite: the claims, starts and finalizes take turns in one connection's shared transactions
+        # (relay.store.write_group); Postgres: each task keeps a connection (relay.store.held).
+        self._group = store.write_group()
+        # Paced policies' batch shares, learnt from a refusal: the claims made when a hold ends take
+        # that many, so the window's share is in hand at once (relay.batches.admissions, .rooms).
+        self._rooms = WindowRooms(
+            self._holds, ROOM_CLAIM_STEP["sqlite" if self._group is not None else "postgresql"]
         )
-        self._starter = Starter(store, instance_id)
-        self._claim_db = store.held()  # the dispatcher's claims' connection (relay.store.held)
+        self._finalizer = Finalizer(
+            store, instance_id, self._settled, runner.flush_responses, runner.save_responses, self._group
+        )
+        self._starter = Starter(store, instance_id, self._group.urgent if self._group else None)
+        self._claim_held = store.held()
+        self._claim_db: Turns = self._group or self._claim_held
         # Running items a cancel (or expiry) stops here: the error they end with (None: "cancelled").
         self._cancelling: dict[_Key, str | None] = {}
         self._stopping = False
@@ -179,6 +128,8 @@ class WorkerPool:
         """Start claiming (after :class:`~relay.batches.liveness.Liveness` registered this replica)."""
         if self._dispatching.running or self._stopping:
             return
+        if self._group is not None:
+            self._group.open()
         self._finalizer.start()
         self._starter.open()
         await self._dispatching.start()
@@ -199,9 +150,11 @@ class WorkerPool:
         if self._stopping:
             return DONE
         self._start_ready()
-        want = self._pacer.want(len(self._tasks), len(self._ready))
+        normal = self._pacer.want(len(self._tasks), len(self._ready))
+        room_policies, room = self._rooms.next_claim()
+        want = max(normal, room)
         if not want:  # enough in hand: claim when a group's worth is missing
-            return PauseFor(self._poll_max_s)
+            return self._pause(self._poll_max_s)
         async with self._claiming:
             started = time.monotonic()
             async with self._claim_db.use() as db:
@@ -209,20 +162,41 @@ class WorkerPool:
                     self._instance_id, want, db=db, skip_policies=self._holds.held()
                 )
             self._pacer.claimed(time.monotonic() - started, got=len(claimed))
+            if room > normal and (len(claimed) < want or claimed[0].batch.policy_id not in room_policies):
+                self._rooms.exhausted(room_policies)  # nothing more of theirs this window
+            if room > normal and claimed and claimed[0].batch.policy_id not in room_policies:
+                # The claim sized for a paced policy's window picked another policy's batch (the paced
+                # one is finished, or not first in turn): keep what the pacer wanted, no more.
+                surplus, claimed = claimed[max(normal, 0) :], claimed[: max(normal, 0)]
+                await self._put_back(surplus, None)
             bodies = self._runner.prefetch(claimed[0].batch, [c.idx for c in claimed]) if claimed else {}
             for item in claimed:
                 self._items[(item.batch_id, item.idx)] = item
                 self._ready.add(item, bodies.get(item.idx))
         self._start_ready()
         if not claimed:
-            return PauseFor(self._idle.next())
+            return self._pause(self._idle.next())
         self._idle.reset()
         return PauseFor(0.0)
 
+    def _pause(self, seconds: float) -> PauseFor:
+        """Pause ``seconds``, but not past the end of a pacing hold: a held policy's window opens
+        then, and its items are claimed at once, not at the next poll."""
+        ends_in = self._holds.next_end()
+        return PauseFor(seconds if ends_in is None else min(seconds, ends_in))
+
     def _start_ready(self) -> None:
-        while self._ready and len(self._tasks) < self._size and not self._stopping:
-            item, body = self._ready.pop()
+        may_start = self._may_start
+        while len(self._tasks) < self._size and not self._stopping:
+            entry = self._ready.pop(may_start)
+            if entry is None:
+                break
+            item, body = entry
             key = (item.batch_id, item.idx)
+            policy_id = item.batch.policy_id
+            on_the_way = self._preparing.get(policy_id, 0)
+            self._preparing[policy_id] = on_the_way + 1
+            self._unadmitted[key] = policy_id
             self._executing.add(key)
             task = asyncio.create_task(self._run(item, body), name=f"batch-item-{item.batch_id}-{item.idx}")
             self._tasks[key] = task
@@ -230,10 +204,27 @@ class WorkerPool:
         if self._metrics is not None:
             self._metrics.busy(len(self._tasks))
 
+    def _prepared(self, key: _Key) -> None:
+        """An item taken from ready is admitted, held back, put back or ended (called again by its
+        task's end: a task cancelled before it ran never reached its own call)."""
+        policy_id = self._unadmitted.pop(key, None)
+        if policy_id is None:
+            return
+        if self._preparing.get(policy_id, 0) > 1:
+            self._preparing[policy_id] -= 1
+        else:
+            self._preparing.pop(policy_id, None)
+
+    def _may_start(self, policy_id: str) -> bool:
+        """A policy admitted in blocks starts its next item only while its block covers it (else the
+        item on its way asks for the next block and the others wait for it: one ask, not one each)."""
+        return self._runner.admissions.covers(policy_id, self._preparing.get(policy_id, 0))
+
     def _on_done(self, key: _Key) -> Callable[[asyncio.Task[None]], None]:
         return lambda _task: self._done(key)
 
     def _done(self, key: _Key) -> None:
+        self._prepared(key)
         self._tasks.pop(key, None)
         self._executing.discard(key)
         self._pacer.finished()
@@ -256,16 +247,24 @@ class WorkerPool:
         """Prepare (admission: SPEC §17), start, run, and hand the result to the finalizer. An item
         held back by pacing goes back ``available`` instead; its slot is free at once."""
         key = (item.batch_id, item.idx)
+        policy_id = item.batch.policy_id
         prepared: Prepared | None = None
         try:
-            if self._holds.is_held(item.batch.policy_id):  # held since it was claimed: not tried now
-                await self._put_back([item, *self._ready.drop_policy(item.batch.policy_id)], None)
-                return
             try:
-                prepared = await self._runner.prepare(item, body)
-            except ItemHeld as held:
-                await self._held(item, held)
-                return
+                if self._holds.is_held(policy_id):  # held since it was claimed: not tried now
+                    await self._put_back([item, *self._ready.drop_policy(policy_id)], None)
+                    return
+                # The items of its policy in hand, itself included: admitted together if they can be.
+                demand = self._ready.of_policy(policy_id) + self._preparing.get(policy_id, 1)
+                try:
+                    prepared = await self._runner.prepare(item, body, demand)
+                except ItemHeld as held:
+                    await self._held(item, held)
+                    return
+            finally:
+                self._prepared(key)
+                if self._ready:  # a block it asked for may let the policy's next items start
+                    self._start_ready()
             self._admitted(key, item.batch.policy_id)
             if not await self._starter.start(key):
                 # Cancelled (on any replica) or taken by another replica since we reserved it.
@@ -303,7 +302,10 @@ class WorkerPool:
     async def _held(self, item: ClaimedItem, held: ItemHeld) -> None:
         """No room for ``item`` (SPEC §17 ``pacing: "wait"``): hold its policy, and put it and the
         policy's other reserved items back ``available`` (nothing charged, no attempt counted)."""
-        seconds = self._holds.hold(held.policy_id, held.retry_after, held.meter)
+        minimum = 0.0 if held.exact else MIN_HOLD_S
+        seconds = self._holds.hold(held.policy_id, held.retry_after, held.meter, minimum)
+        if held.share is not None:
+            self._rooms.learn(held.policy_id, held.share)
         if self._metrics is not None:
             self._metrics.pacing_waits.labels(held.policy_id, held.meter).inc()
         log.debug("batch items of policy %s held back %.2f s (%s)", held.policy_id, seconds, held.meter)
@@ -371,7 +373,7 @@ class WorkerPool:
         self._dispatching.wake()
         await self._dispatching.finished(None)  # a claim in flight registers its items first
         await self._dispatching.stop()
-        await self._claim_db.close()
+        await self._claim_held.close()
         tasks = list(self._tasks.values())
         if tasks:
             await asyncio.wait(tasks, timeout=grace_s)
@@ -386,6 +388,8 @@ class WorkerPool:
             )
         await self._finalizer.close()
         await self._starter.close()
+        if self._group is not None:
+            await self._group.close()
         self._runner.close()
         try:
             # Whatever the database still says we run: the cancelled items and any orphan.

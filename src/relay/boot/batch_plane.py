@@ -148,6 +148,9 @@ def _worker_pool(
         item_timeout_s=settings.batch_item_timeout_s,
         translate_max_tokens=settings.translate_default_max_tokens,
         metrics=shared.metrics,  # upstream latency (source="batch"), tokens and cost, as live requests
+        cache=shared.cache,  # SPEC §19: items use their policy's response cache like live requests
+        tracer=shared.tracer,
+        guardrails=shared.guardrails,  # SPEC §20: items pass their policy's guardrails like live requests
     )
     pool = WorkerPool(
         store=batch_store,
@@ -238,7 +241,7 @@ def _batch_apis(
         for prefix in MESSAGE_BATCHES_PREFIXES
     }
     openai_batches = OpenAIBatches(batches, files, max_items=settings.batch_max_items)
-    return {
+    apps: dict[str, ASGIApp] = {
         BATCHES_PREFIX: BatchesApp(
             batches, snapshot, settings.batch_max_bytes, database_unavailable=database_unavailable
         ),
@@ -248,3 +251,7 @@ def _batch_apis(
             openai_batches, snapshot, settings.batch_max_bytes, database_unavailable=database_unavailable
         ),
     }
+    tracer = shared.tracer
+    if tracer is None:
+        return apps
+    return {prefix: tracer.asgi(app) for prefix, app in apps.items()}  # SPEC §18: a server span each

@@ -9,8 +9,10 @@ What it deliberately does not know: either plane's apps or services (``boot.data
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Gauge
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -21,18 +23,25 @@ from relay.control.services.catalog import CatalogService
 from relay.control.services.tokens import TokenService, load_signer
 from relay.crypto.sealing import ProvisionedSecrets, SecretBox, provision
 from relay.domain.credentials import hash_key
+from relay.request.cache.step import CacheStep
+from relay.request.guardrails.step import GuardrailStep
 from relay.request.keypool import KeyPool
 from relay.request.pipeline import Pipeline
 from relay.request.ratelimit import LEASE_MARGIN_S, RateLimiter
 from relay.snapshot import Snapshot
 from relay.snapshot.reloader import CatalogReloader
 from relay.state import RedisState, SharedState, open_state
+from relay.state.response_cache import MemoryResponseCache, RedisResponseCache, ResponseCache
 from relay.store.engine import create_engine
 from relay.store.migrate import upgrade_to_head
 from relay.store.notify import ChangeFeed, PostgresChangeFeed
 from relay.telemetry.metrics import Metrics, no_created_series
+from relay.telemetry.tracing import start_tracing
 from relay.upstream import Upstream
 from relay.usage.writer import UsageWriter
+
+if TYPE_CHECKING:
+    from relay.telemetry.tracing_export import Tracer
 
 log = logging.getLogger("relay.boot")
 
@@ -55,6 +64,9 @@ class Shared:
     upstream: Upstream
     writer: UsageWriter
     pipeline: Pipeline
+    cache: CacheStep  # the response cache (SPEC §19); only policies with a cache block reach it
+    guardrails: GuardrailStep  # SPEC §20; only policies with guardrails reach it
+    tracer: Tracer | None = None  # SPEC §18: None unless RELAY_OTEL_ENDPOINT is set
 
     def snapshot(self) -> Snapshot:
         return self.reloader.snapshot
@@ -110,6 +122,33 @@ def build_shared(settings: Settings) -> Shared:
         upstream=upstream,
         writer=UsageWriter(engine, registry),
         pipeline=pipeline,
+        cache=build_cache(settings, metrics),
+        guardrails=GuardrailStep(metrics.guardrail_actions, metrics.guardrail_webhook_failures),
+        # The exporter's thread starts here and only queues until a span ends; no I/O before then.
+        tracer=start_tracing(settings, metrics.otel_spans_dropped),
+    )
+
+
+def build_cache(settings: Settings, metrics: Metrics) -> CacheStep:
+    """The response cache's step over Redis when ``RELAY_REDIS_URL`` is set (shared by replicas), else
+    over this process's LRU bounded by ``RELAY_CACHE_MAX_BYTES``. No I/O until a policy with a cache
+    block sends it a request."""
+    store: ResponseCache
+    if settings.redis_url:
+        store = RedisResponseCache(
+            settings.redis_url,
+            timeout_s=settings.redis_timeout_s,
+            max_connections=settings.redis_max_connections,
+            max_entry_bytes=settings.cache_max_entry_bytes,
+        )
+    else:
+        store = MemoryResponseCache(
+            max_bytes=settings.cache_max_bytes, max_entry_bytes=settings.cache_max_entry_bytes
+        )
+    return CacheStep(
+        store,
+        on_result=lambda result: metrics.cache_requests.labels(result).inc(),
+        on_error=lambda op: metrics.cache_errors.labels(op).inc(),
     )
 
 
@@ -140,10 +179,19 @@ def foundation_services(shared: Shared) -> list[Service]:
             log.warning("RELAY_REDIS_URL does not answer: rate limits fail open, breakers are not shared")
         await shared.state.start()
 
+    tracer = shared.tracer
+
+    async def stop_tracing() -> None:  # last: the spans of the last requests and items go out too
+        if tracer is not None:
+            await asyncio.to_thread(tracer.shutdown)
+
     return [
+        Stage("tracing", stop=stop_tracing),
         Stage("database", prepare_database, shared.engine.dispose),
         shared.reloader,
         Stage("shared state", open_state, shared.state.close),
+        Stage("response cache", stop=shared.cache.store.close),
+        Stage("guardrail webhooks", stop=shared.guardrails.close),
         Stage("rate limiter", stop=shared.limiter.close),  # its lease renewer stops before the state
         Stage("upstream client", shared.upstream.start, shared.upstream.close),
         shared.writer,

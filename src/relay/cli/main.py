@@ -1,5 +1,5 @@
 """The ``relay`` command: serve, demo, migrate, config, apply, export, keys, users, tokens, batch,
-fake-upstream.
+audit, fake-upstream.
 
 Server commands load :class:`relay.config.Settings` once and stop with a one-line message on a bad
 value. Client commands (apply, export) talk to the control plane over HTTP with
@@ -22,6 +22,7 @@ import uvloop
 import yaml
 
 from relay.cli.accounts import tokens_app, users_app
+from relay.cli.audit import audit_app
 from relay.cli.batch import batch_app
 from relay.cli.support import admin_call as _call
 from relay.cli.support import err, fail, out, print_table
@@ -37,6 +38,7 @@ app = typer.Typer(
 app.add_typer(batch_app, name="batch")
 app.add_typer(users_app, name="users")
 app.add_typer(tokens_app, name="tokens")
+app.add_typer(audit_app, name="audit")
 
 
 def _version(value: bool) -> None:

@@ -6,7 +6,8 @@ What it deliberately does not know: what a route does (thin handlers in ``routes
 and the checks made before FastAPI sees a request (``control.guard``).
 
 Invariants: every error leaves as ``{"error": {"code", "message"}}``; request validation failures are
-400 naming the field. The admin bearer is compared in constant time and never logged.
+400 naming the field (422 for ``UNPROCESSABLE_FIELDS``, where the contract says so). The admin
+bearer is compared in constant time and never logged.
 """
 
 from collections.abc import Awaitable, Callable
@@ -26,7 +27,7 @@ from relay.control.routes.docs import mount_docs
 from relay.control.routes.metrics import metrics_routes
 from relay.control.routes.table import mount
 from relay.control.services.apply import ApplyService
-from relay.control.services.catalog import CatalogService
+from relay.control.services.catalog import UNPROCESSABLE_FIELDS, CatalogService
 from relay.crypto.sealing import constant_time_equal
 from relay.errors import RateLimited, RelayError, Unauthenticated
 from relay.http.errors import control_error, error_headers, escaped, retry_after
@@ -116,15 +117,22 @@ async def _unexpected(_request: Request, _exc: Exception) -> JSONResponse:
     return JSONResponse(control_error("internal_error", "internal error"), status_code=500)
 
 
-async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
+async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
     parts = []
-    for err in exc.errors()[:5]:
+    errors = exc.errors()
+    first = [p for p in errors[0].get("loc", ()) if p != "body"] if errors else []
+    # SPEC §20: every invalid field of a guardrail is a 422, like the fields SPEC names elsewhere.
+    unprocessable = (first and first[0] in UNPROCESSABLE_FIELDS) or request.url.path.startswith(
+        "/api/guardrails"
+    )
+    status, code = (422, "unprocessable") if unprocessable else (400, "invalid_request")
+    for err in errors[:5]:
         loc = ".".join(str(p) for p in err.get("loc", ()) if p not in ("body",))
         msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
         if err.get("type") == "json_invalid":
             return JSONResponse(control_error("invalid_json", "body is not valid JSON"), status_code=400)
         parts.append(f"{loc}: {msg}" if loc else msg)
-    return JSONResponse(control_error("invalid_request", "; ".join(parts)), status_code=400)
+    return JSONResponse(control_error(code, "; ".join(parts)), status_code=status)
 
 
 async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -13,8 +13,10 @@ then, reading the body: 413 as soon as it grows past the limit (chunked uploads 
 bounds of SPEC §1 (``RELAY_MAX_JSON_DEPTH``, no lone surrogate) → 400 ``invalid_json`` naming the depth
 or field. The body is then handed to FastAPI as read (its own parse stays the one that validates).
 
-Every answer gets ``X-Relay-Request-ID``; an exception that escapes the app answers a JSON 500 (or, if
-the response had started, ends it) instead of uvicorn's text/plain. Early refusals close the connection,
+Every answer gets ``X-Relay-Request-ID``, the ``request_id`` of the audit entries the request appends
+(the guard opens the request's audit context: that id, the client's address and user agent); an
+exception that escapes the app answers a JSON 500 (or, if the response had started, ends it) instead
+of uvicorn's text/plain. Early refusals close the connection,
 so a client that keeps uploading is not read to the end.
 
 Bodies outside ``/api`` (the dashboard's forms under ``/ui``) are left to the dashboard, which reads
@@ -33,6 +35,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from relay.adapters.json_codec import JsonRefused, loads_input
+from relay.control.audit.context import request_scope
 from relay.crypto.sealing import constant_time_equal
 from relay.domain.credentials import KEY_PREFIX
 from relay.errors import RelayError, Unauthenticated
@@ -90,8 +93,12 @@ class ControlGuard:
         except RelayError as exc:
             await _answer(send_with_id, exc.status, control_error_body(exc.code, exc.message), close=True)
             return
+        client = scope.get("client")
+        agent = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"user-agent"), None)
         try:
-            await self.app(scope, replay or receive, send_with_id)
+            # The audit entries this request appends carry the id sent back (SPEC §21).
+            with request_scope(request_id=request_id, ip=client[0] if client else None, user_agent=agent):
+                await self.app(scope, replay or receive, send_with_id)
         except Exception:
             log.exception("unhandled error on %s %s", scope["method"], scope["path"][:256])
             if not started:

@@ -8,12 +8,16 @@ not another copy of CRUD code.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import BaseModel
-from sqlalchemy import Table
+from sqlalchemy import Table, null
 
 from relay.domain import kind_specs as spec
+from relay.domain.batch_policy import BatchPolicy
+from relay.domain.guardrail_spec import GuardrailSpec
 from relay.store import tables as t
 
 
@@ -141,11 +145,21 @@ BINDING = Kind(
     t.bindings,
     spec.BindingSpec,
     plain=("adapter", "upstream_name", "enabled"),
-    json=("pricing",),
+    json=("pricing", "batch_offload"),
     refs=(
         RefField("model", "model_id", t.models, "Model"),
         RefField("host", "host_id", t.hosts, "Host"),
     ),
+)
+
+GUARDRAIL = Kind(
+    "Guardrail",
+    "guardrails",
+    "gr",
+    t.guardrails,
+    GuardrailSpec,
+    plain=("stage", "action", "regex", "pii", "message"),
+    json=("webhook",),
 )
 
 POLICY = Kind(
@@ -155,7 +169,7 @@ POLICY = Kind(
     t.policies,
     spec.PolicySpec,
     plain=("models", "key_selection", "payload_logging", "enabled"),
-    json=("rate_limit", "fallbacks"),
+    json=("rate_limit", "fallbacks", "cache"),
     children=(
         ChildList(
             "host_keys",
@@ -164,6 +178,14 @@ POLICY = Kind(
             value_column="host_key_id",
             target=t.host_keys,
             target_kind="HostKey",
+        ),
+        ChildList(
+            "guardrails",
+            t.policy_guardrails,
+            "policy_id",
+            value_column="guardrail_id",
+            target=t.guardrails,
+            target_kind="Guardrail",
         ),
     ),
 )
@@ -186,6 +208,7 @@ KINDS: tuple[Kind, ...] = (
     HOST_KEY,
     MODEL,
     BINDING,
+    GUARDRAIL,
     POLICY,
     PROJECT,
     SERVICE_ACCOUNT,
@@ -194,3 +217,14 @@ KINDS: tuple[Kind, ...] = (
 )
 BY_PLURAL = {k.plural: k for k in KINDS}
 BY_NAME = {k.name: k for k in KINDS}
+
+
+def stored_batch_block(block: Mapping[str, Any]) -> Any:
+    """A policy's ``batch`` column (SPEC §17): SQL NULL for the defaults, so a policy that never
+    chose one reads exactly as one written before the block existed; else the whole block."""
+    return null() if BatchPolicy.model_validate(block).is_default else dict(block)
+
+
+def shown_batch_block(stored: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The block as the API shows it: every field, defaults filled (NULL → the defaults)."""
+    return BatchPolicy.model_validate(stored or {}).model_dump()

@@ -52,6 +52,7 @@ class BatchRecord:
     cancel_requested_at: datetime | None = None  # set by a cancel that came before the batch finished
     api_status: str | None = None  # façade-owned (e.g. OpenAI's "validating"); the engine only stores it
     retry_of: str | None = None  # a retry batch (SPEC §17): the id of the batch it was made from
+    trace_parent: str | None = None  # SPEC §18: the create span's traceparent (sampled); None: untraced
 
 
 class ItemState(NamedTuple):

@@ -28,8 +28,10 @@ from pydantic import (
     model_validator,
 )
 
+from relay.domain.batch_offload import BatchOffload
 from relay.domain.batch_policy import BatchPolicy
 from relay.domain.breaker import DEFAULT_MAX_OPEN_S, MAX_OPEN_S, MAX_THRESHOLD, MAX_WINDOW_S
+from relay.domain.cache_policy import CachePolicy
 from relay.domain.grants import parse_grant
 from relay.domain.ids import NAME_PATTERN
 from relay.domain.ratelimits import RateLimit
@@ -166,6 +168,12 @@ class BindingSpec(_Named):
     upstream_name: str | None = Field(None, min_length=1, max_length=200)
     # Typed prices, or a reference into the price catalog resolved (copied) when the binding is written.
     pricing: Pricing | CatalogPricing | Literal["from_catalog"] | None = None
+    # SPEC §22: whether batches routed wholly here may run on the provider's batch API; null = never.
+    batch_offload: BatchOffload | None = Field(
+        default=None,
+        description="Provider batch offload (mode never|native, min_items ≥ 1, discount 0.0–1.0 "
+        "= the share of the pricing charged); absent or null = never",
+    )
     enabled: bool = True
 
 
@@ -184,6 +192,23 @@ class PolicySpec(_Named):
         description="How batch items meet the policy's limits (pacing fail|wait, live_reserve "
         "0.0–0.9, max_concurrency ≥ 1 or null, translate); absent or null = the defaults",
     )
+
+    # The response cache; absent or null = off.
+    cache: CachePolicy | None = Field(
+        default=None,
+        description="The response cache (ttl <n>s|m|h|d up to 30d, scope project|policy|credential, "
+        "streams true|false); absent or null = off",
+    )
+
+    # SPEC §20: the guardrails (name or id) every request under the policy passes, in order.
+    guardrails: list[Ref] = Field(default_factory=list)
+
+    @field_validator("guardrails")
+    @classmethod
+    def _guardrails_unique(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("a guardrail may appear only once")
+        return value
 
     @field_validator("batch", mode="before")
     @classmethod

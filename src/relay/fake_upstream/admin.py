@@ -52,6 +52,7 @@ async def handle(app: FakeUpstreamApp, scope: Scope, receive: Receive, send: Sen
         await send_json(send, 200, {"requests": app.recorder.recent(_limit(scope))})
     elif path == "/__reset" and method == "POST":
         app.recorder.reset()
+        app.native.reset()
         app.config = app.initial.copy()
         await send_json(send, 200, app.config.to_dict())
     else:

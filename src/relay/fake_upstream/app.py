@@ -14,11 +14,12 @@ from typing import Any
 
 import orjson
 
-from . import admin, anthropic, embeddings, openai_chat, responses
+from . import admin, anthropic, anthropic_batches, embeddings, openai_batches, openai_chat, responses
 from .asgi import SSE_HEADERS, Headers, Receive, Scope, Send, drop_connection, lifespan, read_body, send_bytes
 from .config import FakeConfig
 from .errors import BadRequest, Shape, error_body
 from .faults import Plan, body_overrides, header_overrides, plan_for
+from .native_batches import NativeStore
 from .stats import Recorder
 from .token_counts import Api
 
@@ -80,6 +81,7 @@ class FakeUpstreamApp:
         self.initial = config.copy()
         self.config = config.copy()
         self.recorder = Recorder()
+        self.native = NativeStore()  # the native batch APIs' batches and files
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -89,6 +91,10 @@ class FakeUpstreamApp:
         route = ROUTES.get(scope["path"])
         if route is not None:
             await self._provider(route, scope, receive, send)
+        elif scope["path"].startswith(("/v1/files", "/v1/batches")):
+            await openai_batches.handle(self, scope, receive, send)
+        elif scope["path"].startswith("/v1/messages/batches"):
+            await anthropic_batches.handle(self, scope, receive, send)
         elif scope["path"].startswith("/__") or scope["path"] == "/health":
             await admin.handle(self, scope, receive, send)
         else:

@@ -82,12 +82,25 @@ class FakeConfig:
     jitter_ms: float = 0.0
     chunk_delay_ms: float = 0.0
     key_rules: list[KeyRule] = field(default_factory=list)
+    # The native batch APIs (docs/fake-upstream.md, "Native batch APIs"): how long each phase of a batch
+    # takes (OpenAI: validating, in_progress, finalizing; Anthropic: in_progress), when an unfinished
+    # batch expires (None: never), a status every create answers (a refusal), and a status every poll
+    # answers (an outage while polling). None: off.
+    batch_phase_ms: float = 0.0
+    batch_expire_ms: float | None = None
+    batch_refuse_status: int | None = None
+    batch_poll_status: int | None = None
 
     def __post_init__(self) -> None:
         # Accept plain dicts so callers can pass what they would POST to /__config.
         self.key_rules = [KeyRule.from_dict(rule) for rule in self.key_rules]
-        for name in ("latency_ms", "jitter_ms", "chunk_delay_ms"):
+        for name in ("latency_ms", "jitter_ms", "chunk_delay_ms", "batch_phase_ms"):
             setattr(self, name, _number(name, getattr(self, name)))
+        if self.batch_expire_ms is not None:
+            self.batch_expire_ms = _number("batch_expire_ms", self.batch_expire_ms)
+        for name in ("batch_refuse_status", "batch_poll_status"):
+            if getattr(self, name) is not None:
+                _status(name, getattr(self, name))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -95,6 +108,10 @@ class FakeConfig:
             "jitter_ms": self.jitter_ms,
             "chunk_delay_ms": self.chunk_delay_ms,
             "key_rules": [rule.to_dict() for rule in self.key_rules],
+            "batch_phase_ms": self.batch_phase_ms,
+            "batch_expire_ms": self.batch_expire_ms,
+            "batch_refuse_status": self.batch_refuse_status,
+            "batch_poll_status": self.batch_poll_status,
         }
 
     def updated(self, patch: Any) -> FakeConfig:
@@ -112,6 +129,10 @@ class FakeConfig:
             jitter_ms=patch.get("jitter_ms", self.jitter_ms),
             chunk_delay_ms=patch.get("chunk_delay_ms", self.chunk_delay_ms),
             key_rules=list(rules),
+            batch_phase_ms=patch.get("batch_phase_ms", self.batch_phase_ms),
+            batch_expire_ms=patch.get("batch_expire_ms", self.batch_expire_ms),
+            batch_refuse_status=patch.get("batch_refuse_status", self.batch_refuse_status),
+            batch_poll_status=patch.get("batch_poll_status", self.batch_poll_status),
         )
 
     def copy(self) -> FakeConfig:

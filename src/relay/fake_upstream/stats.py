@@ -13,8 +13,10 @@ from typing import Any
 
 LOG_SIZE = 500
 
-# Entry layout (a list, so the status can be filled in once the response is decided).
-_PATH, _METHOD, _HEADERS, _BODY, _KEY, _TS, _STATUS = range(7)
+# Entry layout (a list, so the status and the answer's time can be filled in once the response is
+# decided). ``_ANSWERED`` lets a test see which requests were in flight together (SPEC §17
+# ``max_concurrency``): a request is in flight from ``ts`` until ``answered``, after any fake latency.
+_PATH, _METHOD, _HEADERS, _BODY, _KEY, _TS, _STATUS, _ANSWERED = range(8)
 
 
 class Recorder:
@@ -33,13 +35,14 @@ class Recorder:
         self.by_path[path] = self.by_path.get(path, 0) + 1
         if key is not None:
             self.by_key[key] = self.by_key.get(key, 0) + 1
-        entry = [path, method, headers, body, key, time.time(), None]
+        entry = [path, method, headers, body, key, time.time(), None, None]
         self.log.append(entry)
         return entry
 
     def set_status(self, entry: list[Any], status: int | None) -> None:
         """``None`` means the connection was dropped without a response."""
         entry[_STATUS] = status
+        entry[_ANSWERED] = time.time()
         label = 0 if status is None else status
         self.by_status[label] = self.by_status.get(label, 0) + 1
 
@@ -63,6 +66,7 @@ class Recorder:
                 "key": e[_KEY],
                 "ts": e[_TS],
                 "status": e[_STATUS],
+                "answered": e[_ANSWERED],
             }
             for e in entries
         ]

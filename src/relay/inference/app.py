@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -38,6 +38,9 @@ from relay.request.auth import authenticate
 from relay.request.routing import granted_models
 from relay.snapshot import Snapshot
 from relay.telemetry.metrics import Metrics
+
+if TYPE_CHECKING:
+    from relay.telemetry.tracing_export import Tracer
 
 log = logging.getLogger("relay.request")
 
@@ -88,8 +91,10 @@ class InferenceApp:
         max_request_bytes: int,
         mounts: Mapping[str, ASGIApp] | None = None,
         metrics: Metrics | None = None,
+        tracer: Tracer | None = None,
     ) -> None:
         self._metrics = metrics
+        self._tracer = tracer  # SPEC §18: a live route's request refused here is a server span too
         self._live = live
         self._snapshot = snapshot
         self._database_ok = database_ok
@@ -121,19 +126,12 @@ class InferenceApp:
         route = INFERENCE_ROUTES.get(path)
         if route is not None:
             if method != "POST":
-                await self._error(
-                    send,
-                    route[1],
-                    MethodNotAllowed("POST"),
-                    request_id,
-                    path,
-                    started,
-                )
+                await self._refused(scope, send, route[1], MethodNotAllowed("POST"), request_id, started)
                 return
             try:
                 body = await read_body(receive, scope, self._max_bytes)
             except RelayError as exc:
-                await self._error(send, route[1], exc, request_id, path, started)
+                await self._refused(scope, send, route[1], exc, request_id, started)
                 return
             await self._live.handle(path, route[0], route[1], body, request_headers(scope), send, request_id)
             return
@@ -195,13 +193,37 @@ class InferenceApp:
         }
         self._count(scope["path"], OPENAI, 200, request_id, started, attribution)
 
+    async def _refused(
+        self, scope: Scope, send: Send, shape: str, exc: RelayError, request_id: str, started: float
+    ) -> None:
+        """A live route's request refused before its body was read (405, 413, 408): answered, counted
+        and logged like the rest, and a server span when tracing is on (SPEC §18)."""
+        path: str = scope["path"]
+        tracer = self._tracer
+        if tracer is None:
+            await self._error(send, shape, exc, request_id, path, started)
+            return
+        method: str = scope["method"]
+        attributes = {"http.request.method": method, "url.path": path, "relay.request_id": request_id}
+        trace = tracer.request(f"{method} {path}", attributes, request_headers(scope))
+        fields = {"trace_id": trace.ids()[0], "span_id": trace.ids()[1]} if trace.sampled else {}
+        await self._error(send, shape, exc, request_id, path, started, fields)
+        trace.finish({"http.response.status_code": exc.status}, exc.status >= 500)
+
     async def _error(
-        self, send: Send, shape: str, exc: RelayError, request_id: str, route: str, started: float
+        self,
+        send: Send,
+        shape: str,
+        exc: RelayError,
+        request_id: str,
+        route: str,
+        started: float,
+        fields: dict[str, Any] | None = None,
     ) -> None:
         body = relay_error_body(shape, exc)
         extra = error_headers(exc)
         await send_bytes(send, exc.status, body, "application/json", request_id, extra)
-        self._count(route, shape, exc.status, request_id, started, {"error": exc.code})
+        self._count(route, shape, exc.status, request_id, started, {"error": exc.code, **(fields or {})})
 
     def _count(
         self, route: str, shape: str, status: int, request_id: str, started: float, fields: dict[str, Any]

@@ -20,7 +20,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from starlette.types import Send
@@ -41,16 +41,26 @@ from relay.adapters import (
     wants_stream,
 )
 from relay.adapters.json_codec import DEFAULT_MAX_DEPTH
+from relay.adapters.replay import StreamAssembler
 from relay.domain.credentials import read_credential
 from relay.errors import InvalidRequest, RateLimited, RelayError
 from relay.http.errors import error_body, relay_error_body, retry_after
 from relay.http.wire import head, send_bytes
+from relay.inference.cached import CachedAnswers
+from relay.inference.guarded import blocked_body, guard_input, guard_whole, guarded_stream, stream_acted
 from relay.inference.recording import LiveRecorder
 from relay.request.auth import Principal, authenticate
+from relay.request.cache.step import CacheStep, Lookup
 from relay.request.fallbacks import Admit, NotAdmitted, route
+from relay.request.guardrails.sse import GuardedEvents
+from relay.request.guardrails.step import GuardrailBlocked, GuardrailStep
+from relay.request.guardrails.window import DEFAULT_WINDOW
 from relay.request.pipeline import Call, Outcome, Pipeline
 from relay.request.routing import Plan
 from relay.snapshot import Snapshot
+
+if TYPE_CHECKING:
+    from relay.telemetry.tracing_export import RequestTrace, Tracer
 
 log = logging.getLogger("relay.request")
 
@@ -72,6 +82,10 @@ class RequestContext:
     include_usage: bool = False  # an OpenAI chat caller asked for the stream's usage chunk
     error_shape: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    cache: Lookup | None = None  # where this request's answer is kept (SPEC §19); None: not stored
+    cache_result: str = ""  # X-Relay-Cache: hit | miss | bypass; "" under a policy without a cache
+    trace: RequestTrace | None = None  # the server span (SPEC §18), when tracing is on
+    guardrails: list[dict[str, str]] = field(default_factory=list)  # SPEC §20: what blocked or redacted
 
 
 MODEL_RECORD_CHARS = 256
@@ -86,10 +100,13 @@ def _answered(ctx: RequestContext, outcome: Outcome) -> str:
     return ctx.model
 
 
-def _fallback_header(outcome: Outcome) -> list[tuple[bytes, bytes]]:
-    if outcome.fallback_from is None:
-        return []
-    return [(b"x-relay-fallback-from", outcome.fallback_from.encode())]
+def _answer_headers(outcome: Outcome, ctx: RequestContext) -> list[tuple[bytes, bytes]]:
+    """``X-Relay-Cache`` under a policy with a cache (SPEC §19), ``X-Relay-Fallback-From`` after a
+    fallback answered (SPEC §4)."""
+    headers = [(b"x-relay-cache", ctx.cache_result.encode())] if ctx.cache_result else []
+    if outcome.fallback_from is not None:
+        headers.append((b"x-relay-fallback-from", outcome.fallback_from.encode()))
+    return headers
 
 
 class LiveHandler:
@@ -101,8 +118,16 @@ class LiveHandler:
         recorder: LiveRecorder,
         translate_max_tokens: int = 4096,
         max_json_depth: int = DEFAULT_MAX_DEPTH,
+        cache: CacheStep | None = None,
+        tracer: Tracer | None = None,
+        guardrails: GuardrailStep | None = None,
+        guardrail_window: int = DEFAULT_WINDOW,
     ) -> None:
+        self._guardrails = guardrails
+        self._guardrail_window = guardrail_window
+        self._tracer = tracer
         self._snapshot = snapshot
+        self._cache = CachedAnswers(cache, pipeline, recorder) if cache is not None else None
         self._pipeline = pipeline
         self._recorder = recorder
         self._max_tokens = translate_max_tokens  # RELAY_TRANSLATE_DEFAULT_MAX_TOKENS
@@ -119,6 +144,13 @@ class LiveHandler:
         request_id: str,
     ) -> None:
         ctx = RequestContext(request_id, path, inbound, time.perf_counter(), body, error_shape=error_shape)
+        tracer = self._tracer
+        if tracer is not None:  # SPEC §18: the server span, a child of the caller's traceparent
+            ctx.trace = tracer.request(
+                "POST " + path,
+                {"http.request.method": "POST", "url.path": path, "relay.request_id": request_id},
+                headers,
+            )
         snap = self._snapshot()
         try:
             request = parse_request(body, self._max_depth)
@@ -130,13 +162,22 @@ class LiveHandler:
                 read_credential(authorization, headers.get("x-api-key")), snap, authorization=authorization
             )
             ctx.streamed = inbound != EMBEDDINGS and wants_stream(request)
+            if ctx.principal.policy.input_guardrails:  # SPEC §20: before the cache and any upstream call
+                assert self._guardrails is not None
+                await guard_input(self._guardrails, ctx, request)
             try:
                 chosen = route(ctx.principal.policy, ctx.model, snap, self._admission(ctx, inbound, request))
             except NotAdmitted as refused:  # the caller's shape cannot be sent to the model's plan
                 ctx.plan = refused.plan
                 raise refused.error from None
             ctx.plan = chosen.requested_plan
-            call = Call.routed(ctx.principal, chosen, headers, stream=ctx.streamed)
+            if self._cache is not None and ctx.principal.policy.cache is not None:
+                # The key is computed from the body this request is answered for: after input redaction.
+                hit = await self._cache.lookup(ctx, request, headers)
+                if hit is not None:
+                    await self._cache.answer(ctx, hit, send, snap)
+                    return
+            call = Call.routed(ctx.principal, chosen, headers, stream=ctx.streamed, trace=ctx.trace)
             outcome = await self._pipeline.run(call)
             ctx.plan = call.plan  # the plan that answered: a fallback's, after one
             ctx.translated = inbound != CANONICAL and (
@@ -208,8 +249,26 @@ class LiveHandler:
                     "openai", status=502, code="upstream_unreadable", message="upstream answer unreadable"
                 )
                 outcome.content_type = "application/json"
+        if (
+            ctx.principal is not None
+            and ctx.principal.policy.output_guardrails
+            and outcome.error_kind is None
+            and 200 <= outcome.status < 300
+        ):
+            assert self._guardrails is not None
+            checked = await guard_whole(self._guardrails, ctx, body)
+            if isinstance(checked, GuardrailBlocked):  # never a 200; the upstream's answer is priced
+                outcome.error_kind = checked.code
+                blocked = blocked_body(ctx.error_shape, checked)
+                await send_bytes(send, checked.status, blocked, "application/json", ctx.request_id)
+                self._recorder.finished(ctx, outcome, snap, response_body=blocked, blocked=checked)
+                return
+            body = checked
+        if ctx.cache is not None and outcome.error_kind is None and 200 <= outcome.status < 300:
+            assert self._cache is not None
+            await self._cache.keep(ctx, body, outcome.content_type, outcome.usage)
         await send_bytes(
-            send, outcome.status, body, outcome.content_type, ctx.request_id, _fallback_header(outcome)
+            send, outcome.status, body, outcome.content_type, ctx.request_id, _answer_headers(outcome, ctx)
         )
         self._recorder.finished(ctx, outcome, snap, response_body=body)
 
@@ -243,29 +302,71 @@ class LiveHandler:
                 include_usage=ctx.include_usage,
             )
         capture = self._recorder.capture(ctx, snap)
+        assembler = (
+            StreamAssembler(ctx.inbound_shape, ctx.model)
+            if ctx.cache is not None and outcome.status == 200
+            else None
+        )
         broken: str | None = None
-        try:  # from the head on: whatever fails, the stream is settled (its lease is renewed until then)
-            await send(
-                head(
-                    outcome.status,
-                    "text/event-stream",
-                    ctx.request_id,
-                    [(b"cache-control", b"no-cache"), *_fallback_header(outcome)],
-                )
-            )
+        guard = guarded_stream(ctx, outcome, self._guardrail_window)
+        blocked: GuardrailBlocked | None = None
+        headed = guard is None  # a guarded stream's head waits for its first event (SPEC §20: 422 before one)
+        if headed:
+            await send(self._stream_head(ctx, outcome))
+        try:  # from here on: whatever fails, the stream is settled (its lease is renewed until then)
             async for chunk in outcome.chunks:
                 out = translate.feed(chunk) if translate is not None else chunk
+                if guard is not None:
+                    out = guard.feed(out)
+                    blocked = guard.blocked
+                    if not headed:
+                        if not out:
+                            if blocked is not None:  # found before the first event: a 422
+                                await self._stream_blocked(ctx, outcome, guard, send, snap)
+                                return
+                            continue
+                        headed = True
+                        await send(self._stream_head(ctx, outcome))
+                    if blocked is not None:
+                        await send({"type": "http.response.body", "body": out, "more_body": False})
+                        break
                 if out:
                     if capture is not None:
                         capture.add(out)
+                    if assembler is not None:
+                        assembler.feed(out)
                     await send({"type": "http.response.body", "body": out, "more_body": True})
-            if translate is not None:
-                tail = translate.finish()
-                if tail:
-                    await send({"type": "http.response.body", "body": tail, "more_body": True})
+            tail = translate.finish() if translate is not None else b""
+            if guard is not None and blocked is None:
+                tail = guard.feed(tail) + guard.finish()
+                blocked = guard.blocked
+                if blocked is not None and not headed and not tail:
+                    await self._stream_blocked(ctx, outcome, guard, send, snap)
+                    return
+                if not headed:
+                    headed = True
+                    await send(self._stream_head(ctx, outcome))
+                if blocked is not None:
+                    await send({"type": "http.response.body", "body": tail, "more_body": False})
+            if blocked is not None:  # the error event was the last one sent
+                outcome.error_kind = blocked.code
+                self._stream_acted(ctx, guard)
+                self._recorder.finished(ctx, outcome, snap, stream_capture=capture, blocked=blocked)
+                return
+            if tail:
+                if assembler is not None:
+                    assembler.feed(tail)
+                await send({"type": "http.response.body", "body": tail, "more_body": True})
+            if assembler is not None:  # kept before the response ends: the caller's next request sees it
+                assert self._cache is not None
+                whole = assembler.finish(await outcome.finish())
+                if whole is not None:
+                    await self._cache.keep(ctx, whole, "application/json", outcome.usage)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except RelayError as exc:  # the upstream broke mid-stream: the caller sees the stream end
             broken = exc.message
+            if not headed:
+                await send(self._stream_head(ctx, outcome))
             tail = translate.fail(exc.message) if isinstance(translate, TranslatingStream) else b""
             await send({"type": "http.response.body", "body": tail, "more_body": False})
         except OSError:
@@ -273,7 +374,34 @@ class LiveHandler:
         finally:
             await outcome.chunks.aclose()  # type: ignore[attr-defined]
             await outcome.finish()
+        self._stream_acted(ctx, guard)
         self._recorder.finished(ctx, outcome, snap, stream_capture=capture, broken=broken)
+
+    @staticmethod
+    def _stream_head(ctx: RequestContext, outcome: Outcome) -> dict[str, Any]:
+        return head(
+            outcome.status,
+            "text/event-stream",
+            ctx.request_id,
+            [(b"cache-control", b"no-cache"), *_answer_headers(outcome, ctx)],
+        )
+
+    def _stream_acted(self, ctx: RequestContext, guard: GuardedEvents | None) -> None:
+        if guard is not None:
+            assert self._guardrails is not None
+            stream_acted(self._guardrails, ctx, guard)
+
+    async def _stream_blocked(
+        self, ctx: RequestContext, outcome: Outcome, guard: GuardedEvents, send: Send, snap: Snapshot
+    ) -> None:
+        """SPEC §20: a block found before the stream's first event answers 422 in the caller's shape."""
+        blocked = guard.blocked
+        assert blocked is not None
+        self._stream_acted(ctx, guard)
+        outcome.error_kind = blocked.code
+        body = blocked_body(ctx.error_shape, blocked)
+        await send_bytes(send, blocked.status, body, "application/json", ctx.request_id)
+        self._recorder.finished(ctx, outcome, snap, response_body=body, blocked=blocked)
 
     async def _refuse(
         self, ctx: RequestContext, shape: str, exc: RelayError, send: Send, snap: Snapshot
@@ -281,6 +409,6 @@ class LiveHandler:
         extra: list[tuple[bytes, bytes]] = []
         if isinstance(exc, RateLimited):
             extra.append((b"retry-after", retry_after(exc)))
-        body = relay_error_body(shape, exc)
+        body = blocked_body(shape, exc) if isinstance(exc, GuardrailBlocked) else relay_error_body(shape, exc)
         await send_bytes(send, exc.status, body, "application/json", ctx.request_id, extra)
         self._recorder.refused(ctx, exc, snap)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from relay.errors import RelayError
 from relay.request.pipeline import Outcome, UpstreamUnavailable
 from relay.snapshot import Snapshot
+from relay.telemetry.access_log import AccessLog
 from relay.telemetry.metrics import Metrics
 from relay.usage.capture import BodyCapture, PayloadRecord, capture_enabled, max_bytes
 from relay.usage.event import usage_event
@@ -27,6 +28,8 @@ from relay.usage.writer import UsageWriter
 
 if TYPE_CHECKING:
     from relay.inference.live import RequestContext
+    from relay.request.auth import Principal
+    from relay.telemetry.tracing_export import RequestTrace
 
 log = logging.getLogger("relay.request")
 
@@ -35,6 +38,7 @@ class LiveRecorder:
     def __init__(self, writer: UsageWriter, metrics: Metrics) -> None:
         self._writer = writer
         self._metrics = metrics
+        self.access_log = AccessLog(log, on_drop=metrics.access_log_dropped.inc)
 
     def capture(self, ctx: RequestContext, snap: Snapshot) -> BodyCapture | None:
         """A capture buffer when payload logging applies to this request (SPEC §9), else None."""
@@ -54,11 +58,16 @@ class LiveRecorder:
         response_body: bytes | None = None,
         stream_capture: BodyCapture | None = None,
         broken: str | None = None,
+        blocked: RelayError | None = None,
     ) -> None:
+        """``blocked``: a guardrail refused the upstream's answer (SPEC §20) — the event keeps the
+        upstream's status, the caller was answered ``blocked.status``."""
         error_kind = "stream_broken" if broken else outcome.error_kind
         message = (
             broken if broken else (f"upstream returned {outcome.status}" if outcome.error_kind else None)
         )
+        if blocked is not None:
+            message = blocked.message
         payload = None
         if response_body is not None:
             capture = self.capture(ctx, snap)
@@ -67,13 +76,24 @@ class LiveRecorder:
                 payload = self._payload(ctx, snap, capture)
         elif stream_capture is not None:
             payload = self._payload(ctx, snap, stream_capture)
-        self._emit(ctx, outcome.status, error_kind, message, outcome, payload)
+        self._emit(
+            ctx,
+            outcome.status,
+            error_kind,
+            message,
+            outcome,
+            payload,
+            refused_status=blocked.status if blocked is not None else None,
+        )
 
     def refused(self, ctx: RequestContext, exc: RelayError, snap: Snapshot) -> None:
         status = exc.last_status if isinstance(exc, UpstreamUnavailable) else 0
         attempts = exc.attempts if isinstance(exc, UpstreamUnavailable) else 0
-        if exc.code == "rate_limit_exceeded" and ctx.principal is not None:
-            self._metrics.rate_limited.labels(ctx.principal.policy.name).inc()
+        if ctx.principal is not None:
+            if exc.code == "rate_limit_exceeded":
+                self._metrics.rate_limited.labels(ctx.principal.policy.name).inc()
+            elif exc.code == "budget_exceeded":
+                self._metrics.budget_refused.labels(ctx.principal.policy.name).inc()
         self._emit(
             ctx, status, exc.code, exc.message, None, None, refused_status=exc.status, attempts=attempts
         )
@@ -111,7 +131,7 @@ class LiveRecorder:
         if outcome is not None:
             overhead = max(0.0, latency_ms / 1000 - outcome.upstream_ms / 1000)
             metrics.overhead.labels(ctx.inbound_shape).observe(overhead)
-            if plan is not None:
+            if plan is not None and not outcome.cache_hit:
                 metrics.upstream_latency.labels(plan.host.name, "live").observe(outcome.upstream_ms / 1000)
         principal = ctx.principal
         if principal is not None:
@@ -129,11 +149,15 @@ class LiveRecorder:
                 outcome=outcome,
                 requested_model=ctx.model,
                 attempts=attempts,
+                guardrails=ctx.guardrails,
             )
             self._writer.record(event, payload)
-            if outcome is not None:
+            if outcome is not None and not outcome.cache_hit:  # tokens the upstreams reported
                 metrics.used(event)
-        if not log.isEnabledFor(logging.INFO):
+        trace = ctx.trace
+        if trace is not None:
+            _end_server_span(trace, answered, principal)
+        if not self.access_log.enabled():
             return
         fields: dict[str, Any] = {
             "request_id": ctx.request_id,
@@ -141,6 +165,8 @@ class LiveRecorder:
             "latency_ms": latency_ms,
             "model": ctx.model,
         }
+        if trace is not None and trace.sampled:
+            fields["trace_id"], fields["span_id"] = trace.ids()
         if principal is not None:
             fields.update(
                 policy_id=principal.policy.id,
@@ -152,4 +178,14 @@ class LiveRecorder:
             )
         if error_kind:
             fields["error"] = error_kind
-        log.info("request", extra=fields)
+        self.access_log.write(fields)
+
+
+def _end_server_span(trace: RequestTrace, status: int, principal: Principal | None) -> None:
+    """SPEC §18: the server span's final attributes (ids only, never a credential); ERROR on a 5xx."""
+    attributes: dict[str, Any] = {"http.response.status_code": status}
+    if principal is not None:
+        attributes["relay.project_id"] = principal.project_id
+        attributes["relay.policy"] = principal.policy.id
+        attributes["relay.credential_kind"] = principal.credential_kind
+    trace.finish(attributes, status >= 500)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from relay.adapters import StreamTap, Usage, build_upstream_request, usage_from_response
 from relay.errors import RelayError, Unavailable
@@ -25,11 +26,15 @@ from relay.pricing import cost_from_prices, cost_nanos
 from relay.request.auth import Principal
 from relay.request.fallbacks import Fallbacks, Route, is_trigger
 from relay.request.keypool import MAX_ATTEMPTS, Failure, KeyPool, classify
-from relay.request.ratelimit import RateLimiter, Reservation
+from relay.request.ratelimit import BlockGrant, RateLimiter, Reservation
 from relay.request.routing import Plan
-from relay.snapshot import Host, HostKey
+from relay.request.spans import attempt_attributes, read_answer, span_name, usage_attributes
+from relay.snapshot import Host, HostKey, Policy
 from relay.telemetry.metrics import Metrics
 from relay.upstream import Upstream, UpstreamConnectionError, UpstreamResponse, UpstreamTimeout
+
+if TYPE_CHECKING:
+    from relay.telemetry.tracing_export import AttemptSpan, RequestTrace
 
 _CONNECTION_FAILED = Failure("connection", 0, None)
 
@@ -63,10 +68,19 @@ class Call:
     fallbacks: Fallbacks | None = None
     primary_error: RelayError | None = None
     fallback_from: str | None = None
+    # SPEC §18: the request's span when it is traced (then each upstream attempt is a child span and
+    # carries a traceparent naming it); None, the common case, costs one test per attempt.
+    trace: RequestTrace | None = None
 
     @classmethod
     def routed(
-        cls, principal: Principal, route: Route, caller_headers: Mapping[str, str], *, stream: bool
+        cls,
+        principal: Principal,
+        route: Route,
+        caller_headers: Mapping[str, str],
+        *,
+        stream: bool,
+        trace: RequestTrace | None = None,
     ) -> Call:
         """The call of a routed request (:func:`relay.request.fallbacks.route`): the one way live
         requests and batch items build theirs, so both carry the same fallback state."""
@@ -80,6 +94,7 @@ class Call:
             fallbacks=route.fallbacks,
             primary_error=route.primary_error,
             fallback_from=route.fallback_from,
+            trace=trace,
         )
 
 
@@ -97,6 +112,7 @@ class Outcome:
     error_kind: str | None = None  # "upstream_status" when the upstream answered non-2xx
     _settle: object = None
     fallback_from: str | None = None  # the requested model, when a fallback answered (SPEC §4)
+    cache_hit: bool = False  # answered from the response cache: no upstream, no key, cost 0 (SPEC §19)
 
     async def finish(self) -> Usage:
         """Settle a stream (usage from the tap, rate-limit commit); idempotent; a no-op for bodies."""
@@ -169,6 +185,24 @@ class Pipeline:
             team_id=principal.team_id,
         )
 
+    async def admit_batch_block(self, policy: Policy, n: int, min_left_s: float = 0.0) -> BlockGrant | None:
+        """Up to ``n`` batch items of ``policy`` admitted at once (``RateLimiter.reserve_batch_block``;
+        ``None``: admit them one by one with :meth:`admit_batch`). Each runs with an empty reservation."""
+        return await self._limiter.reserve_batch_block(policy, n, min_left_s=min_left_s)
+
+    async def admit_hit(self, principal: Principal, *, batch: bool = False) -> Reservation:
+        """A response-cache hit's admission (SPEC §19): counted by the policy's ``requests`` and
+        ``concurrency`` rules only (a batch item's: at its batch share); :meth:`release` it once the
+        hit is answered. Raises ``RateLimited`` like any admission."""
+        return await self._limiter.reserve(
+            principal.policy,
+            principal.credential_id,
+            project_id=principal.project_id,
+            team_id=principal.team_id,
+            batch=batch,
+            hit=True,
+        )
+
     async def release(self, reservation: Reservation) -> None:
         """Give back an admission :meth:`run` never used (nothing was sent)."""
         await self._limiter.commit(reservation, Usage())
@@ -230,22 +264,38 @@ class Pipeline:
                 caller_headers=call.caller_headers,
                 stream=call.stream,
             )
+            trace = call.trace
+            span = None
+            if trace is not None:
+                span, request.headers["traceparent"] = trace.attempt(
+                    span_name(call), attempt_attributes(call, trace, key, attempts)
+                )
+                if trace.tracestate is not None:
+                    request.headers["tracestate"] = trace.tracestate
             try:
                 response = await self._upstream.post(
                     plan.host.base_url + request.path, request.headers, request.body
                 )
             except (UpstreamConnectionError, UpstreamTimeout) as exc:
                 status = "timeout" if isinstance(exc, UpstreamTimeout) else "connection"
+                if span is not None:
+                    trace.end_attempt(span, {}, status)  # type: ignore[union-attr]
                 await self._failed(key, _CONNECTION_FAILED, seen, plan.host, status)
                 last_status = 0
                 continue
             except BaseException:  # cancelled (an item's timeout, a client gone): free a won probe
+                if span is not None:
+                    trace.end_attempt(span, {}, "cancelled")  # type: ignore[union-attr]
                 if seen:
                     await self._pool.release(key, seen)
                 raise
             failure = classify(response.status, response.headers.get("retry-after"))
             if failure is not None:
                 response.discard()
+                if span is not None:
+                    trace.end_attempt(  # type: ignore[union-attr]
+                        span, {"http.response.status_code": response.status}, str(response.status)
+                    )
                 await self._failed(key, failure, seen, plan.host, str(response.status))
                 last_status = response.status
                 continue
@@ -255,7 +305,7 @@ class Pipeline:
                 if response.status >= 400:  # an error the caller gets as it is (400, 404, 422 …)
                     self._metrics.upstream_errors.labels(plan.host.name, key.name, str(response.status)).inc()
             return await self._answer(
-                call, response, attempts, key.id, reservation, started, request.strip_usage_chunk
+                call, response, attempts, key.id, reservation, started, request.strip_usage_chunk, span
             )
         if tried == 0:  # every eligible key was half-open with its probe already in flight
             raise Unavailable(f'no healthy keys for host "{plan.host.name}"', code="no_healthy_keys")
@@ -274,22 +324,26 @@ class Pipeline:
         reservation: Reservation,
         started: float,
         strip_usage_chunk: bool,
+        span: AttemptSpan | None = None,
     ) -> Outcome:
         content_type = response.headers.get("content-type", "application/json")
         error_kind = None if 200 <= response.status < 300 else "upstream_status"
         streaming = call.stream and response.status == 200 and content_type.startswith("text/event-stream")
         if not streaming:
+            if span is not None:
+                return await self._traced_whole(call, response, attempts, key_id, started, span)
             body = await response.read()
             usage = usage_from_response(call.shape, body) if error_kind is None else Usage()
             elapsed = int((time.perf_counter() - started) * 1000)
             return Outcome(
                 response.status, content_type, body, None, attempts, key_id, usage, None, elapsed, error_kind
             )
-        tap = StreamTap(call.shape, strip_usage_chunk=strip_usage_chunk)
+        tap = StreamTap(call.shape, strip_usage_chunk=strip_usage_chunk, traced=span is not None)
         outcome = Outcome(response.status, content_type, None, None, attempts, key_id)
 
         async def relay_chunks() -> AsyncIterator[bytes]:
             first = True
+            failed: str | None = "cancelled"
             try:
                 async for chunk in response.chunks():
                     out = tap.feed(chunk)
@@ -301,9 +355,17 @@ class Pipeline:
                 tail = tap.finish()
                 if tail:
                     yield tail
+                failed = None
+            except RelayError as exc:
+                failed = exc.code
+                raise
             finally:
                 outcome.upstream_ms = int((time.perf_counter() - started) * 1000)
                 await outcome.finish()
+                if span is not None and call.trace is not None:
+                    attributes: dict[str, Any] = {"http.response.status_code": response.status}
+                    tap.answer_attributes(attributes)
+                    call.trace.end_attempt(span, usage_attributes(attributes, tap.usage), failed)
 
         async def settle() -> None:
             outcome.usage = tap.usage
@@ -312,3 +374,27 @@ class Pipeline:
         outcome.chunks = relay_chunks()
         outcome._settle = settle
         return outcome
+
+    @staticmethod
+    async def _traced_whole(
+        call: Call, response: UpstreamResponse, attempts: int, key_id: str, started: float, span: AttemptSpan
+    ) -> Outcome:
+        """A whole answer of a traced attempt: read once for the usage and the span's answer fields."""
+        trace = call.trace
+        assert trace is not None
+        status = response.status
+        attributes: dict[str, Any] = {"http.response.status_code": status}
+        try:
+            body = await response.read()
+        except RelayError as exc:
+            trace.end_attempt(span, attributes, exc.code)
+            raise
+        ok = 200 <= status < 300
+        usage = read_answer(call.shape, body, attributes) if ok else Usage()
+        trace.end_attempt(
+            span, usage_attributes(attributes, usage) if ok else attributes, None if ok else str(status)
+        )
+        elapsed = int((time.perf_counter() - started) * 1000)
+        content_type = response.headers.get("content-type", "application/json")
+        error_kind = None if ok else "upstream_status"
+        return Outcome(status, content_type, body, None, attempts, key_id, usage, None, elapsed, error_kind)

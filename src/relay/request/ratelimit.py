@@ -80,9 +80,27 @@ class BatchRefused(RateLimited):
     as §10.4 says; under ``pacing: wait`` the batch engine holds the item back for ``retry_after``
     seconds. ``meter``: the refusing rule's meter (``max_concurrency`` for the lease)."""
 
-    def __init__(self, message: str, *, retry_after: float, meter: str) -> None:
+    def __init__(
+        self, message: str, *, retry_after: float, meter: str, share: int | None = None, exact: bool = False
+    ) -> None:
         super().__init__(message, retry_after=retry_after)
         self.meter = meter
+        self.share = share  # a ``requests`` rule's batch share: how many items its next window admits
+        # ``retry_after`` is already at least 100 ms after the last try (SPEC §17), so it may be kept
+        # as is: the batch engine knew the share was spent without asking again.
+        self.exact = exact
+
+
+@dataclass(frozen=True, slots=True)
+class BlockGrant:
+    """Batch items admitted together (:meth:`RateLimiter.reserve_batch_block`): ``granted`` of them,
+    each to be sent before ``until`` (epoch seconds: the end of the plan's shortest window; an admission
+    not used by then is void, since its window's count is spent)."""
+
+    granted: int
+    until: float
+    full: bool = False  # the window's share is spent with this block (fewer than asked, or all of it)
+    share: int = 0  # the tightest rule's batch share (items per window)
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +176,7 @@ class RateLimiter:
         self._renewer = LeaseRenewer(state, lease_s, every_s=renew_every_s)
         self._plans: dict[int, tuple[Policy, LimitPlan]] = {}
         self._batch_plans: dict[int, tuple[Policy, LimitPlan]] = {}
+        self._hit_plans: dict[tuple[int, bool], tuple[Policy, LimitPlan]] = {}
         # Lease ids must be unique across replicas (lease sets are shared): a random per-process
         # prefix plus a counter is unique and far cheaper than a uuid per request.
         self._lease_prefix = secrets.token_hex(6)
@@ -189,6 +208,20 @@ class RateLimiter:
         self._batch_plans[id(policy)] = (policy, plan)
         return plan
 
+    def _hit_plan(self, policy: Policy, batch: bool) -> LimitPlan:
+        """The plan a cache hit is admitted against (SPEC §19): the ``requests`` and ``concurrency``
+        rules only (of the batch plan for a batch item) — token rules and budgets neither refuse nor
+        charge a hit."""
+        entry = self._hit_plans.get((id(policy), batch))
+        if entry is not None and entry[0] is policy:
+            return entry[1]
+        if len(self._hit_plans) >= MAX_CACHED_PLANS:
+            self._hit_plans.clear()
+        base = self._batch_plan(policy) if batch else self._plan(policy)
+        plan = assemble(tuple(rule for rule in base.rules if rule.kind != "peek"))
+        self._hit_plans[(id(policy), batch)] = (policy, plan)
+        return plan
+
     async def reserve_batch(
         self, policy: Policy, credential_id: str, *, project_id: str = "", team_id: str = ""
     ) -> Reservation:
@@ -199,6 +232,42 @@ class RateLimiter:
         exactly as for :meth:`reserve` (it releases the batch lease too)."""
         return await self.reserve(policy, credential_id, project_id=project_id, team_id=team_id, batch=True)
 
+    async def reserve_batch_block(
+        self, policy: Policy, n: int, *, min_left_s: float = 0.0
+    ) -> BlockGrant | None:
+        """Admit up to ``n`` batch items of ``policy`` in one atomic step (SPEC §17: each admitted
+        while the window's count is below the batch share, as :meth:`reserve_batch` would), so a
+        paced batch takes its share of a fresh window at once instead of item by item while live
+        requests arrive. Only for a batch plan of ``requests`` rules counted per policy (items carry
+        nothing to commit); ``None`` for any other (a lease, a token meter or budget, a rule per
+        caller, no rule): admit those items one by one. No room raises :class:`BatchRefused`, and so
+        does a window with less than ``min_left_s`` left (its admissions could not be used in it: the
+        items wait for the next one, nothing is taken); a state store that does not answer answers
+        ``None`` (one by one, which fails open)."""
+        plan = self._batch_plan(policy)
+        if not plan.rules or plan.per_caller or plan.needs_lease or plan.token_windows or plan.needs_cost:
+            return None
+        now = time.time()
+        ending = min(plan.rules, key=lambda rule: now - now % rule.window_s + rule.window_s)
+        left_s = now - now % ending.window_s + ending.window_s - now
+        if left_s < min_left_s:
+            raise BatchRefused(ending.message, retry_after=left_s, meter=ending.meter, share=ending.limit)
+        if self._fail_open.skipping():
+            return None
+        try:
+            granted, verdict = await self._state.reserve_many(plan.checks, n)
+        except StateUnavailable:
+            return None
+        now = time.time()
+        if granted:
+            until = min(now - now % rule.window_s + rule.window_s for rule in plan.rules)
+            share = min(rule.limit for rule in plan.rules)
+            # Spent: the room ran out before n, or the block is a whole share (that rule was empty).
+            return BlockGrant(granted, until, full=granted < n or granted >= share, share=share)
+        failed = self._failed_rule(plan, verdict.failed_key, "", "", "")
+        wait_s = _until_reset(failed, max(1.0, verdict.retry_after))
+        raise BatchRefused(failed.message, retry_after=wait_s, meter=failed.meter, share=failed.limit)
+
     async def reserve(
         self,
         policy: Policy,
@@ -207,6 +276,7 @@ class RateLimiter:
         project_id: str = "",
         team_id: str = "",
         batch: bool = False,
+        hit: bool = False,
     ) -> Reservation:
         """Admit one request under every rule of ``policy``, or raise :class:`RateLimited`.
 
@@ -216,9 +286,16 @@ class RateLimiter:
         reservation this returns, on every outcome (success, upstream error, client disconnect) —
         with zero or partial usage when there is no full answer — or concurrency slots stay taken
         until ``lease_s`` passes. ``batch``: a batch item's admission (:meth:`reserve_batch`); one
-        branch on the live path, no extra call.
+        branch on the live path, no extra call. ``hit``: a response-cache hit's admission (SPEC §19:
+        ``requests`` and ``concurrency`` rules only).
         """
-        if batch:
+        if hit:
+            if not policy.rules and not (batch and policy.batch.max_concurrency is not None):
+                return EMPTY_RESERVATION
+            plan = self._hit_plan(policy, batch)
+            if not plan.rules:
+                return EMPTY_RESERVATION
+        elif batch:
             if not policy.rules and policy.batch.max_concurrency is None:
                 return EMPTY_RESERVATION
             plan = self._batch_plan(policy)
@@ -261,7 +338,8 @@ class RateLimiter:
             raise BudgetExceeded(failed.message, retry_after=retry_after)
         if batch:
             wait_s = _until_reset(failed, retry_after)
-            raise BatchRefused(failed.message, retry_after=wait_s, meter=failed.meter)
+            share = failed.limit if failed.meter == "requests" else None
+            raise BatchRefused(failed.message, retry_after=wait_s, meter=failed.meter, share=share)
         raise RateLimited(failed.message, retry_after=retry_after)
 
     async def commit(self, reservation: Reservation, usage: Usage, cost_nanos: int | None = 0) -> None:

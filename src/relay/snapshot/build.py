@@ -27,6 +27,7 @@ from typing import Any
 
 from relay.crypto.sealing import SecretBox
 from relay.crypto.tokens import TokenVerifier
+from relay.domain.guardrails import Guardrail
 from relay.snapshot.entities import (
     Binding,
     Host,
@@ -134,8 +135,15 @@ def build_snapshot(
         if b.enabled and b.unpriced
     )
     model_ids = _model_ids(models.values(), aliases)
+    guardrails = {r["id"]: Guardrail.from_row(r) for r in rows.get("guardrails", ())}
+    attached = _by_parent(rows.get("policy_guardrails", ()), "policy_id")
     policies = {
-        r["id"]: Policy.from_row(r, tuple(p["host_key_id"] for p in pools.get(r["id"], ())), model_ids)
+        r["id"]: Policy.from_row(
+            r,
+            tuple(p["host_key_id"] for p in pools.get(r["id"], ())),
+            model_ids,
+            tuple(guardrails[g["guardrail_id"]] for g in attached.get(r["id"], ())),
+        )
         for r in rows["policies"]
     }
     relay_keys = {r["id"]: RelayKey.from_row(r) for r in rows["relay_keys"]}

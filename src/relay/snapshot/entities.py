@@ -21,9 +21,12 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
+from relay.domain.batch_offload import NEVER, BatchOffload
 from relay.domain.batch_policy import DEFAULT_BATCH_POLICY, BatchPolicy
 from relay.domain.breaker import DEFAULT_TUNING, BreakerTuning
+from relay.domain.cache_policy import CachePolicy
 from relay.domain.grants import Grant, parse_grant
+from relay.domain.guardrails import Guardrail
 from relay.domain.ratelimits import RateLimitRule
 from relay.pricing import NanoPrices, nano_prices
 
@@ -151,6 +154,8 @@ class Binding:
     # ``pricing`` as integer nano-USD per million tokens, computed once per snapshot: what budget
     # commits price a call with on the hot path (relay.pricing.nano_prices).
     prices: NanoPrices | None = None
+    # SPEC §22: whether a batch routed wholly here runs on the provider's batch API (default: never).
+    offload: BatchOffload = NEVER
 
     @classmethod
     def from_row(cls, row: Row) -> Binding:
@@ -165,6 +170,7 @@ class Binding:
             MappingProxyType(dict(pricing)) if pricing else None,
             row["enabled"],
             nano_prices(pricing),
+            BatchOffload.from_json(row.get("batch_offload")),
         )
 
     @property
@@ -191,9 +197,20 @@ class Policy:
     fallbacks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     # SPEC §17: how the policy's batch items meet its limits (absent = §10.4's defaults).
     batch: BatchPolicy = DEFAULT_BATCH_POLICY
+    # SPEC §19: the response cache (None: off — the hot path's one check).
+    cache: CachePolicy | None = None
+    # SPEC §20: the policy's guardrails of each stage, in order (empty: the hot path's one check).
+    input_guardrails: tuple[Guardrail, ...] = ()
+    output_guardrails: tuple[Guardrail, ...] = ()
 
     @classmethod
-    def from_row(cls, row: Row, host_key_ids: tuple[str, ...], model_ids: Mapping[str, str]) -> Policy:
+    def from_row(
+        cls,
+        row: Row,
+        host_key_ids: tuple[str, ...],
+        model_ids: Mapping[str, str],
+        guardrails: tuple[Guardrail, ...] = (),
+    ) -> Policy:
         """``host_key_ids``: the policy's pool (``policy_host_keys``) in order; ``model_ids``: model
         name or alias → model id, to key ``fallbacks`` by id (a key naming no model is left out)."""
         written: Mapping[str, list[str]] | None = row.get("fallbacks")
@@ -213,6 +230,9 @@ class Policy:
             row["enabled"],
             fallbacks,
             BatchPolicy.model_validate(batch) if (batch := row.get("batch")) else DEFAULT_BATCH_POLICY,
+            CachePolicy.model_validate(cache) if (cache := row.get("cache")) else None,
+            tuple(g for g in guardrails if g.stage == "input"),
+            tuple(g for g in guardrails if g.stage == "output"),
         )
 
 

@@ -126,6 +126,13 @@ class SharedState(Protocol):
         expiring after ``lease_s``). Re-reserving a lease already held does not count it twice."""
         ...
 
+    async def reserve_many(self, checks: Sequence[LimitCheck], n: int) -> tuple[int, Verdict]:
+        """Admit up to ``n`` at once against ``window`` checks only (no lease, no peek): the most that
+        fit every check now, applied to every check together; each is admitted as one
+        :meth:`reserve` of the same checks made now would be. ``(granted, ADMITTED)``, or ``(0,
+        verdict)`` naming the check that has no room and when its window resets."""
+        ...
+
     async def commit(
         self, adds: Sequence[tuple[str, int, int]], release: Sequence[str], lease_id: str
     ) -> None:

@@ -123,6 +123,25 @@ class MemoryState:
                 self._add(check.key, check.window_s, second // check.window_s, check.amount)
         return ADMITTED
 
+    async def reserve_many(self, checks: Sequence[LimitCheck], n: int) -> tuple[int, Verdict]:
+        now = time.time()
+        second = math.floor(now)
+        granted, refusal = n, ADMITTED
+        for check in checks:
+            if check.kind != "window":
+                raise ValueError(f"reserve_many takes window checks only, not {check.kind!r}")
+            index = second // check.window_s
+            room = (check.limit - self._used(check.key, check.window_s, index)) // max(1, check.amount)
+            if room < granted:
+                granted = max(0, room)
+                refusal = Verdict(False, check.key, max(1.0, (index + 1) * check.window_s - now))
+        if granted <= 0:
+            return 0, refusal
+        for check in checks:
+            if check.amount:
+                self._add(check.key, check.window_s, second // check.window_s, granted * check.amount)
+        return granted, ADMITTED
+
     async def commit(
         self, adds: Sequence[tuple[str, int, int]], release: Sequence[str], lease_id: str
     ) -> None:

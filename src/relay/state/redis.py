@@ -113,6 +113,7 @@ class RedisState:
         self._rr = prefix + "rr:"
         self._lru = prefix + "lru:"
         self._reserve = self._redis.register_script(scripts.RESERVE)
+        self._reserve_many = self._redis.register_script(scripts.RESERVE_MANY)
         self._commit = self._redis.register_script(scripts.COMMIT)
         self._refund = self._redis.register_script(scripts.REFUND)
         self._renew = self._redis.register_script(scripts.RENEW)
@@ -164,6 +165,25 @@ class RedisState:
         if admitted:
             return ADMITTED
         return Verdict(False, checks[index - 1].key, retry_ms / 1000)
+
+    async def reserve_many(self, checks: Sequence[LimitCheck], n: int) -> tuple[int, Verdict]:
+        if any(check.kind != "window" for check in checks):
+            raise ValueError("reserve_many takes window checks only")
+        if not checks:
+            return n, ADMITTED
+        args: list[Any] = [n, _SLACK_MS]
+        for check in checks:
+            args += (check.limit, check.window_s, check.amount)
+        if self._gate.down:
+            raise self._skipped()
+        try:
+            keys = [self._rl + check.key for check in checks]
+            granted, index, retry_ms = await self._reserve_many(keys=keys, args=args)
+        except RedisError as exc:
+            raise self._failed(exc) from exc
+        if granted > 0:
+            return int(granted), ADMITTED
+        return 0, Verdict(False, checks[index - 1].key, retry_ms / 1000)
 
     async def commit(
         self, adds: Sequence[tuple[str, int, int]], release: Sequence[str], lease_id: str

@@ -107,6 +107,48 @@ end
 return {1, 0, 0}
 """
 
+# KEYS[i]: base window key of check i (<p>rl:<key>). ARGV: n, slack_ms, then per check: limit,
+# window_s, amount. Grants the most (up to n) that fit every check and adds them all; returns {granted,
+# 0, 0}, or {0, index of the check with no room (1-based), retry_after_ms}.
+RESERVE_MANY = """
+local t = redis.call('TIME')
+local sec = tonumber(t[1])
+local now_ms = sec * 1000 + math.floor(tonumber(t[2]) / 1000)
+local grant = tonumber(ARGV[1])
+local slack_ms = tonumber(ARGV[2])
+local wkeys = {}
+local worst, retry_ms = 0, 0
+for i = 1, #KEYS do
+  local j = 3 + (i - 1) * 3
+  local window = tonumber(ARGV[j + 1])
+  local amount = tonumber(ARGV[j + 2])
+  local index = math.floor(sec / window)
+  wkeys[i] = KEYS[i] .. ':' .. ARGV[j + 1] .. ':' .. index
+  if amount > 0 then
+    local room = math.floor((tonumber(ARGV[j]) - tonumber(redis.call('GET', wkeys[i]) or '0')) / amount)
+    if room < grant then
+      grant = room
+      worst = i
+      retry_ms = (index + 1) * window * 1000 - now_ms
+    end
+  end
+end
+if grant <= 0 then
+  if retry_ms < 1000 then retry_ms = 1000 end
+  return {0, worst, retry_ms}
+end
+for i = 1, #KEYS do
+  local j = 3 + (i - 1) * 3
+  local amount = tonumber(ARGV[j + 2])
+  if amount > 0 then
+    local window = tonumber(ARGV[j + 1])
+    redis.call('INCRBY', wkeys[i], grant * amount)
+    redis.call('PEXPIREAT', wkeys[i], (math.floor(sec / window) + 1) * window * 1000 + slack_ms)
+  end
+end
+return {grant, 0, 0}
+"""
+
 # KEYS: base window keys of the adds (<p>rl:<key>), then concurrency keys to release (<p>cc:<key>).
 # ARGV: lease_id, slack_ms, number of adds, then per add: window_s, amount.
 COMMIT = """

@@ -33,6 +33,10 @@ FINALIZE_WAITING = (
     f" AND (api_status = '{FINALIZE_WAITING_STATUS}' OR api_status LIKE '{FINALIZE_CLAIM_PREFIX}%')"
 )
 
+#: Which batches the offload poller walks (SPEC §22): open ones a provider runs. Spelled once so the
+#: poller's query and the partial index agree.
+OFFLOAD_OPEN = "completed_at IS NULL AND offload_state IS NOT NULL"
+
 # Batches (SPEC §10). A batch records the submitter's attribution as ids and values, not references:
 # deleting the policy, key or project a batch recorded is allowed (its remaining items then fail when
 # they run, naming the policy by ``policy_name``), so there are no foreign keys to the catalog.
@@ -71,6 +75,20 @@ batches = Table(
     # A retry batch (SPEC §17): the batch it was made from. No foreign key: the original may be deleted
     # (retention) while the retry stays readable, still naming where it came from.
     Column("retry_of", ID, nullable=True),
+    # The traceparent of the span that created it (SPEC §18), when that span was sampled: each item's
+    # trace links to it. NULL: its items are not traced.
+    Column("trace_parent", String(64), nullable=True),
+    # Provider batch offload (SPEC §22). ``offload_binding_id``: the binding whose host runs the batch
+    # natively (no foreign key, like the attribution above); ``offload_batch_id``: the provider's id for
+    # it once created; ``offload_state``: the provider's status as last polled (``submitting`` before
+    # the create answered); ``offload_polled_at``: when a replica last polled it (the poll claims the
+    # least recently polled first). ``offload_reason``: why a batch that qualified runs on Relay's
+    # workers instead (the provider refused it at create). All NULL: a gateway-run batch.
+    Column("offload_binding_id", ID, nullable=True),
+    Column("offload_batch_id", String(200), nullable=True),
+    Column("offload_state", String(32), nullable=True),
+    _ts("offload_polled_at", nullable=True),
+    Column("offload_reason", Text, nullable=True),
     CheckConstraint("status IN ('queued', 'cancelled')", name="status"),
     CheckConstraint("api IN ('relay', 'openai', 'anthropic')", name="api"),
     CheckConstraint("payload_store IN ('files', 'database')", name="payload_store"),
@@ -97,6 +115,9 @@ batches = Table(
     # RELAY_BATCH_FINALIZE_POLL_S): the few finished OpenAI batches waiting for their files or claimed
     # for them; ended batches accumulate forever and never enter it.
     Index("ix_batches_finalizing", "completed_at", "id", **_where(FINALIZE_WAITING)),
+    # The offload poller (SPEC §22, every replica): the open offloaded batches, least recently polled
+    # first; gateway-run and ended batches never enter it.
+    Index("ix_batches_offloaded", "offload_polled_at", "id", **_where(OFFLOAD_OPEN)),
 )
 
 # One row per item: its state (SPEC §10.2), once final its error. ``claimed_by``/``claimed_at``: on an
@@ -155,6 +176,21 @@ batch_items = Table(
     # The rescue query (every running item: at most the workers of all replicas) and the completion
     # check ("does this batch still run anything?").
     Index("ix_batch_items_running", "batch_id", "claimed_by", **_where("state = 'running'")),
+)
+
+# How many of a batch's items are in each final state (SPEC §10.2's constant-cost view, §17 "Scale"):
+# bumped by every transaction that makes items final, in that transaction, after the batch's advisory
+# lock (so finishers of one batch never wait on each other in two orders). No row: nothing final yet.
+# ``available`` and ``running`` are not counted: ``running`` is read from its partial index (at most
+# the workers of every replica), ``available`` is the rest of ``batches.total_items``.
+batch_counters = Table(
+    "batch_counters",
+    metadata,
+    Column("batch_id", ID, ForeignKey("batches.id", ondelete="CASCADE"), primary_key=True),
+    Column("completed", Integer, nullable=False, server_default=text("0")),
+    Column("discarded", Integer, nullable=False, server_default=text("0")),
+    Column("cancelled", Integer, nullable=False, server_default=text("0")),
+    CheckConstraint("completed >= 0 AND discarded >= 0 AND cancelled >= 0", name="not_negative"),
 )
 
 # Bodies under RELAY_BATCH_PAYLOAD_STORE=database (SPEC §10.7; later §14's files), in chunks of at most

@@ -1,11 +1,12 @@
 """Reads of batches across every owner, for the admin batch API (SPEC §11) and the dashboard (§16).
 
 What it does. :func:`list_batches` pages through batches newest first with filters (keyset on
-``(created_at, id)``, so page 1 000 costs what page 1 costs); :func:`item_counts` counts the item states
-of a page's batches in one GROUP BY; :func:`failure_errors` groups a batch's discarded items by their
-error text (the caller groups those by §10.4 cause). The batch writes and the other owner-scoped reads
-of ``/v1/batches`` are the batch store's (``relay.store.batch_queue``); :func:`owner_page` is
-the owner's own list (SPEC §10.10), every API's batches together.
+``(created_at, id)``, so page 1 000 costs what page 1 costs); :func:`item_counts` gives the item
+states of a page's batches from their counters (one query whatever the batches' sizes);
+:func:`failure_errors` groups a batch's discarded items by their error text (the caller groups those
+by §10.4 cause). The batch writes and the other owner-scoped reads of ``/v1/batches`` are the batch
+store's (``relay.store.batch_queue``); :func:`owner_page` is the owner's own list (SPEC §10.10),
+every API's batches together.
 
 Batch state, as filtered here: ``in_progress`` (items still open: ``completed_at`` is null),
 ``completed`` (finished without a cancel) and ``cancelled``. The §14/§15 batch APIs add their own rows
@@ -24,10 +25,12 @@ from typing import Any, Final
 from sqlalchemy import ColumnElement, and_, func, literal, literal_column, null, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from relay.domain.batches import ITEM_STATES
 from relay.store import tables as t
 from relay.store.catalog import Row
 
 B = t.batches
+C = t.batch_counters
 I = t.batch_items  # noqa: E741
 STATES: Final = ("in_progress", "completed", "cancelled")
 APIS: Final = ("relay", "openai", "anthropic")
@@ -195,18 +198,52 @@ async def get_batch(conn: AsyncConnection, batch_id: str) -> Row | None:
 
 
 async def item_counts(conn: AsyncConnection, batch_ids: Sequence[str]) -> dict[str, dict[str, int]]:
-    """``{batch id: {state: count}}`` (only states present) for these batches, in one query."""
+    """``{batch id: {state: count}}`` (only states present) for these batches, in one query whatever
+    their size: the final states from ``batch_counters`` (kept by every transaction that makes items
+    final), ``running`` from its partial index (at most the workers of every replica), ``available``
+    the rest of ``total_items``. Consistent when run in one snapshot (the status view's transaction,
+    or the finishing transaction itself)."""
     out: dict[str, dict[str, int]] = {batch_id: {} for batch_id in batch_ids}
     if not batch_ids:
         return out
-    rows = await conn.execute(
-        select(I.c.batch_id, I.c.state, func.count())
-        .where(I.c.batch_id.in_(list(batch_ids)))
-        .group_by(I.c.batch_id, I.c.state)
+    # ``running`` per batch by its partial index: a correlated count, at most the workers of every replica.
+    running: Any = (
+        select(func.count())
+        .where(I.c.batch_id == B.c.id, I.c.state == literal_column("'running'"))
+        .scalar_subquery()
     )
-    for batch_id, state, count in rows:
-        out[batch_id][state] = int(count)
+    if conn.dialect.name == "sqlite":  # else it walks every item of the batch by the primary key
+        running = literal_column(_SQLITE_RUNNING)
+    rows = await conn.execute(
+        select(B.c.id, B.c.total_items, C.c.completed, C.c.discarded, C.c.cancelled, running)
+        .select_from(B.outerjoin(C, C.c.batch_id == B.c.id))
+        .where(B.c.id.in_(list(batch_ids)))
+    )
+    for batch_id, total, completed, discarded, cancelled, running_now in rows:
+        counts = {
+            "running": int(running_now),
+            "completed": int(completed or 0),
+            "discarded": int(discarded or 0),
+            "cancelled": int(cancelled or 0),
+        }
+        counts["available"] = int(total) - sum(counts.values())
+        out[batch_id] = {state: counts[state] for state in ITEM_STATES if counts[state] > 0}
     return out
+
+
+_SQLITE_RUNNING: Final = (
+    "(SELECT count(*) FROM batch_items INDEXED BY ix_batch_items_running"
+    " WHERE batch_items.batch_id = batches.id AND batch_items.state = 'running')"
+)
+
+
+async def counted_item_states(conn: AsyncConnection, batch_id: str) -> dict[str, int]:
+    """``{state: count}`` by counting the batch's items (one GROUP BY over all of them): what
+    :func:`item_counts` must always equal. For checks and tests, never a request's path."""
+    rows = await conn.execute(
+        select(I.c.state, func.count()).where(I.c.batch_id == batch_id).group_by(I.c.state)
+    )
+    return {state: int(count) for state, count in rows}
 
 
 async def has_expired_items(conn: AsyncConnection, batch_id: str) -> bool:

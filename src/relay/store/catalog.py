@@ -25,6 +25,7 @@ Row = dict[str, Any]
 CATALOG_CHANNEL = "relay_catalog"
 REFERRER_NAMES = {
     "policy_host_keys": "policy pools",
+    "policy_guardrails": "policies",
     "user_memberships": "user memberships",
     "relay_keys": "keys",
     "host_keys": "host keys",

@@ -10,7 +10,8 @@ connection is never reused unchecked after a quiet spell, and a database restart
 
 What it deliberately does not know. SQL, and what the task does with the connection. On SQLite
 (no ping there, and one writer at a time) :meth:`HeldConnection.use` simply hands out the engine, so
-the callers' statements check out per use exactly as before.
+the callers' statements check out per use exactly as before; the batch engine's own hot loops take
+turns in one shared connection there instead (``relay.store.write_group``).
 
 Invariants. Not shared: one task, one use at a time. A use that raises (or is cancelled) invalidates
 its connection, which is never used again (its state is unknown); the next use checks out a fresh
@@ -23,11 +24,21 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Protocol
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 #: What the batch queue's statements run on: the engine (a checkout per use) or a held connection.
 Db = AsyncEngine | AsyncConnection
+
+
+class Turns(Protocol):
+    """Where a batch task's statements run, one use at a time: its own :class:`HeldConnection`, or a
+    turn of the replica's SQLite write group (``relay.store.write_group.WriteGroup``)."""
+
+    def use(self) -> AbstractAsyncContextManager[Db]: ...
+
 
 IDLE_S = 1.0  # a connection unused for longer is given back, and the next use checks out (and pings)
 

@@ -46,6 +46,7 @@ policies = Table(
     Column("payload_logging", Boolean, nullable=False, server_default="0"),
     Column("enabled", Boolean, nullable=False, server_default="1"),
     Column("batch", JSONType, nullable=True),  # SPEC §17's block; NULL: the defaults (migration 0012)
+    Column("cache", JSONType, nullable=True),  # SPEC §19's block; NULL: no cache (migration 0018)
     CheckConstraint(
         "key_selection IN ('prioritized', 'round_robin', 'least_recently_used')", name="key_selection"
     ),
@@ -135,6 +136,8 @@ bindings = Table(
     Column("upstream_name", String(200), nullable=True),
     Column("pricing", JSONType, nullable=True),
     Column("enabled", Boolean, nullable=False, server_default="1"),
+    # {"mode", "min_items", "discount"} as validated (relay.domain.batch_offload); NULL: never offload.
+    Column("batch_offload", JSONType, nullable=True),
     CheckConstraint("adapter IN ('openai', 'anthropic', 'openai_responses')", name="adapter"),
 )
 
@@ -145,6 +148,31 @@ policy_host_keys = Table(
     _ref("host_key_id", "host_keys", nullable=False),
     Column("position", Integer, nullable=False),
     PrimaryKeyConstraint("policy_id", "host_key_id"),
+)
+
+# SPEC §20: a guardrail is a catalog object of its own; a policy names its guardrails in order.
+guardrails = Table(
+    "guardrails",
+    metadata,
+    *_common(),
+    Column("stage", String(16), nullable=False),
+    Column("action", String(16), nullable=False),
+    Column("regex", JSONType, nullable=True),  # ["<pattern>", …]; exactly one matcher is not NULL
+    Column("pii", JSONType, nullable=True),  # ["email", …]
+    Column("webhook", JSONType, nullable=True),  # {"url", "timeout_ms", "fail"}
+    Column("message", String(500), nullable=False, server_default=""),
+    CheckConstraint("stage IN ('input', 'output')", name="stage"),
+    CheckConstraint("action IN ('block', 'redact')", name="action"),
+)
+
+# A policy's guardrails (its parts: CASCADE with the policy; a named guardrail cannot be deleted).
+policy_guardrails = Table(
+    "policy_guardrails",
+    metadata,
+    _ref("policy_id", "policies", nullable=False, ondelete="CASCADE"),
+    _ref("guardrail_id", "guardrails", nullable=False),
+    Column("position", Integer, nullable=False),
+    PrimaryKeyConstraint("policy_id", "guardrail_id"),
 )
 
 relay_keys = Table(
@@ -248,6 +276,10 @@ usage_events = Table(
     # the upstream reports none (Anthropic, embeddings) or the event predates 0011
     Column("reasoning_tokens", BigInteger, nullable=True),
     Column("cost_nanos", BigInteger, nullable=True),  # integer nano-USD; NULL: unpriced or nothing ran
+    # answered from the response cache (SPEC §19): cost 0, attempts 0, no host key; false before 0018
+    Column("cache_hit", Boolean, nullable=False, server_default="0"),
+    # the guardrails that blocked or redacted (SPEC §20): [{"name", "stage", "action"}]; NULL: none
+    Column("guardrails", JSONType, nullable=True),
     Column("latency_ms", Integer, nullable=False),
     Column("ttft_ms", Integer, nullable=True),
     Column("policy_id", ID, nullable=False),
@@ -312,6 +344,8 @@ CATALOG_TABLES = (
     model_aliases,
     bindings,
     policy_host_keys,
+    guardrails,
+    policy_guardrails,
     relay_keys,
     settings,
 )
@@ -319,7 +353,9 @@ CATALOG_TABLES = (
 
 # The batch engine's tables live in their own module (same metadata): imported here so that
 # ``tables.<name>`` and the Alembic target keep covering every table.
+from relay.store.audit_tables import audit_entries  # noqa: E402
 from relay.store.batch_tables import (  # noqa: E402
+    batch_counters,
     batch_items,
     batch_project_turns,
     batch_workers,
@@ -335,6 +371,8 @@ __all__ = [
     "NAME",
     "JSONType",
     "UTCDateTime",
+    "audit_entries",
+    "batch_counters",
     "batch_items",
     "batch_project_turns",
     "batch_workers",

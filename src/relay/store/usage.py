@@ -61,6 +61,14 @@ GROUPS: Final[Mapping[str, str]] = {
     "host": "host",
     "credential": "credential_id",  # a relay key id or an inference token's jti
     "day": "",  # computed per dialect: the UTC date, YYYY-MM-DD
+    "hour": "",  # the UTC hour, YYYY-MM-DDTHH
+    "minute": "",  # the UTC minute, YYYY-MM-DDTHH:MM (the dashboard's last-hour charts)
+}
+# Time buckets: (Postgres to_char pattern, SQLite strftime pattern).
+_BUCKETS: Final[Mapping[str, tuple[str, str]]] = {
+    "day": ("YYYY-MM-DD", "%Y-%m-%d"),
+    "hour": ('YYYY-MM-DD"T"HH24', "%Y-%m-%dT%H"),
+    "minute": ('YYYY-MM-DD"T"HH24:MI', "%Y-%m-%dT%H:%M"),
 }
 STATUS_CLASSES: Final = ("2xx", "4xx", "5xx")
 
@@ -223,6 +231,22 @@ async def insert_events(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]
         await conn.exec_driver_sql(bulk.sql, [bulk.params(row) for row in rows])
 
 
+async def insert_events_on_driver(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]) -> None:
+    """:func:`insert_events` with the statement on the driver itself, for a caller inside a SQLite
+    write transaction (the batch finalizer): one hop to aiosqlite's thread instead of three (cursor,
+    executemany, close), each waiting for the GIL while the event loop is busy. Elsewhere it is
+    :func:`insert_events`."""
+    if not rows:
+        return
+    if conn.dialect.name != "sqlite" or not conn.in_transaction():
+        await insert_events(conn, rows)
+        return
+    bulk = _bulk_insert(conn.dialect)
+    raw = (await conn.get_raw_connection()).driver_connection
+    assert raw is not None
+    await raw.executemany(bulk.sql, [bulk.params(row) for row in rows])
+
+
 async def insert_payloads(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]) -> None:
     if rows:
         await conn.execute(insert(t.payloads), [dict(r) for r in rows])
@@ -310,27 +334,31 @@ async def query_events(
 # -- summary -----------------------------------------------------------------------------------------------
 
 
-def _group_column(dialect: str, group_by: str) -> ColumnElement[Any]:
+def group_column(dialect: str, group_by: str) -> ColumnElement[Any]:
     column = GROUPS[group_by]
     if column:
         return _E.c[column]
     # Literal SQL, not bind parameters: Postgres only matches the GROUP BY expression to the SELECT one
     # when both are textually identical, and two bind parameters ($1, $2) are not.
+    pg_pattern, sqlite_pattern = _BUCKETS[group_by]
     if dialect == "postgresql":
         utc = func.timezone(literal_column("'UTC'"), _E.c.ts)
-        return func.to_char(utc, literal_column("'YYYY-MM-DD'"))
+        return func.to_char(utc, literal_column(f"'{pg_pattern}'"))
     # SQLite stores these timestamps as UTC text 'YYYY-MM-DD HH:MM:SS.ffffff'.
-    return func.strftime(literal_column("'%Y-%m-%d'"), _E.c.ts)
+    return func.strftime(literal_column(f"'{sqlite_pattern}'"), _E.c.ts)
 
 
-async def summary(conn: AsyncConnection, group_by: str, filters: EventFilter) -> list[Row]:
+async def summary(
+    conn: AsyncConnection, group_by: str, filters: EventFilter, *, latency: bool = True
+) -> list[Row]:
     """Per group: requests, errors, cancelled (batch items a cancel stopped: not errors), token sums,
     cost (NULL when no event of the group was priced),
-    p50/p95 latency. Groups come sorted by their key (days oldest first)."""
+    p50/p95 latency (skipped with ``latency=False``: a caller that shows none, like the dashboard's
+    overview, does not pay the sort). Groups come sorted by their key (days oldest first)."""
     if group_by not in GROUPS:
         raise ValueError(f"unknown group {group_by!r}")
     postgres = conn.dialect.name == "postgresql"
-    group = _group_column(conn.dialect.name, group_by)
+    group = group_column(conn.dialect.name, group_by)
     measures: list[Any] = [
         group.label("group"),
         func.count().label("requests"),
@@ -341,13 +369,13 @@ async def summary(conn: AsyncConnection, group_by: str, filters: EventFilter) ->
         func.sum(_E.c.cached_input_tokens).label("cached_input_tokens"),
         func.sum(_E.c.cost_nanos, type_=BigInteger).label("cost_nanos"),
     ]
-    if postgres:
+    if postgres and latency:
         measures.append(func.percentile_cont(0.5).within_group(_E.c.latency_ms).label("p50_latency_ms"))
         measures.append(func.percentile_cont(0.95).within_group(_E.c.latency_ms).label("p95_latency_ms"))
     where = filters.conditions()
     query = select(*measures).where(*where).group_by(group).order_by(group)
     rows = [_summary_row(r._mapping) for r in await conn.execute(query)]
-    if not postgres:
+    if not postgres and latency:
         latencies = await _latencies(conn, group, where)
         for row in rows:
             values = latencies.get(row["group"], [])

@@ -78,10 +78,29 @@ class JsonFormatter(logging.Formatter):
         out.update(_extras(record))
         if record.exc_info:
             out["exc"] = bounded(self.formatException(record.exc_info), 64 * 1024)
-        try:
-            return orjson.dumps(out, default=str).decode()
-        except Exception:  # pragma: no cover - bounded() makes every value encodable; last resort
-            return json.dumps(out, default=repr, ensure_ascii=True)
+        return _dumps(out)
+
+    @staticmethod
+    def info_line(logger: str, message: str, created: float, fields: dict[str, Any]) -> str:
+        """The line :meth:`format` writes for an INFO record of ``logger`` with these extra ``fields``,
+        built without the record (the access log's batches: ``relay.telemetry.access_log``)."""
+        out: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(created, UTC).isoformat(),
+            "level": "info",
+            "logger": logger,
+            "message": message,
+        }
+        for key, value in fields.items():
+            if key not in _STANDARD:
+                out[key] = bounded(value)
+        return _dumps(out)
+
+
+def _dumps(out: dict[str, Any]) -> str:
+    try:
+        return orjson.dumps(out, default=str).decode()
+    except Exception:  # pragma: no cover - bounded() makes every value encodable; last resort
+        return json.dumps(out, default=repr, ensure_ascii=True)
 
 
 class ConsoleFormatter(logging.Formatter):

@@ -143,6 +143,14 @@ class Metrics:
                 registry=registry,
             )
         )
+        self.budget_refused = Children(
+            Counter(
+                "relay_budget_rejections_total",
+                "Requests refused because a policy's spend limit (cost_usd rule) is spent",
+                ["policy"],
+                registry=registry,
+            )
+        )
         # Breaker and upstream-error series carry the host key's name beside its id (SPEC §6): the id
         # stays stable across renames, the name is what an on-call reads.
         self.breaker_trips = Children(
@@ -186,6 +194,54 @@ class Metrics:
                 ["host_key", "host_key_name"],
                 registry=registry,
             )
+        )
+        self.cache_requests = Children(
+            Counter(
+                "relay_cache_requests_total",
+                "Requests under a policy with a response cache, by result: hit (answered from the "
+                "cache), miss (sent upstream) or bypass (Cache-Control, or a stream under streams: false)",
+                ["result"],
+                registry=registry,
+            )
+        )
+        self.cache_errors = Children(
+            Counter(
+                "relay_cache_errors_total",
+                "Response cache lookups, stores and purges the store did not answer (a lookup is then a "
+                "miss), by operation",
+                ["op"],
+                registry=registry,
+            )
+        )
+        self.access_log_dropped = Counter(
+            "relay_access_log_dropped_total",
+            "Access log lines (one per request at info) dropped instead of written: the queue was full "
+            "or the log stream refused the write",
+            registry=registry,
+        )
+        self.guardrail_actions = Children(
+            Counter(
+                "relay_guardrail_actions_total",
+                "Guardrail matches acted on, by guardrail and action (block or redact)",
+                ["guardrail", "action"],
+                registry=registry,
+            )
+        )
+        self.guardrail_webhook_failures = Children(
+            Counter(
+                "relay_guardrail_webhook_failures_total",
+                "Guardrail webhooks that timed out, answered non-2xx or answered something unreadable "
+                "(the guardrail's fail mode then decided)",
+                ["guardrail"],
+                registry=registry,
+            )
+        )
+        # Always registered (0 while tracing is off), so a dashboard's query exists on every replica.
+        self.otel_spans_dropped = Counter(
+            "relay_otel_spans_dropped_total",
+            "Trace spans dropped instead of exported: the collector was down, slow or refused them, "
+            "or the export queue was full",
+            registry=registry,
         )
 
     def used(self, event: Metered) -> None:

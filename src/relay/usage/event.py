@@ -86,6 +86,8 @@ class UsageEvent:
     cost_nanos: int | None = None
     ttft_ms: int | None = None
     relay_key_hash: str | None = None
+    cache_hit: bool = False  # answered from the response cache (SPEC §19)
+    guardrails: list[dict[str, str]] | None = None  # SPEC §20: the guardrails that blocked or redacted
 
     def to_row(self) -> dict[str, Any]:
         """The ``usage_events`` row: UTC timestamp, caller-influenced strings clipped to their columns
@@ -112,7 +114,10 @@ def _outcome_fields(
     The one pricing rule of both planes (SPEC §8, §10.8): only an upstream answer that succeeded is
     priced; a refusal, a passed-through upstream error or nothing run at all has ``cost_nanos`` null."""
     usage = outcome.usage if outcome is not None else None
-    priced = outcome is not None and outcome.error_kind is None
+    # SPEC §20: a whole response a guardrail blocked was still answered by the upstream: priced.
+    priced = outcome is not None and outcome.error_kind in (None, "guardrail_blocked")
+    if outcome is not None and outcome.cache_hit:  # SPEC §19: a hit costs nothing, charges no key
+        priced = False
     return {
         "model": plan.model.name if plan is not None else requested_model,
         # SPEC §4/§8: differs from model only when a fallback answered
@@ -130,7 +135,12 @@ def _outcome_fields(
         "output_tokens": usage.output_tokens if usage else 0,
         "cached_input_tokens": usage.cached_input_tokens if usage else 0,
         "reasoning_tokens": usage.reasoning_tokens if usage else None,
-        "cost_nanos": cost_nanos(plan.binding.pricing, usage) if priced and plan and usage else None,
+        "cost_nanos": (
+            cost_nanos(plan.binding.pricing, usage)
+            if priced and plan and usage
+            else (0 if outcome is not None and outcome.cache_hit else None)
+        ),
+        "cache_hit": outcome is not None and outcome.cache_hit,
     }
 
 
@@ -173,6 +183,7 @@ def usage_event(
     attempts: int = 0,
     batch_id: str | None = None,
     batch_idx: int | None = None,
+    guardrails: list[dict[str, str]] | None = None,
 ) -> UsageEvent:
     """The one usage event of a live request or a batch item, charged to ``who``. ``plan`` is where it
     went (None: routing failed), ``outcome`` what the upstream answered (None: nothing answered, and
@@ -200,6 +211,7 @@ def usage_event(
         credential_kind=who.credential_kind,
         credential_id=who.credential_id,
         relay_key_hash=who.key_hash,
+        guardrails=guardrails or None,
     )
 
 
@@ -215,6 +227,7 @@ def item_event(
     outcome: Outcome | None = None,
     latency_ms: int = 0,
     attempts: int = 0,
+    guardrails: list[dict[str, str]] | None = None,
 ) -> UsageEvent:
     """The usage event of one batch item (SPEC §10.8): source ``batch``, the batch's recorded
     attribution, policy and item shape; never streamed."""
@@ -234,6 +247,7 @@ def item_event(
         attempts=attempts,
         batch_id=batch.id,
         batch_idx=idx,
+        guardrails=guardrails,
     )
 
 

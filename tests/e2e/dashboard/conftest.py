@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.fixtures.bidi import FIREFOX, Firefox
 from tests.fixtures.databases import missing_service
 from tests.fixtures.fake_upstream import FakeUpstream
 from tests.fixtures.live import Gateway, Reaper, start_gateway
@@ -111,3 +112,39 @@ def shot(page: Any, name: str) -> Path:
     path = ARTIFACTS / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)
     return path
+
+
+# -- Firefox (tests.fixtures.bidi): shared by test_firefox.py and test_firefox_edit.py -----------------
+
+
+@pytest.fixture(scope="module")
+def firefox() -> Iterator[Firefox]:
+    if not Path(FIREFOX).exists():
+        missing_service("Firefox", FileNotFoundError(f"{FIREFOX} is missing (apt-get install firefox-esr)"))
+    browser = Firefox()
+    try:
+        yield browser
+    finally:
+        browser.close()
+
+
+@pytest.fixture
+def ff(firefox: Firefox, dash_gw: Gateway, request: pytest.FixtureRequest) -> Iterator[Firefox]:
+    """The module's Firefox, signed out and with a clean record; the test fails if any page it opened
+    logged an error or had a request fail."""
+    firefox.base_url = dash_gw.relay.control_url
+    firefox.goto("about:blank")
+    firefox.delete_cookies()
+    firefox.drain()
+    firefox.events.clear()
+    try:
+        yield firefox
+    finally:
+        try:
+            firefox.screenshot(ARTIFACTS / f"firefox-{request.node.name}-last.png")
+        except Exception:
+            pass
+    allowed = getattr(request.node, "expected_problems", ())
+    unexpected = [p for p in firefox.problems() if not any(a in p for a in allowed)]
+    firefox.events.clear()
+    assert not unexpected, "pages had errors in Firefox:\n" + "\n".join(unexpected)

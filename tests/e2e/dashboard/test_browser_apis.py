@@ -25,6 +25,15 @@ from tests.integration.openai_batches.helpers import wait_ended as wait_openai_b
 from tests.integration.webhooks.receiver import Receiver
 
 
+def item_states(page: Any) -> list[str]:
+    """``["<idx> <state>", …]`` of the batch page's item table (its first page)."""
+    return list(
+        page.locator("[data-testid=items] tbody tr").evaluate_all(
+            "rows => rows.map(r => r.cells[0].innerText + ' ' + r.cells[2].innerText)"
+        )
+    )
+
+
 def download(page: Any, selector: str) -> list[dict[str, Any]]:
     with page.expect_download() as got:
         page.click(selector)
@@ -70,8 +79,8 @@ def test_an_openai_batch_page_downloads_its_output_and_error_files(page: Any, da
     page.goto(f"/ui/batches/{batch_id}")
     detail = page.locator("#batch-detail")
     assert "openai" in detail.inner_text() and "completed 2" in detail.inner_text()
-    assert page.locator("ol.items li").all_inner_texts() == ["0 completed", "1 discarded", "2 completed"]
-    failures = page.locator("#batch-detail table tbody tr")
+    assert item_states(page) == ["0 completed", "1 discarded", "2 completed"]
+    failures = page.locator("#batch-detail [data-testid=failures] tbody tr")
     assert failures.count() == 1 and "1" in failures.locator("td").nth(1).inner_text()
     assert ended.output_file_id in page.locator("[data-testid=results-link]").inner_text()
     output = download(page, "[data-testid=results-link]")
@@ -90,7 +99,7 @@ def test_a_message_batch_page_downloads_its_results_and_cancels(page: Any, dash_
     wait_message_batch(anthropic_sdk(dash_gw), done, 2)
     sign_in(page)
     page.goto(f"/ui/batches/{done}")
-    assert page.locator("ol.items li").all_inner_texts() == ["0 completed", "1 discarded"]
+    assert item_states(page) == ["0 completed", "1 discarded"]
     assert "Message Batches" in page.locator("[data-testid=results-link]").inner_text()
     results = {r["custom_id"]: r["result"] for r in download(page, "[data-testid=results-link]")}
     assert results["m0"]["type"] == "succeeded" and results["m0"]["message"]["type"] == "message"
@@ -102,6 +111,7 @@ def test_a_message_batch_page_downloads_its_results_and_cancels(page: Any, dash_
     assert page.locator("[data-testid=results-link]").count() == 0  # none before it ends (§15)
     assert "once the batch has ended" in page.locator("#batch-detail").inner_text()
     page.click("button:text('Cancel batch')")
+    page.click("button:text('Yes, cancel batch')")  # the confirm step
     page.wait_for_selector("[data-testid=batch-state]:text('cancelled')")
     ended = wait_message_batch(anthropic_sdk(dash_gw), slow, 30)
     assert ended.request_counts.canceled > 0  # the owner's API sees the dashboard's cancel

@@ -8,51 +8,12 @@ with a real click. Under ``CI=true`` a missing Firefox fails instead of skipping
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-
 from tests.e2e.dashboard.conftest import ARTIFACTS
 from tests.e2e.dashboard.helpers import AXE, AXE_RUN, message_batch, openai_batch
-from tests.fixtures.bidi import FIREFOX, Firefox
-from tests.fixtures.databases import missing_service
+from tests.fixtures.bidi import Firefox
 from tests.fixtures.live import Gateway, uniq
 from tests.fixtures.relay_server import ADMIN_TOKEN
 from tests.integration.batch_api.helpers import chat_item, submit, wait_finished
-
-
-@pytest.fixture(scope="module")
-def firefox() -> Iterator[Firefox]:
-    if not Path(FIREFOX).exists():
-        missing_service("Firefox", FileNotFoundError(f"{FIREFOX} is missing (apt-get install firefox-esr)"))
-    browser = Firefox()
-    try:
-        yield browser
-    finally:
-        browser.close()
-
-
-@pytest.fixture
-def ff(firefox: Firefox, dash_gw: Gateway, request: pytest.FixtureRequest) -> Iterator[Firefox]:
-    """The module's Firefox, signed out and with a clean record; the test fails if any page it opened
-    logged an error or had a request fail."""
-    firefox.base_url = dash_gw.relay.control_url
-    firefox.goto("about:blank")
-    firefox.delete_cookies()
-    firefox.drain()
-    firefox.events.clear()
-    try:
-        yield firefox
-    finally:
-        try:
-            firefox.screenshot(ARTIFACTS / f"firefox-{request.node.name}-last.png")
-        except Exception:
-            pass
-    allowed = getattr(request.node, "expected_problems", ())
-    unexpected = [p for p in firefox.problems() if not any(a in p for a in allowed)]
-    firefox.events.clear()
-    assert not unexpected, "pages had errors in Firefox:\n" + "\n".join(unexpected)
 
 
 def open_page(ff: Firefox, path: str) -> str:
@@ -119,6 +80,8 @@ def test_firefox_updates_a_running_batch_live_and_cancels_it(ff: Firefox, dash_g
     ff.wait_for(f"+document.querySelector('#batch-detail progress').value > {first}", "the bar to advance")
     assert ff.evaluate("window.unreloaded === true")
     ff.click("#batch-detail button.danger")
+    ff.wait_for("!!document.querySelector('form.confirm')", "the confirm page")
+    ff.click("form.confirm button")
     ff.wait_for("document.querySelector('[data-testid=batch-state]').textContent === 'cancelled'")
     assert ff.evaluate("document.querySelector('#batch-detail button.danger')") is None
     view = dash_gw.client.get(f"/v1/batches/{batch_id}", headers=dash_gw.auth(None)).json()

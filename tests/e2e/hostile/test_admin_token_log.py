@@ -10,11 +10,11 @@ from pathlib import Path
 
 import httpx
 
-from tests.fixtures.relay_server import RELAY_BIN, free_port
+from tests.fixtures.relay_server import RELAY_BIN, free_ports
 
 
 def test_first_boot_logs_the_admin_token_path_not_the_token(tmp_path: Path) -> None:
-    port, control = free_port(), free_port()
+    port, control = free_ports(2)
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("RELAY_")},
         "RELAY_PORT": str(port),

@@ -38,6 +38,7 @@ MAIN_WRITES = {
     ("post", "/api/auth/token"),
     ("put", "/api/settings/payload_logging"),
     ("post", "/api/batches/{batch_id}/cancel"),
+    ("delete", "/api/policies/{ref}/cache"),
 }
 
 
@@ -81,7 +82,7 @@ def api(hostile: Gateway) -> Conformance:
 
 
 def test_catalog_routes_answer_what_the_document_declares(api: Conformance) -> None:
-    make_user(api.gw)  # the module catalog has every other kind but webhooks
+    make_user(api.gw)  # the module catalog has every other kind but webhooks and guardrails
     hook = {"name": f"w-{uuid.uuid4().hex[:8]}", "url": "http://127.0.0.1:9/hook"}
     generated = api.call("post", "/api/webhooks", body=hook)  # no secret: generated, returned once
     assert generated.status_code == 201 and generated.json()["secret"], generated.text
@@ -91,6 +92,10 @@ def test_catalog_routes_answer_what_the_document_declares(api: Conformance) -> N
     assert chosen.status_code == 201 and "secret" not in chosen.json(), chosen.text
     deliveries = api.call("get", "/api/webhooks/{ref}/deliveries", f"/api/webhooks/{hook['name']}/deliveries")
     assert deliveries.json() == {"items": []}
+    guard = {"name": f"g-{uuid.uuid4().hex[:8]}", "stage": "input", "pii": ["email"]}
+    assert api.call("post", "/api/guardrails", body=guard).status_code == 201
+    bad = api.call("post", "/api/guardrails", body={**guard, "name": "g-bad", "regex": ["("]})
+    assert bad.status_code == 422 and bad.json()["error"]["message"].startswith("regex:")
     for kind in KINDS:
         listing = api.call("get", f"/api/{kind.plural}").json()["items"]
         assert listing, f"the module catalog has no {kind.name}"
@@ -173,6 +178,10 @@ def test_usage_settings_and_spend_answer_what_the_document_declares(api: Conform
     spend = api.call("get", "/api/policies/{ref}/spend", f"/api/policies/{budget.policy}/spend").json()
     assert spend["rules"][0]["entries"], spend
     api.call("get", "/api/policies/{ref}/spend", f"/api/policies/{gw.policy}/spend")
+    gw.patch("policies", budget.policy, {"cache": {"ttl": "1h"}})
+    assert gw.chat(budget.model, key=budget.key).headers["x-relay-cache"] == "miss"
+    path = f"/api/policies/{budget.policy}/cache"
+    assert api.call("delete", "/api/policies/{ref}/cache", path).json()["purged"] == 1
 
 
 def test_batch_admin_routes_answer_what_the_document_declares(api: Conformance) -> None:
@@ -192,6 +201,13 @@ def test_batch_admin_routes_answer_what_the_document_declares(api: Conformance) 
         api.call("get", "/api/batches/{batch_id}", "/api/batches/b_00000000000000000000000000").status_code
         == 404
     )
+
+
+def test_audit_routes_answer_what_the_document_declares(api: Conformance) -> None:
+    page = api.call("get", "/api/audit", "/api/audit?limit=2").json()
+    assert len(page["items"]) == 2 and page["next_cursor"]  # the module's catalog writes are audited
+    assert api.call("get", "/api/audit", "/api/audit?action=sign_in_failed&limit=1000").status_code == 200
+    assert api.call("get", "/api/audit/verify").json()["ok"] is True
 
 
 def test_every_get_and_the_main_writes_were_checked(api: Conformance) -> None:

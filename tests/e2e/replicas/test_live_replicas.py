@@ -76,6 +76,25 @@ def test_breakers_are_shared_by_the_replicas(
     assert keys_called(fake) == [bad, good, good]
 
 
+def test_a_tuned_breaker_counts_the_failures_of_both_replicas_together(
+    relay_replicas: tuple[Gateway, Gateway], fake: FakeUpstream
+) -> None:
+    """SPEC §6 tuning on two ``relay serve`` processes sharing Redis: with ``threshold: 2`` one 5xx on
+    each replica opens the key for both (not one per replica, and not on the first failure)."""
+    first, second = relay_replicas
+    s = first.scenario(["fail-500", "ok"])
+    first.patch("hosts", s.host, {"breaker": {"threshold": 2, "window_s": 60, "max_open_s": 60}})
+    _, key = first.mint_key(s.policy)  # written after the tuning: a replica that knows it knows the tuning
+    for gateway in relay_replicas:
+        gateway.wait_until_known(key)
+    bad, good = s.value(0), s.value(1)
+    assert first.chat(s.model, key=key).status_code == 200  # failed over: one failure, the key stays
+    assert second.chat(s.model, key=key).status_code == 200  # the second failure, on the other replica
+    assert first.chat(s.model, key=key).status_code == 200  # open on both replicas now: skipped
+    assert second.chat(s.model, key=key).status_code == 200
+    assert keys_called(fake) == [bad, good, bad, good, good, good]
+
+
 def test_round_robin_counter_is_shared_by_the_replicas(
     relay_replicas: tuple[Gateway, Gateway], fake: FakeUpstream
 ) -> None:

@@ -85,7 +85,7 @@ def test_the_sweep_deletes_a_batch_finished_longer_ago_than_the_retention(kept_g
     assert batch_of_admin(gw, young).status_code == 200  # finished now: kept for 2 days
 
     def swept() -> list[str]:
-        messages = [str(r.get("msg", "")) for r in gw.log_records()]
+        messages = [str(r.get("message", "")) for r in gw.log_records()]
         return [m for m in messages if m.startswith("retention sweep deleted 1 batches, 3 items")]
 
     while not swept():  # the sweep's line comes once the whole sweep is done

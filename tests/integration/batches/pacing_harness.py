@@ -139,6 +139,13 @@ class PacingBed:
             assert time.monotonic() < deadline, f"batch {batch_id} not finished in {timeout_s} s: {states}"
             await asyncio.sleep(0.1)
 
+    async def wait_for_states(self, batch_id: str, expected: dict[str, int], timeout_s: float = 60.0) -> None:
+        """Poll until the batch's item states are exactly ``expected``."""
+        deadline = time.monotonic() + timeout_s
+        while (states := await self.states(batch_id)) != expected:
+            assert time.monotonic() < deadline, f"batch {batch_id} never reached {expected}: {states}"
+            await asyncio.sleep(0.1)
+
     def metric(self, name: str, **labels: str) -> float:
         return self.registry.get_sample_value(name, labels) or 0.0
 

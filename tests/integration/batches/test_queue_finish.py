@@ -242,3 +242,63 @@ async def test_finalize_many_settles_a_group_in_one_transaction(engine: AsyncEng
     # Each completed item's row says where its response body is; the results read it from there.
     rows = await queue_ops.result_rows(engine, second, after_idx=-1, limit=10)
     assert [r.response for r in rows] == [ref(mine[2]), ref(mine[3]), None]
+
+
+async def test_a_group_larger_than_one_statement_settles_whole(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On SQLite a group is settled by conditional statements of at most ``_SQLITE_SETTLE_ROWS`` items
+    and its counters by upserts of at most ``_SQLITE_UPSERT_ROWS`` batches: made small here so a
+    group of three batches crosses both boundaries. Every item of the group is settled once, an item
+    not ours is left out, each batch's counters add up (Postgres runs the same group as one)."""
+    from relay.store.batch_queue import _finish, _tally
+
+    monkeypatch.setattr(_finish, "_SQLITE_SETTLE_ROWS", 3)
+    monkeypatch.setattr(_tally, "_SQLITE_UPSERT_ROWS", 2)
+    batches = [await submit(engine, n) for n in (3, 4, 2)]
+    mine: list[queue_ops.ClaimedItem] = []
+    for n in (3, 4, 2):
+        mine += await claim_run(engine, "r1", n)
+    assert {(c.batch_id, c.idx) for c in mine} == {
+        (b, i) for b, n in zip(batches, (3, 4, 2), strict=True) for i in range(n)
+    }
+    lost = mine[4]  # another replica's now: left out of the group
+    async with engine.begin() as conn:
+        await conn.execute(
+            update(t.batch_items)
+            .where(t.batch_items.c.batch_id == lost.batch_id, t.batch_items.c.idx == lost.idx)
+            .values(claimed_by="r2")
+        )
+    finals = [
+        queue_ops.FinalItem(
+            c.batch_id,
+            c.idx,
+            "completed" if c.idx % 2 == 0 else "discarded",
+            200 if c.idx % 2 == 0 else 500,
+            None if c.idx % 2 == 0 else "upstream returned 500",
+            item_event(c.batch_id, c.idx, None if c.idx % 2 == 0 else "upstream returned 500"),
+        )
+        for c in mine
+    ]
+
+    done = await queue_ops.finalize_many(engine, "r1", finals)
+
+    assert done == {(c.batch_id, c.idx) for c in mine if c != lost}
+    async with engine.connect() as conn:
+        counted = {
+            row.batch_id: (row.completed, row.discarded, row.cancelled)
+            for row in await conn.execute(t.batch_counters.select())
+        }
+    for batch_id in batches:
+        rows = await items(engine, batch_id)
+        settled = [r for r in rows if r["state"] != "running"]
+        assert counted[batch_id] == (
+            sum(r["state"] == "completed" for r in settled),
+            sum(r["state"] == "discarded" for r in settled),
+            0,
+        )
+        assert [idx for idx, _ in await events(engine, batch_id)] == [r["idx"] for r in settled]
+        assert all(r["finished_at"] is not None for r in settled)
+    written = [len(await events(engine, b)) for b in batches]
+    assert written == [3, 3, 2]
+    assert [r["state"] for r in await items(engine, lost.batch_id)].count("running") == 1

@@ -15,7 +15,7 @@ import subprocess
 import threading
 from pathlib import Path
 
-from tests.fixtures.relay_server import RELAY_BIN, free_port
+from tests.fixtures.relay_server import RELAY_BIN, free_ports
 
 
 def clean_env() -> dict[str, str]:
@@ -25,7 +25,7 @@ def clean_env() -> dict[str, str]:
 class Demo:
     def __init__(self, workdir: Path, extra_args: tuple[str, ...] = ()) -> None:
         self.workdir = workdir
-        self.port, self.control_port, self.upstream_port = free_port(), free_port(), free_port()
+        self.port, self.control_port, self.upstream_port = free_ports(3)
         self.url = f"http://127.0.0.1:{self.port}"
         self.control_url = f"http://127.0.0.1:{self.control_port}"
         self.extra_args = extra_args

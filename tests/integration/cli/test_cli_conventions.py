@@ -15,7 +15,7 @@ import typer
 from typer.testing import CliRunner
 
 from relay.cli.main import app
-from relay.config import Settings
+from relay.config import STANDARD_VARIABLES, Settings
 from tests.fixtures.relay_server import RELAY_BIN
 from tests.integration.cli.demo_process import Demo, clean_env
 
@@ -63,7 +63,8 @@ def test_serve_help_lists_every_setting() -> None:
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     for name in Settings.model_fields:  # settings added later show up without touching this test
-        assert any(line.strip().startswith(f"RELAY_{name.upper()} (default ") for line in lines), name
+        variable = STANDARD_VARIABLES.get(name) or f"RELAY_{name.upper()}"  # OTEL_* ones (SPEC §18)
+        assert any(line.strip().startswith(f"{variable} (default ") for line in lines), name
     assert any(line.strip() == "RELAY_PORT (default 8080): inference plane port" for line in lines)
     assert any(line.strip().startswith("RELAY_BIND (default 0.0.0.0)") for line in lines)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.fixtures.relay_server import RELAY_BIN, free_port
+from tests.fixtures.relay_server import RELAY_BIN, free_port, free_ports
 
 
 def start_demo(workdir: Path, port: int, control_port: int, upstream_port: int) -> subprocess.Popen[str]:
@@ -67,7 +67,7 @@ def listening_addresses(port: int) -> set[str]:
 
 
 def test_demo_runs_and_restarts_cleanly(tmp_path: Path) -> None:
-    port, control_port, upstream_port = free_port(), free_port(), free_port()
+    port, control_port, upstream_port = free_ports(3)
     proc = start_demo(tmp_path, port, control_port, upstream_port)
     try:
         banner = read_banner(proc)
@@ -175,7 +175,8 @@ def run(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[s
 
 
 def test_a_busy_port_is_one_line_naming_what_changes_it(tmp_path: Path) -> None:
-    free = {"RELAY_PORT": str(free_port()), "RELAY_CONTROL_PORT": str(free_port())}
+    port, control_port = free_ports(2)
+    free = {"RELAY_PORT": str(port), "RELAY_CONTROL_PORT": str(control_port)}
     with occupied() as busy:
         cases = [
             (

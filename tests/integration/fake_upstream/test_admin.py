@@ -12,7 +12,16 @@ CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
 
 def test_config_get_set_and_reset(fake: FakeUpstream, client: httpx.Client) -> None:
-    assert fake.config() == {"latency_ms": 0.0, "jitter_ms": 0.0, "chunk_delay_ms": 0.0, "key_rules": []}
+    assert fake.config() == {
+        "latency_ms": 0.0,
+        "jitter_ms": 0.0,
+        "chunk_delay_ms": 0.0,
+        "key_rules": [],
+        "batch_phase_ms": 0.0,
+        "batch_expire_ms": None,
+        "batch_refuse_status": None,
+        "batch_poll_status": None,
+    }
     updated = fake.configure(latency_ms=5, key_rules=[{"pattern": "x*", "status": 500}])
     assert updated["latency_ms"] == 5.0
     assert updated["key_rules"] == [
@@ -22,6 +31,8 @@ def test_config_get_set_and_reset(fake: FakeUpstream, client: httpx.Client) -> N
     assert client.post("/__config", json={"latency": 5}).status_code == 400
     assert client.post("/__config", json={"latency_ms": -1}).status_code == 400
     assert client.post("/__config", content=b"{").status_code == 400
+    assert client.post("/__config", json={"batch_refuse_status": 42}).status_code == 400
+    assert client.post("/__config", json={"batch_expire_ms": -1}).status_code == 400
     fake.reset()
     assert fake.config()["key_rules"] == []
 
@@ -45,6 +56,7 @@ def test_stats_and_requests_log(fake: FakeUpstream, client: httpx.Client) -> Non
     assert first["key"] == "sk-test"
     assert first["method"] == "POST" and first["status"] == 200
     assert isinstance(first["ts"], float)
+    assert all(r["ts"] <= r["answered"] for r in log)  # in flight from arrival to answer
     assert log[1]["headers"]["anthropic-version"] == "2023-06-01"
     assert log[2]["status"] == 500
     assert [r["key"] for r in fake.requests(limit=1)] == ["fail-500-q"]

@@ -77,6 +77,16 @@ def test_rate_limit_rejection_metric(gateway: Gateway, fake: FakeUpstream) -> No
     assert wait_metric(gateway, "relay_requests_total", 1, route="/v1/chat/completions", status="429") >= 1
 
 
+def test_budget_rejection_metric_is_its_own_series(gateway: Gateway, fake: FakeUpstream) -> None:
+    # one call's cost spends the budget; the next is refused budget_exceeded, counted apart from rate limits
+    s = gateway.scenario(rules=[{"meter": "cost_usd", "limit": "0.000001", "window": "30d"}])
+    ok(chat(gateway, s))
+    refused = chat(gateway, s)
+    assert (refused.status_code, refused.json()["error"]["code"]) == (429, "budget_exceeded")
+    assert wait_metric(gateway, "relay_budget_rejections_total", 1, policy=s.policy) == 1
+    assert metric_value(gateway.metrics(), "relay_rate_limit_rejections_total", policy=s.policy) == 0
+
+
 def test_breaker_metrics(gateway: Gateway, fake: FakeUpstream) -> None:
     s = gateway.scenario(["fail-500", "ok"])
     ok(chat(gateway, s))

@@ -3,23 +3,10 @@ and removed again, on SQLite and Postgres."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import pytest
 from sqlalchemy import inspect
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from relay.store.engine import create_engine
 from relay.store.migrate import check_schema, current_revision, downgrade_to, upgrade_to_head
-
-
-@pytest.fixture
-async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
-    engine = create_engine(database_url)
-    try:
-        yield engine
-    finally:
-        await engine.dispose()
 
 
 async def nullable_columns(engine: AsyncEngine, table: str) -> dict[str, bool]:

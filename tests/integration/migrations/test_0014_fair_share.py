@@ -3,7 +3,6 @@ and its downgrade removes it again without touching the batches."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import pytest
@@ -11,17 +10,7 @@ from sqlalchemy import inspect, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from relay.store.engine import create_engine
 from relay.store.migrate import check_schema, current_revision, downgrade_to, upgrade_to_head
-
-
-@pytest.fixture
-async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
-    engine = create_engine(database_url)
-    try:
-        yield engine
-    finally:
-        await engine.dispose()
 
 
 async def table_names(engine: AsyncEngine) -> set[str]:

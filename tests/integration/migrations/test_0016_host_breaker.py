@@ -3,26 +3,14 @@ before it keep their rows (NULL: the untuned breaker), and a downgrade drops onl
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
-import pytest
 from sqlalchemy import inspect, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.domain.breaker import DEFAULT_TUNING, BreakerTuning
 from relay.snapshot.entities import Host
-from relay.store.engine import create_engine
 from relay.store.migrate import check_schema, downgrade_to, upgrade_to_head
-
-
-@pytest.fixture
-async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
-    engine = create_engine(database_url)
-    try:
-        yield engine
-    finally:
-        await engine.dispose()
 
 
 async def host_columns(engine: AsyncEngine) -> set[str]:
@@ -32,7 +20,7 @@ async def host_columns(engine: AsyncEngine) -> set[str]:
 
 async def test_0016_adds_a_nullable_breaker_to_hosts(engine: AsyncEngine) -> None:
     await upgrade_to_head(engine)
-    await downgrade_to(engine, "-1")
+    await downgrade_to(engine, "0015")
     assert "breaker" not in await host_columns(engine)
     now = datetime.now(UTC)
     async with engine.begin() as conn:
@@ -53,7 +41,7 @@ async def test_0016_adds_a_nullable_breaker_to_hosts(engine: AsyncEngine) -> Non
     tuned = {**row, "breaker": {"threshold": 3, "window_s": 30}}
     assert Host.from_row(tuned).breaker == BreakerTuning(3, 30.0, 60.0)
 
-    await downgrade_to(engine, "-1")
+    await downgrade_to(engine, "0015")
     assert "breaker" not in await host_columns(engine)
     async with engine.connect() as conn:
         assert (await conn.execute(text("SELECT count(*) FROM hosts"))).scalar_one() == 1

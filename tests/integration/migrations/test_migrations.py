@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -43,15 +43,6 @@ from relay.store.migrate import (
 from relay.store.tables import metadata
 
 RELAY_TABLES = set(metadata.tables)
-
-
-@pytest.fixture
-async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
-    engine = create_engine(database_url)
-    try:
-        yield engine
-    finally:
-        await engine.dispose()
 
 
 async def table_names(engine: AsyncEngine) -> set[str]:
@@ -457,3 +448,33 @@ async def test_0012_adds_the_policy_batch_block_null_for_policies_written_before
     assert "batch" not in await columns(engine, "policies")
     async with engine.connect() as conn:
         assert (await conn.execute(text("SELECT count(*) FROM policies"))).scalar_one() == 1
+
+
+async def test_0018_adds_the_policy_cache_block_and_the_usage_cache_hit_flag(engine: AsyncEngine) -> None:
+    """Policies written before 0018 have no cache (``cache`` NULL: off, SPEC §19) and usage events
+    written before it were not cache hits (``cache_hit`` false); both columns go again on downgrade."""
+    await upgrade_to_head(engine)
+    await downgrade_to(engine, "0017")
+    assert "cache" not in await columns(engine, "policies")
+    assert "cache_hit" not in await columns(engine, "usage_events")
+    now = datetime.now(UTC)
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "INSERT INTO policies (id, name, created_at, updated_at, models, rate_limit) "
+                "VALUES ('pol_c', 'before-cache', :now, :now, '[]', '{\"rules\": []}')"
+            ),
+            {"now": now},
+        )
+
+    await upgrade_to_head(engine)
+
+    async with engine.connect() as conn:
+        row = (await conn.execute(text("SELECT id, cache FROM policies WHERE id = 'pol_c'"))).one()
+    assert tuple(row) == ("pol_c", None)
+    assert "cache_hit" in await columns(engine, "usage_events")
+    assert await check_schema(engine) == []
+
+    await downgrade_to(engine, "0017")
+    assert "cache" not in await columns(engine, "policies")
+    assert "cache_hit" not in await columns(engine, "usage_events")

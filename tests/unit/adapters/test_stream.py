@@ -249,3 +249,32 @@ def test_chunks_of_several_whole_events(strip: bool) -> None:
         assert usage == EXPECTED_OPENAI
         if not strip:
             assert all(o is c for o, c in zip(outputs, chunks, strict=True))
+
+
+@pytest.mark.parametrize("strip", [False, True])
+@pytest.mark.parametrize("spaced", [False, True])
+def test_a_traced_chat_stream_names_its_finish_reasons_whatever_the_chunking(
+    strip: bool, spaced: bool
+) -> None:
+    # Two choices (n=2) finish apart; content that spells a finish reason inside a string is not one.
+    deltas = [
+        ({"role": "assistant", "content": 'say "finish_reason":"evil"'}, None),
+        ({}, "length"),
+        ({}, "stop"),
+    ]
+    upstream = b"".join(real_openai_chunk(d, f, spaced=spaced) for d, f in deltas)
+    upstream += real_openai_chunk({}, None, usage={"prompt_tokens": 2}, choices=False, spaced=spaced)
+    upstream += b"data: [DONE]\n\n"
+    for chunks in chunkings(upstream, rounds=10):
+        tap = StreamTap("openai", strip_usage_chunk=strip, traced=True)
+        b"".join([tap.feed(c) for c in chunks]) + tap.finish()
+        attributes: dict[str, Any] = {}
+        tap.answer_attributes(attributes)
+        assert attributes["gen_ai.response.finish_reasons"] == ["length", "stop"]
+        assert attributes["gen_ai.response.model"] == "gpt-4o-mini"
+    untraced = StreamTap("openai", strip_usage_chunk=strip)
+    untraced.feed(upstream)
+    untraced.finish()
+    attributes = {}
+    untraced.answer_attributes(attributes)
+    assert "gen_ai.response.finish_reasons" not in attributes  # untraced streams never scan for them

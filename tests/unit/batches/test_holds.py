@@ -3,6 +3,8 @@ is not shortened, and a ``max_concurrency`` hold is lifted when a lease frees on
 
 from __future__ import annotations
 
+import pytest
+
 from relay.batches.holds import MIN_HOLD_S, PolicyHolds
 
 
@@ -41,3 +43,12 @@ def test_lift_ends_only_a_hold_of_that_meter() -> None:
     holds.lift("pol_a", "max_concurrency")
     holds.lift("pol_b", "max_concurrency")
     assert holds.held() == ("pol_b",)
+
+
+def test_a_hold_may_be_shorter_than_the_minimum_when_the_caller_kept_tries_apart() -> None:
+    clock = Clock()
+    holds = PolicyHolds(clock)
+    assert holds.hold("pol_a", 0.03, "requests", minimum=0.0) == 0.03  # until the window's end
+    assert holds.next_end() == pytest.approx(0.03)
+    clock.now += 0.03
+    assert not holds.is_held("pol_a") and holds.next_end() is None

@@ -20,6 +20,23 @@ from relay.control.dashboard.session import Signer
 TOKEN = "dashboard-admin-token-0123456789"
 
 
+def test_an_sso_admin_cookie_is_bound_to_its_session_and_cannot_be_forged() -> None:
+    """SPEC §21: the admin view of an admin-group member rides on their session; the MAC stops a user
+    from turning their own ``u.<session>`` into ``o.<session>.<mac>``, or moving the MAC to another."""
+    signer = Signer(TOKEN)
+    cookie = signer.oidc_admin_cookie("session-a")
+    assert signer.oidc_admin_session(cookie) == "session-a"
+    body, _, mac = cookie.rpartition(".")
+    assert signer.oidc_admin_session("o.session-b." + mac) is None  # the MAC of another session
+    assert signer.oidc_admin_session(f"{body}.{'0' * len(mac)}") is None  # forged
+    assert signer.oidc_admin_session("o.session-a") is None  # no MAC at all
+    assert Signer("another-admin-token-0123456789").oidc_admin_session(cookie) is None
+    # The SSO nonce and PKCE verifier derive from the state under the same key, one per purpose.
+    nonce, verifier = signer.derive("oidc-nonce", "st"), signer.derive("oidc-pkce", "st")
+    assert nonce != verifier and nonce == Signer(TOKEN).derive("oidc-nonce", "st")
+    assert 43 <= len(verifier) <= 128  # RFC 7636's length for a code verifier
+
+
 def test_admin_cookie_is_signed_expires_and_follows_the_token(monkeypatch: pytest.MonkeyPatch) -> None:
     signer = Signer(TOKEN)
     cookie = signer.admin_cookie()

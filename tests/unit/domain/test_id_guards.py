@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from relay.batch_apis.anthropic_service import validate_create
+from relay.batch_apis.anthropic_create import validate_create
 from relay.domain.batches import BatchRejected, is_batch_id
 from relay.domain.ids import is_valid_name
 from relay.domain.ratelimits import window_seconds

@@ -23,10 +23,14 @@ from fastapi.responses import RedirectResponse, Response
 
 from relay.control.dashboard import (
     admin_pages,
+    audit_pages,
     batch_downloads,
     batch_pages,
+    edit_pages,
     overview_pages,
+    self_pages,
     signin_pages,
+    sso_pages,
     usage_pages,
     webhook_pages,
 )
@@ -44,12 +48,16 @@ STATIC_TYPES: Final = {
 #: The page modules, in the order their routes are mounted.
 PAGES: Final = (
     signin_pages,
+    sso_pages,
     overview_pages,
     batch_pages,
     batch_downloads,
     usage_pages,
     admin_pages,
+    edit_pages,
+    self_pages,
     webhook_pages,
+    audit_pages,
 )
 
 

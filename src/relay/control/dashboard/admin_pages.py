@@ -1,7 +1,8 @@
 """The admin-only pages (SPEC §16): relay keys, and the catalog with each host key's breaker, its
 webhooks with their latest delivery (``webhook_pages`` has each webhook's attempts), and each
 policy's rules, current budget spend (as ``GET /api/policies/{ref}/spend`` answers it; a shared state
-that does not answer shows as unknown, the page still renders) and batch block (SPEC §17, one line).
+that does not answer shows as unknown, the page still renders), batch block (SPEC §17) and cache
+block (SPEC §19), one line each; each binding's provider batch offload (SPEC §22).
 
 Keys: create (the plaintext is in that one answer and nowhere else: the page is ``no-store`` and the
 next visit shows only the prefix), rotate with a grace period, revoke, disable and enable, each
@@ -17,13 +18,14 @@ from typing import Any, Final
 from fastapi import Request
 from fastapi.responses import Response
 
+from relay.control.dashboard.confirm import confirm_revoke
 from relay.control.dashboard.web import Dashboard, PageRoutes
 from relay.control.dashboard.webhook_pages import latest_deliveries, outcome
 from relay.control.kinds import BY_PLURAL
 from relay.errors import RelayError
 from relay.state import StateUnavailable
 
-CATALOG_KINDS = ("hosts", "models", "bindings", "policies", "webhooks")
+CATALOG_KINDS = ("hosts", "models", "bindings", "guardrails", "policies", "webhooks")
 
 
 def key_state(key: dict[str, Any]) -> str:
@@ -96,6 +98,11 @@ async def act(dash: Dashboard, request: Request) -> Response:
                 key_id, {"grace_seconds": int(grace) if grace.isdigit() else grace}
             )
             return await keys_page(dash, request, created={"action": "rotated", **answer})
+        if action == "revoke" and fields.get("confirm") != "yes":
+            key = await dash.keys.get(key_id)
+            return confirm_revoke(
+                dash, request, viewer, key, action=f"/ui/keys/{key_id}/revoke", back="/ui/keys"
+            )
         if action == "revoke":
             await dash.keys.revoke(key_id)
         elif action in ("disable", "enable"):
@@ -124,6 +131,9 @@ async def catalog(dash: Dashboard, request: Request) -> Response:
         latest=latest,
         outcome=outcome,
         batch_summary=batch_summary,
+        cache_summary=cache_summary,
+        offload_summary=offload_summary,
+        matcher_summary=matcher_summary,
     )
 
 
@@ -140,6 +150,36 @@ def batch_summary(block: Mapping[str, Any] | None) -> str:
     if block.get("translate"):
         parts.append("translate")
     return " · ".join(parts)
+
+
+def cache_summary(block: Mapping[str, Any] | None) -> str:
+    """A policy's ``cache`` block in a table cell (SPEC §19): ``off``, else its TTL, scope and, when
+    streamed requests bypass it, ``no streams``, e.g. ``1h · credential · no streams``."""
+    if not block:
+        return "off"
+    parts = [str(block.get("ttl")), str(block.get("scope") or "project")]
+    if block.get("streams") is False:
+        parts.append("no streams")
+    return " · ".join(parts)
+
+
+def offload_summary(block: Mapping[str, Any] | None) -> str:
+    """A binding's ``batch_offload`` block in a table cell (SPEC §22): ``never`` unless its mode is
+    native, else from how many items and at what share of the price, e.g. ``native · ≥ 100 items · 50%``."""
+    if not block or block.get("mode") != "native":
+        return "never"
+    return f"native · ≥ {block.get('min_items')} items · {float(block.get('discount', 0)) * 100:.4g}%"
+
+
+def matcher_summary(guardrail: Mapping[str, Any]) -> str:
+    """A guardrail's matcher in a table cell (SPEC §20): its patterns, PII types, or webhook URL and fail
+    mode, e.g. ``pii: email, phone`` or ``webhook: https://… (fail closed)``."""
+    if guardrail.get("regex"):
+        return "regex: " + ", ".join(guardrail["regex"])
+    if guardrail.get("pii"):
+        return "pii: " + ", ".join(guardrail["pii"])
+    hook = guardrail.get("webhook") or {}
+    return f"webhook: {hook.get('url')} (fail {hook.get('fail')}, {hook.get('timeout_ms')} ms)"
 
 
 async def _spend(dash: Dashboard, policies: list[dict[str, Any]]) -> tuple[dict[str, Any], bool]:

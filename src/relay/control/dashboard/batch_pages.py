@@ -8,21 +8,31 @@ the viewer's project scope lets through. ``batch_downloads`` serves the results.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Final
 
 from fastapi import Request
 from fastapi.responses import Response
 
-from relay.control.dashboard.web import Dashboard, PageRoutes, Refused, project_names
+from relay.control.dashboard.confirm import confirm_cancel
+from relay.control.dashboard.web import (
+    Dashboard,
+    PageRoutes,
+    Refused,
+    project_names,
+    scoped_project,
+    team_names,
+)
 from relay.control.services.batches import APIS
+from relay.domain.batches import ITEM_STATES
 
 BATCH_FILTERS = ("project", "team", "owner", "state", "api", "from", "to", "cursor")
-MAX_ITEMS: Final = 2000
 
 
 async def _list(dash: Dashboard, request: Request, fragment: bool) -> Response:
     viewer = await dash.require(request)
     params = {k: v for k, v in request.query_params.items() if k in BATCH_FILTERS and v}
+    if "project" in params:  # another's project is a 403, as on every page, not an empty list
+        params = scoped_project(viewer, params)
     page = await dash.batches.list({**params, "limit": "50"}, viewer.scope)
     name = "_batch_rows.html" if fragment else "batches.html"
     names = await project_names(dash, viewer)
@@ -34,6 +44,7 @@ async def _list(dash: Dashboard, request: Request, fragment: bool) -> Response:
         page=page,
         projects=viewer.projects,
         names=names,
+        owners=await dash.batches.owner_names([b["owner"] for b in page["items"]]),
         apis=APIS,
     )
 
@@ -46,13 +57,15 @@ async def batch_rows(dash: Dashboard, request: Request) -> Response:
     return await _list(dash, request, True)
 
 
+ITEM_PARAMS: Final = ("state", "error", "after")
+
+
 async def _page(dash: Dashboard, request: Request, fragment: bool) -> Response:
     viewer = await dash.require(request)
     batch_id = request.path_params["batch_id"]
     batch = await dash.batches.detail(batch_id, viewer.scope)
-    items: list[Any] = []
-    if not fragment or batch["state"] == "in_progress" or request.query_params.get("items"):
-        items = await dash.batch_service.item_states(batch_id)
+    filters = {k: v for k, v in request.query_params.items() if k in ITEM_PARAMS and v}
+    items = await dash.batches.items(batch_id, filters, viewer.scope)  # one page: never every item
     found = await dash.batches.results_source(batch_id, viewer.scope)
     source = {k: v for k, v in found.items() if k != "owner"}  # the raw owner is for reading files
     name = "_batch_detail.html" if fragment else "batch.html"
@@ -63,9 +76,12 @@ async def _page(dash: Dashboard, request: Request, fragment: bool) -> Response:
         viewer,
         batch=batch,
         source=source,
-        items=items[:MAX_ITEMS],
-        more=len(items) > MAX_ITEMS,
+        items=items,
+        filters=filters,
+        item_states=ITEM_STATES,
         names=names,
+        team_names=await team_names(dash, viewer),
+        owners=await dash.batches.owner_names([batch["owner"]]),
     )
 
 
@@ -79,10 +95,12 @@ async def batch_fragment(dash: Dashboard, request: Request) -> Response:
 
 async def cancel(dash: Dashboard, request: Request) -> Response:
     viewer = await dash.require(request)
-    await dash.form(request, viewer)
+    posted = await dash.form(request, viewer)
     batch_id = request.path_params["batch_id"]
     if not viewer.is_admin:
         raise Refused(403, "only the admin can cancel from the dashboard (the owner can use the batch API)")
+    if posted.get("confirm") != "yes":  # cancelling cannot be undone: ask first
+        return confirm_cancel(dash, request, viewer, batch_id)
     await dash.batches.cancel(batch_id, viewer.scope)
     return dash.redirect(f"/ui/batches/{batch_id}")
 

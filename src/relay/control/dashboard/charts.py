@@ -3,8 +3,9 @@ inline, and a server-drawn chart weighs a few hundred bytes).
 
 :func:`bars` turns ``[(label, value)]`` into rectangles in a fixed viewBox; the template draws them
 with ``<rect>`` attributes only (no ``style`` attributes, which the CSP forbids) and gives each a
-``<title>`` so the exact value is announced and shown on hover. :func:`per_minute` buckets recent
-usage events for the overview's "last hour" chart.
+``<title>`` so the exact value is announced and shown on hover, and the page lists every value in a
+table under the chart (readable without a mouse). :func:`per_minute` lays the usage summary's
+per-minute rows onto the overview's "last hour" axis.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+from relay.control.dashboard import formats
 
 WIDTH = 600
 HEIGHT = 140
@@ -37,27 +40,41 @@ class Chart:
     width: int = WIDTH
     height: int = HEIGHT
     horizontal: bool = False  # named groups, one row each (hbars); else bars over time
+    unit: str = "count"  # "count" (12.3k) or "usd" (dollars): how values are written
+    axis: str = "Time (UTC)"  # what the labels are, for the table of values
 
     @property
     def empty(self) -> bool:
         return not any(bar.value for bar in self.bars)
 
+    @property
+    def total(self) -> float:
+        return sum(bar.value for bar in self.bars)
 
-def bars(title: str, points: Sequence[tuple[str, float]]) -> Chart:
+    def fmt(self, value: float) -> str:
+        """A value as people read it: ``$0.0123`` for money, ``62.5k`` for counts (never ``6.252e+04``)."""
+        return formats.money(value) if self.unit == "usd" else formats.compact(value)
+
+
+def bars(
+    title: str, points: Sequence[tuple[str, float]], unit: str = "count", axis: str = "Time (UTC)"
+) -> Chart:
     peak = max((value for _, value in points), default=0) or 1
     slot = min(WIDTH / max(len(points), 1), 48)  # a few days are a few bars, not a wall
     out = []
     for i, (label, value) in enumerate(points):
         height = (HEIGHT - 4) * (value / peak)
         out.append(Bar(i * slot + GAP / 2, HEIGHT - height, max(slot - GAP, 1), height, label, value))
-    return Chart(title, out, peak if any(v for _, v in points) else 0)
+    return Chart(title, out, peak if any(v for _, v in points) else 0, unit=unit, axis=axis)
 
 
 ROW = 22
 LABEL_W = 200
 
 
-def hbars(title: str, points: Sequence[tuple[str, float]], limit: int = 12) -> Chart:
+def hbars(
+    title: str, points: Sequence[tuple[str, float]], limit: int = 12, unit: str = "count", axis: str = "Group"
+) -> Chart:
     """Horizontal bars for named groups (model, project, …): the biggest ``limit``, one row each,
     labels drawn as SVG text at the left."""
     top = sorted(points, key=lambda p: -p[1])[:limit]
@@ -68,28 +85,34 @@ def hbars(title: str, points: Sequence[tuple[str, float]], limit: int = 12) -> C
         for i, (label, value) in enumerate(top)
     ]
     return Chart(
-        title, out, peak if any(v for _, v in top) else 0, height=max(len(top), 1) * ROW, horizontal=True
+        title,
+        out,
+        peak if any(v for _, v in top) else 0,
+        height=max(len(top), 1) * ROW,
+        horizontal=True,
+        unit=unit,
+        axis=axis,
     )
 
 
 def per_minute(
-    events: Iterable[dict[str, Any]], now: datetime, minutes: int = 60
+    rows: Iterable[dict[str, Any]], now: datetime, minutes: int = 60
 ) -> dict[str, list[tuple[str, float]]]:
-    """Requests, errors, tokens and cost (USD) per minute over the last ``minutes`` minutes."""
+    """Requests, errors, tokens and cost (USD) per minute over the last ``minutes`` minutes, from the
+    usage summary's rows grouped by ``minute`` (computed in the database over every event: SPEC §16
+    "never from a sample"); a minute with no events is a zero bar."""
     start = now.astimezone(UTC).replace(second=0, microsecond=0) - timedelta(minutes=minutes - 1)
-    keys = [(start + timedelta(minutes=i)).strftime("%H:%M") for i in range(minutes)]
-    series: dict[str, dict[str, float]] = {
-        name: dict.fromkeys(keys, 0.0) for name in ("requests", "errors", "tokens", "cost")
+    stamps = [(start + timedelta(minutes=i)).strftime("%Y-%m-%dT%H:%M") for i in range(minutes)]
+    by_minute = {str(row["group"]): row for row in rows}
+    series: dict[str, list[tuple[str, float]]] = {
+        name: [] for name in ("requests", "errors", "tokens", "cost")
     }
-    for event in events:
-        ts = datetime.fromisoformat(str(event["ts"]).replace("Z", "+00:00")).astimezone(UTC)
-        key = ts.strftime("%H:%M")
-        if key not in series["requests"] or ts < start:
-            continue
-        series["requests"][key] += 1
-        cancelled = event.get("error_kind") == "cancelled"  # a batch item its owner stopped: no error
-        if not cancelled and (event.get("error_kind") or not 200 <= int(event.get("status") or 0) < 300):
-            series["errors"][key] += 1
-        series["tokens"][key] += int(event.get("input_tokens") or 0) + int(event.get("output_tokens") or 0)
-        series["cost"][key] += (event.get("cost_nanos") or 0) / 1e9
-    return {name: list(values.items()) for name, values in series.items()}
+    for stamp in stamps:
+        row = by_minute.get(stamp, {})
+        label = stamp[11:]
+        series["requests"].append((label, float(row.get("requests") or 0)))
+        series["errors"].append((label, float(row.get("errors") or 0)))
+        tokens = (row.get("input_tokens") or 0) + (row.get("output_tokens") or 0)
+        series["tokens"].append((label, float(tokens)))
+        series["cost"].append((label, (row.get("cost_nanos") or 0) / 1e9))
+    return series

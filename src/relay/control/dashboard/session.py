@@ -7,7 +7,11 @@ when ``RELAY_PUBLIC_URL`` is https, ``Path=/ui``):
   from the admin token, so the token itself is never stored in the browser and changing
   ``RELAY_ADMIN_TOKEN`` signs every admin out;
 * a user's email and password: the cookie is ``u.<session>``, the same opaque §3.2 session that
-  ``POST /api/auth/login`` hands out (stored hashed, 12 h), checked against the database on each page.
+  ``POST /api/auth/login`` hands out (stored hashed, 12 h), checked against the database on each page;
+* single sign-on (SPEC §21): ``u.<session>`` too, or ``o.<session>.<mac>`` for a member of an admin
+  group: the MAC binds the admin view to that session, so it cannot be added to another cookie. The
+  view ends with the session (sign-out, expiry, the user disabled); group changes apply at the next
+  sign-in. These cookies are ``SameSite=Lax``: the callback that sets them arrives from the provider.
 
 The CSRF token of a session is an HMAC of the cookie value: every state-changing form carries it in a
 hidden field and the server compares in constant time. A page on another origin can neither read it
@@ -33,7 +37,7 @@ ADMIN_TTL_S: Final = 12 * 3600
 class Viewer:
     """The signed-in party: the admin (every project) or a user (only their projects)."""
 
-    kind: str  # "admin" | "user"
+    kind: str  # "admin" | "user" (an SSO admin-group member is "admin" with user_id and email)
     cookie: str
     user_id: str | None = None
     email: str | None = None
@@ -50,7 +54,9 @@ class Viewer:
 
     @property
     def label(self) -> str:
-        return "admin" if self.is_admin else str(self.email)
+        if self.is_admin:  # an SSO admin-group member is named by their email
+            return f"{self.email} (admin)" if self.email else "admin"
+        return str(self.email)
 
 
 class Signer:
@@ -70,6 +76,22 @@ class Signer:
         if len(parts) != 3 or parts[0] != "a" or not parts[1].isdigit():
             return False
         return constant_time_equal(mac, self._mac(body)) and int(parts[1]) > time.time()
+
+    def oidc_admin_cookie(self, session: str) -> str:
+        body = f"o.{session}"
+        return f"{body}.{self._mac(body)}"
+
+    def oidc_admin_session(self, value: str) -> str | None:
+        """The session of a valid ``o.`` cookie, else None."""
+        body, _, mac = value.rpartition(".")
+        if not body.startswith("o.") or len(body) < 3 or not constant_time_equal(mac, self._mac(body)):
+            return None
+        return body[2:]
+
+    def derive(self, purpose: str, value: str) -> str:
+        """A secret only this Relay can compute from ``value`` (an SSO sign-in's nonce and PKCE
+        verifier from its state: nothing to store between the start and the callback)."""
+        return self._mac(purpose + "\0" + value)
 
     def csrf(self, cookie: str) -> str:
         return self._mac("csrf\0" + cookie)

@@ -17,6 +17,7 @@ from typing import Final
 from fastapi import Request
 from fastapi.responses import Response
 
+from relay.control.audit.context import ADMIN
 from relay.control.dashboard.session import ADMIN_TTL_S, COOKIE
 from relay.control.dashboard.web import Dashboard, PageRoutes, Refused
 from relay.crypto.sealing import constant_time_equal
@@ -42,7 +43,15 @@ async def signin_page(
     dash: Dashboard, request: Request, status: int = 200, message: str | None = None
 ) -> Response:
     pre = request.cookies.get(PRE_COOKIE) or secrets.token_urlsafe(16)
-    response = dash.page("signin.html", request, None, status, csrf=dash.signer.csrf(pre), message=message)
+    response = dash.page(
+        "signin.html",
+        request,
+        None,
+        status,
+        csrf=dash.signer.csrf(pre),
+        message=message,
+        sso=dash.sso is not None,
+    )
     set_cookie(dash, response, PRE_COOKIE, pre, 3600)
     return response
 
@@ -65,8 +74,12 @@ async def signin(dash: Dashboard, request: Request) -> Response:
         return await signin_page(dash, request, exc.status, exc.message)
     if admin_token:
         if not constant_time_equal(admin_token.strip(), dash.admin_token):
+            await dash.catalog.audit.sign_in_failed(
+                "admin_token", via="admin_token", reason="invalid admin token"
+            )
             return await signin_page(dash, request, 401, "invalid admin token")  # stays counted
         value, max_age = dash.signer.admin_cookie(), ADMIN_TTL_S
+        await dash.catalog.audit.record_alone("sign_in", "Session", "admin_token", actor=ADMIN)
     else:
         try:
             session = await dash.tokens.login({"email": email, "password": fields.get("password", "")})
@@ -88,7 +101,10 @@ async def signin(dash: Dashboard, request: Request) -> Response:
 async def signout(dash: Dashboard, request: Request) -> Response:
     viewer = await dash.require(request)
     await dash.form(request, viewer)
-    if not viewer.is_admin:
+    session = dash.signer.oidc_admin_session(viewer.cookie) if viewer.user_id else None
+    if session is not None:
+        await dash.tokens.end_session(session)
+    elif not viewer.is_admin:
         await dash.tokens.end_session(viewer.cookie[2:])
     response = dash.redirect("/ui/signin")
     response.delete_cookie(COOKIE, path="/ui")

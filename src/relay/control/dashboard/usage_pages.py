@@ -84,10 +84,14 @@ async def usage(dash: Dashboard, request: Request) -> Response:
         if group_by in ("project", "team", "policy")
         else (lambda r: r["group"])
     )
-    draw = charts.bars if group_by == "day" else charts.hbars
-    chart = draw(f"Requests by {group_by}", [(str(label(r)), float(r["requests"])) for r in rows])
-    cost_chart = charts.bars(
-        f"Cost (USD) by {group_by}", [(str(label(r)), (r["cost_nanos"] or 0) / 1e9) for r in rows]
+    draw = charts.bars if group_by == "day" else charts.hbars  # named groups: labelled bars
+    axis = "Day (UTC)" if group_by == "day" else group_by.capitalize()
+    chart = draw(f"Requests by {group_by}", [(str(label(r)), float(r["requests"])) for r in rows], axis=axis)
+    cost_chart = draw(
+        f"Cost by {group_by}",
+        [(str(label(r)), (r["cost_nanos"] or 0) / 1e9) for r in rows],
+        unit="usd",
+        axis=axis,
     )
     return dash.page(
         "usage.html",

@@ -22,17 +22,22 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from relay.batch_apis.files_service import FileService
 from relay.batches.service import BatchService
+from relay.control.audit.context import ADMIN, Actor, act_as
+from relay.control.audit.queries import AuditQueries
+from relay.control.dashboard import formats, outcomes
 from relay.control.dashboard.session import COOKIE, Signer, Viewer
-from relay.control.kinds import PROJECT
+from relay.control.kinds import PROJECT, TEAM
 from relay.control.services.batches import BatchAdmin
 from relay.control.services.catalog import CatalogService
 from relay.control.services.health import HealthService
 from relay.control.services.keys import KeyService
 from relay.control.services.spend import SpendReader
+from relay.control.services.sso_accounts import SsoAccounts
 from relay.control.services.throttle import LoginThrottle
 from relay.control.services.tokens import TokenService
 from relay.control.services.usage import UsageQueries
 from relay.control.services.webhooks import WebhookDeliveries
+from relay.control.sso import OidcClient
 from relay.errors import RelayError
 
 CSP: Final = (
@@ -79,6 +84,11 @@ class Dashboard:
     webhooks: WebhookDeliveries | None = None
     # The §14 output and error files, for an OpenAI batch's results link (None: no link).
     files: FileService | None = None
+    # The audit log (SPEC §21), as GET /api/audit answers it (None: no audit page).
+    audit: AuditQueries | None = None
+    # Single sign-on (SPEC §21): the OIDC client and who its identities are (None: no SSO button).
+    sso: OidcClient | None = None
+    sso_accounts: SsoAccounts | None = None
 
     def __post_init__(self) -> None:
         self.signer = Signer(self.admin_token)
@@ -88,21 +98,35 @@ class Dashboard:
             trim_blocks=True,
             lstrip_blocks=True,
         )
-        self.env.filters["usd"] = usd
+        formats.register(self.env)
+        self.env.globals.update(
+            outcome=outcomes.outcome,
+            segments=outcomes.segments,
+            bar_words=outcomes.summary,
+            bar_width=outcomes.BAR_WIDTH,
+        )
         self.env.filters["dollars"] = dollars
-        self.env.filters["num"] = lambda n: "–" if n is None else f"{int(n):,}"
         self.env.globals["qs"] = query_string
 
     # -- who ----------------------------------------------------------------------------------------
 
     async def viewer(self, request: Request) -> Viewer | None:
+        """Who is signed in; also the actor of the audit entries this request appends (SPEC §21)."""
         cookie = request.cookies.get(COOKIE, "")
         if cookie.startswith("a.") and self.signer.admin_cookie_valid(cookie):
+            act_as(ADMIN)
             return Viewer("admin", cookie)
+        sso_session = self.signer.oidc_admin_session(cookie) if cookie.startswith("o.") else None
+        if sso_session is not None:
+            found = await self.tokens.session_identity(sso_session)
+            if found is not None:
+                act_as(Actor("oidc", found["user_id"], found["email"]))
+                return Viewer("admin", cookie, found["user_id"], found["email"])
         if cookie.startswith("u.") and len(cookie) > 2:
             found = await self.tokens.session_identity(cookie[2:])
             if found is not None:
                 projects = tuple(tuple(p) for p in found["projects"])
+                act_as(Actor("user", found["user_id"], found["email"]))
                 return Viewer("user", cookie, found["user_id"], found["email"], projects)  # type: ignore[arg-type]
         return None
 
@@ -148,15 +172,6 @@ class Dashboard:
 
     def redirect(self, url: str) -> RedirectResponse:
         return RedirectResponse(url, status_code=303, headers=HEADERS)
-
-
-def usd(nanos: int | None) -> str:
-    if nanos is None:
-        return "–"
-    dollars = nanos / 1e9
-    if dollars and dollars < 0.01:
-        return f"${dollars:.6f}"
-    return f"${dollars:,.4f}" if dollars < 100 else f"${dollars:,.2f}"
 
 
 def dollars(amount: float) -> str:
@@ -225,3 +240,10 @@ async def project_names(dash: Dashboard, viewer: Viewer) -> dict[str, str]:
     if not viewer.is_admin:
         return dict(viewer.projects)
     return {p["id"]: p["name"] for p in await dash.catalog.list_all(PROJECT)}
+
+
+async def team_names(dash: Dashboard, viewer: Viewer) -> dict[str, str]:
+    """Team id → name for the admin (a user's session knows its projects' names, not their teams')."""
+    if not viewer.is_admin:
+        return {}
+    return {team["id"]: team["name"] for team in await dash.catalog.list_all(TEAM)}

@@ -22,6 +22,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from relay.control.kinds import KINDS
+from relay.domain.audit import ActorKind, AuditAction
 
 
 class Answer(BaseModel):
@@ -145,6 +146,12 @@ class UsageEvent(Answer):
     credential_kind: str
     credential_id: str
     relay_key_hash: str | None
+    cache_hit: bool = Field(
+        description="answered from the response cache: status 200, attempts 0, no host key, cost 0"
+    )
+    guardrails: list[dict[str, str]] | None = Field(
+        None, description='the guardrails that blocked or redacted: [{"name", "stage", "action"}]'
+    )
 
 
 class UsageEvents(Answer):
@@ -203,7 +210,19 @@ class PolicySpend(Answer):
     rules: list[SpendRule]
 
 
+class CachePurged(Answer):
+    policy: str = Field(description="the policy's name")
+    purged: int = Field(description="cached answers removed (this process's, or every replica's in Redis)")
+
+
 # -- batches of every owner ---------------------------------------------------------------------------
+
+
+class BatchOffloadView(Answer):
+    binding_id: str | None = Field(description="the binding whose host runs (or refused) the batch")
+    provider_batch_id: str | None = Field(description="the provider's id for the batch, once created")
+    provider_state: str | None = Field(description="the provider's status as last polled")
+    reason: str | None = Field(description="why a batch the provider refused runs on Relay's workers")
 
 
 class AdminBatch(Answer):
@@ -226,6 +245,8 @@ class AdminBatch(Answer):
     counts: dict[str, int]
     created_at: datetime
     completed_at: datetime | None
+    offloaded: bool = Field(description="a provider's batch API runs it (provider batch offload)")
+    offload: BatchOffloadView | None = Field(description="null: never offloaded")
 
 
 class AdminBatches(Answer):
@@ -263,6 +284,43 @@ class WebhookDeliveries(Answer):
     items: list[WebhookDelivery]
 
 
+class AuditActor(Answer):
+    kind: ActorKind
+    id: str | None = None  # left out for the admin token
+    email: str | None = None
+
+
+class AuditEntry(Answer):
+    id: str
+    at: str
+    actor: AuditActor
+    action: AuditAction
+    kind: str
+    ref: str
+    before: dict[str, Any] | None = Field(
+        None, description="left out when empty; write-only fields <redacted>"
+    )
+    after: dict[str, Any] | None = Field(
+        None, description="left out when empty; write-only fields <redacted>"
+    )
+    ip: str | None
+    user_agent: str | None
+    request_id: str | None
+    prev_hash: str
+    hash: str
+
+
+class AuditEntries(Answer):
+    items: list[AuditEntry]
+    next_cursor: str | None
+
+
+class AuditVerdict(Answer):
+    ok: bool
+    entries: int
+    first_bad: str | None
+
+
 #: (method, path) → (status, model) of every non-catalog route's success answer.
 ANSWERS: dict[tuple[str, str], tuple[str, type[Answer]]] = {
     ("get", "/api/export"): ("200", Export),
@@ -285,8 +343,11 @@ ANSWERS: dict[tuple[str, str], tuple[str, type[Answer]]] = {
     ("get", "/api/settings/payload_logging"): ("200", PayloadLogging),
     ("put", "/api/settings/payload_logging"): ("200", PayloadLogging),
     ("get", "/api/policies/{ref}/spend"): ("200", PolicySpend),
+    ("delete", "/api/policies/{ref}/cache"): ("200", CachePurged),
     ("get", "/api/batches"): ("200", AdminBatches),
     ("get", "/api/batches/{batch_id}"): ("200", AdminBatchDetail),
     ("get", "/api/webhooks/{ref}/deliveries"): ("200", WebhookDeliveries),
     ("post", "/api/batches/{batch_id}/cancel"): ("200", Cancelled),
+    ("get", "/api/audit"): ("200", AuditEntries),
+    ("get", "/api/audit/verify"): ("200", AuditVerdict),
 }

@@ -22,11 +22,14 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from relay.control.audit.context import current
+from relay.control.audit.views import audit_view
 from relay.control.kinds import BY_NAME, KINDS, Kind
 from relay.control.services.catalog import CatalogService, with_generated_secret
 from relay.crypto.passwords import verify_password
 from relay.crypto.sealing import SecretBox
 from relay.domain.batch_policy import BatchPolicy
+from relay.domain.ids import mint_id
 from relay.errors import InvalidRequest, RelayError, Unprocessable
 from relay.store import catalog as store
 
@@ -42,17 +45,21 @@ class ApplyService:
         self._engine = engine
         self._catalog = catalog
         self._box = box
+        self._audit = catalog.audit
 
     async def apply(self, documents: Any, *, dry_run: bool, prune: bool) -> list[dict[str, Any]]:
         parsed = self._parse(documents)
         plan: list[dict[str, Any]] = []
+        entries: list[dict[str, Any]] = []  # the audit entries, appended last (SPEC §21)
         changed = False
         try:
             async with self._engine.begin() as conn:
                 for kind in KINDS:
                     for index, name, payload in parsed.get(kind.name, []):
                         try:
-                            action, changes, secret = await self._apply_one(conn, kind, name, payload)
+                            action, changes, secret = await self._apply_one(
+                                conn, kind, name, payload, entries
+                            )
                         except RelayError as exc:
                             # In a file of dozens of documents, "model: Model 'x' not found" alone
                             # does not say which one refers to it.
@@ -71,13 +78,22 @@ class ApplyService:
                         named = {n for _, n, _ in parsed[kind.name]}
                         for row in await store.list_rows(conn, kind.table):
                             if row["name"] not in named:
+                                before = await audit_view(self._catalog, conn, kind, row["id"])
                                 await self._catalog.delete_in(conn, kind, row["id"])
+                                entries.append(
+                                    self._audit.entry("delete", kind.name, row["id"], before=before)
+                                )
                                 plan.append({"kind": kind.name, "name": row["name"], "action": "delete"})
                 changed = any(step["action"] != "unchanged" for step in plan)
                 if dry_run:
                     raise _Rollback
                 if changed:
                     await store.bump_revision(conn)
+                    summary = [{k: step[k] for k in ("kind", "name", "action")} for step in plan]
+                    after = {"documents": len(documents), "prune": prune, "plan": summary}
+                    ref = current().request_id or mint_id("apl")
+                    entries.append(self._audit.entry("apply", "Catalog", ref, after=after))
+                    await self._audit.append(conn, entries)
         except _Rollback:
             return plan
         if changed:
@@ -112,14 +128,22 @@ class ApplyService:
             try:
                 self._catalog.validate(kind, payload)
             except InvalidRequest as exc:
-                raise InvalidRequest(f"{where} ({kind.name} {name}): {exc.message}") from None
+                raise InvalidRequest(
+                    f"{where} ({kind.name} {name}): {exc.message}", status=exc.status, code=exc.code
+                ) from None
             parsed.setdefault(kind.name, []).append((index, name, payload))
         return parsed
 
     async def _apply_one(
-        self, conn: AsyncConnection, kind: Kind, name: str, payload: dict[str, Any]
+        self,
+        conn: AsyncConnection,
+        kind: Kind,
+        name: str,
+        payload: dict[str, Any],
+        entries: list[dict[str, Any]],
     ) -> tuple[str, dict[str, dict[str, Any]] | None, str | None]:
-        """(action, changes, the secret generated for a new webhook that names none)."""
+        """(action, changes, the secret generated for a new webhook that names none); the audit
+        entry of a change is added to ``entries``."""
         object_id = await self._catalog.find_optional(conn, kind, name)
         if object_id is None:
             if (
@@ -131,7 +155,9 @@ class ApplyService:
                     "a new host key needs value or value_from_env (exported documents omit stored values)"
                 )
             spec, generated = with_generated_secret(kind, self._catalog.validate(kind, payload))
-            await self._catalog.create_in(conn, kind, spec)
+            object_id = await self._catalog.create_in(conn, kind, spec)
+            after = await audit_view(self._catalog, conn, kind, object_id)
+            entries.append(self._audit.entry("create", kind.name, object_id, after=after))
             return "create", None, generated
         current = await self._catalog.spec_of(conn, kind, object_id)
         if kind.name == "HostKey" and payload.get("value") is None and payload.get("value_from_env") is None:
@@ -141,7 +167,10 @@ class ApplyService:
         if not changes:
             return "unchanged", None, None
         given = {k for k in payload if payload[k] is not None or k not in kind.write_only}
+        before = await audit_view(self._catalog, conn, kind, object_id)
         await self._catalog.update_in(conn, kind, object_id, spec, given=given)
+        after = await audit_view(self._catalog, conn, kind, object_id)
+        entries.append(self._audit.entry("update", kind.name, object_id, before=before, after=after))
         return "update", changes, None
 
     async def _changes(

@@ -19,13 +19,14 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
-from sqlalchemy import null
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from relay.control.kinds import ChildList, Kind, RefField
+from relay.control.audit.log import AuditLog
+from relay.control.audit.views import audit_view
+from relay.control.kinds import ChildList, Kind, RefField, shown_batch_block, stored_batch_block
 from relay.crypto.passwords import hash_password
 from relay.crypto.sealing import SecretBox
-from relay.domain.batch_policy import BatchPolicy
+from relay.domain.guardrail_spec import GuardrailSpec
 from relay.domain.ids import mint_id
 from relay.domain.kind_specs import FROM_CATALOG, WEBHOOK_SECRET_PREFIX
 from relay.domain.times import rfc3339
@@ -65,26 +66,24 @@ def validation_message(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
+#: Fields whose invalid values answer 422 rather than the control plane's usual 400: the SPEC says
+#: so for them (§19's ``cache`` block, §22's ``batch_offload``, and every field of a §20 guardrail); the
+#: message names the field either way.
+UNPROCESSABLE_FIELDS = frozenset(("cache", "batch_offload"))
+
+
 def validated(model: type[_Spec], payload: Any) -> _Spec:
-    """``payload`` as ``model``, or a 400 naming the fields that are wrong (the control plane's one
-    body-validation rule)."""
+    """``payload`` as ``model``, or a 400 (422 for :data:`UNPROCESSABLE_FIELDS`) naming the fields
+    that are wrong (the control plane's one body-validation rule)."""
     if not isinstance(payload, dict):
         raise InvalidRequest("body must be a JSON object")
     try:
         return model.model_validate(payload)
     except ValidationError as exc:
+        first = exc.errors()[0].get("loc", ()) if exc.errors() else ()
+        if (first and first[0] in UNPROCESSABLE_FIELDS) or model is GuardrailSpec:
+            raise InvalidRequest(validation_message(exc), status=422, code="unprocessable") from None
         raise InvalidRequest(validation_message(exc)) from None
-
-
-def stored_batch_block(block: Mapping[str, Any]) -> Any:
-    """A policy's ``batch`` column (SPEC §17): SQL NULL for the defaults, so a policy that never
-    chose one reads exactly as one written before the block existed; else the whole block."""
-    return null() if BatchPolicy.model_validate(block).is_default else dict(block)
-
-
-def shown_batch_block(stored: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The block as the API shows it: every field, defaults filled (NULL → the defaults)."""
-    return BatchPolicy.model_validate(stored or {}).model_dump()
 
 
 class CatalogService:
@@ -93,10 +92,12 @@ class CatalogService:
         engine: AsyncEngine,
         box: SecretBox,
         announce: Callable[[], Awaitable[object]],
+        audit: AuditLog | None = None,
     ) -> None:
         self._engine = engine
         self._box = box
         self._announce = announce
+        self.audit = audit or AuditLog(engine)
         self._prices: PriceCatalog | None = None
 
     async def announce(self) -> None:
@@ -118,6 +119,8 @@ class CatalogService:
             object_id = await self.create_in(conn, kind, spec)
             await store.bump_revision(conn)
             rendered = await self.render_one(conn, kind, object_id)
+            after = await audit_view(self, conn, kind, object_id, rendered)
+            await self.audit.record(conn, "create", kind.name, object_id, after=after)
         await self._announce()
         if generated is not None:
             rendered["secret"] = generated  # the one time it is shown (SPEC §10.10)
@@ -136,21 +139,26 @@ class CatalogService:
             raise InvalidRequest("body must be a JSON object")
         async with self._engine.begin() as conn:
             object_id = await self.find(conn, kind, ref)
-            current = await self.spec_of(conn, kind, object_id)
+            before = await audit_view(self, conn, kind, object_id)
+            current = await self.spec_of(conn, kind, object_id, before)
             if any(alt in payload for alt in kind.alternatives):
                 current = {k: v for k, v in current.items() if k not in kind.alternatives}
             spec = self.validate(kind, {**current, **payload})
             await self.update_in(conn, kind, object_id, spec, given=set(payload))
             await store.bump_revision(conn)
             rendered = await self.render_one(conn, kind, object_id)
+            after = await audit_view(self, conn, kind, object_id, rendered)
+            await self.audit.record(conn, "update", kind.name, object_id, before=before, after=after)
         await self._announce()
         return rendered
 
     async def delete(self, kind: Kind, ref: str) -> None:
         async with self._engine.begin() as conn:
             object_id = await self.find(conn, kind, ref)
+            before = await audit_view(self, conn, kind, object_id)
             await self.delete_in(conn, kind, object_id)
             await store.bump_revision(conn)
+            await self.audit.record(conn, "delete", kind.name, object_id, before=before)
         await self._announce()
 
     # -- transaction-scoped building blocks (also used by apply) ----------------------------------
@@ -203,10 +211,12 @@ class CatalogService:
             conn, kind.table, object_id, kind=kind.name, name=row["name"] if row else object_id
         )
 
-    async def spec_of(self, conn: AsyncConnection, kind: Kind, object_id: str) -> dict[str, Any]:
+    async def spec_of(
+        self, conn: AsyncConnection, kind: Kind, object_id: str, rendered: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         """The object as a spec document (references by name, no write-only fields): what a PATCH is
-        overlaid on and what ``relay export`` writes."""
-        rendered = await self.render_one(conn, kind, object_id)
+        overlaid on and what ``relay export`` writes. ``rendered``: its rendering, when at hand."""
+        rendered = rendered if rendered is not None else await self.render_one(conn, kind, object_id)
         fields = set(kind.spec.model_fields) - set(kind.write_only)
         out = {name: rendered[name] for name in fields if name in rendered}
         if kind.name == "Binding" and isinstance(out.get("pricing"), dict) and "written_as" in out["pricing"]:

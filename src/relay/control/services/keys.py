@@ -68,6 +68,7 @@ class KeyService:
             await store.insert_row(conn, t.relay_keys, row, kind="key")
             await store.bump_revision(conn)
             rendered = await self._render_one(conn, row["id"])
+            await self._catalog.audit.record(conn, "create", "Key", row["id"], after=rendered)
         await self._catalog.announce()
         return {"key": rendered, "plaintext": new.plaintext}
 
@@ -148,6 +149,7 @@ class KeyService:
         given = spec.model_fields_set
         async with self._engine.begin() as conn:
             key_id = await self.find(conn, ref)
+            before = await self._render_one(conn, key_id)
             values: Row = {"updated_at": utcnow()}
             for field in ("name", "enabled", "payload_logging"):
                 if field in given:
@@ -161,6 +163,7 @@ class KeyService:
             await store.update_row(conn, t.relay_keys, key_id, values, kind="key")
             await store.bump_revision(conn)
             rendered = await self._render_one(conn, key_id)
+            await self._catalog.audit.record(conn, "update", "Key", key_id, before=before, after=rendered)
         await self._catalog.announce()
         return rendered
 
@@ -171,6 +174,7 @@ class KeyService:
             key_id = await self.find(conn, ref)
             current = await store.get(conn, t.relay_keys, key_id)
             assert current is not None
+            before = await self._render_one(conn, key_id)
             now = utcnow()
             values = {
                 "key_hash": new.key_hash,
@@ -182,6 +186,7 @@ class KeyService:
             await store.update_row(conn, t.relay_keys, key_id, values, kind="key")
             await store.bump_revision(conn)
             rendered = await self._render_one(conn, key_id)
+            await self._catalog.audit.record(conn, "rotate", "Key", key_id, before=before, after=rendered)
         await self._catalog.announce()
         return {"key": rendered, "plaintext": new.plaintext}
 
@@ -190,21 +195,26 @@ class KeyService:
             key_id = await self.find(conn, ref)
             current = await store.get(conn, t.relay_keys, key_id)
             assert current is not None
+            before = await self._render_one(conn, key_id)
+            rendered = before
             if current["revoked_at"] is None:  # idempotent: the first revocation time stands
                 now = utcnow()
                 await store.update_row(
                     conn, t.relay_keys, key_id, {"revoked_at": now, "updated_at": now}, kind="key"
                 )
                 await store.bump_revision(conn)
-            rendered = await self._render_one(conn, key_id)
+                rendered = await self._render_one(conn, key_id)
+                await self._catalog.audit.record(conn, "revoke", "Key", key_id, before=before, after=rendered)
         await self._catalog.announce()
         return rendered
 
     async def delete(self, ref: str) -> None:
         async with self._engine.begin() as conn:
             key_id = await self.find(conn, ref)
+            before = await self._render_one(conn, key_id)
             await store.delete_row(conn, t.relay_keys, key_id, kind="key", name=ref)
             await store.bump_revision(conn)
+            await self._catalog.audit.record(conn, "delete", "Key", key_id, before=before)
         await self._catalog.announce()
 
     async def _render_one(self, conn: AsyncConnection, key_id: str) -> dict[str, Any]:

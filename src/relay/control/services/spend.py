@@ -18,7 +18,8 @@ from relay.request.ratelimit import RateLimiter
 from relay.snapshot import Policy, Snapshot
 
 
-def _find(snapshot: Snapshot, ref: str) -> Policy:
+def find_policy(snapshot: Snapshot, ref: str) -> Policy:
+    """The policy named or numbered ``ref`` in this replica's snapshot (404 when unknown)."""
     policy = snapshot.policies.get(ref)
     if policy is None:
         policy = next((p for p in snapshot.policies.values() if p.name == ref), None)
@@ -34,6 +35,6 @@ def spend_reader(limiter: RateLimiter, snapshot: Callable[[], Snapshot]) -> Spen
     """``ref`` (a policy's name or id) → what the route answers under ``rules``."""
 
     async def read(ref: str) -> list[dict[str, Any]]:
-        return await limiter.spend(_find(snapshot(), ref))
+        return await limiter.spend(find_policy(snapshot(), ref))
 
     return read

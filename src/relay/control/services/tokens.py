@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from relay.control.audit.context import Actor
 from relay.control.services.catalog import CatalogService, validated
 from relay.crypto.passwords import hash_password, verify_password
 from relay.crypto.sealing import SecretBox
@@ -109,8 +110,10 @@ class TokenService:
         password_hash = user["password_hash"] if user else None
         ok = await verify_password(password_hash or await self._dummy_hash(), request.password)
         if user is None or not password_hash or not ok:
+            await self._catalog.audit.sign_in_failed(request.email, reason="invalid email or password")
             raise Unauthenticated("invalid email or password")
         if not user["enabled"]:
+            await self._catalog.audit.sign_in_failed(request.email, reason="user disabled")
             raise Unauthenticated("user disabled")
         session = secrets.token_urlsafe(32)
         now = utcnow()
@@ -118,12 +121,13 @@ class TokenService:
             await creds.insert_session(
                 conn,
                 {
-                    "session_hash": _digest(session),
+                    "session_hash": session_digest(session),
                     "user_id": user["id"],
                     "created_at": now,
                     "expires_at": now + SESSION_TTL,
                 },
             )
+            await self._catalog.audit.sign_in(conn, Actor("user", user["id"], user["email"]), user["id"])
         return session
 
     async def mint_for_session(self, session: str | None, payload: Any) -> dict[str, Any]:
@@ -131,7 +135,7 @@ class TokenService:
             raise Unauthenticated("missing session (log in at /api/auth/login)")
         request: MintRequest = validated(MintRequest, payload)
         async with self._engine.begin() as conn:
-            user_id = await creds.session_user(conn, _digest(session), utcnow())
+            user_id = await creds.session_user(conn, session_digest(session), utcnow())
             if user_id is None:
                 raise Unauthenticated("invalid or expired session")
             return await self._mint(conn, user_id, request)
@@ -140,7 +144,7 @@ class TokenService:
         """Who a live session belongs to (the dashboard's sign-in, SPEC §16): ``{"user_id", "email",
         "projects": [(id, name)]}``, or None for an unknown or expired session or a disabled user."""
         async with self._engine.connect() as conn:
-            user_id = await creds.session_user(conn, _digest(session), utcnow())
+            user_id = await creds.session_user(conn, session_digest(session), utcnow())
             if user_id is None:
                 return None
             user = await store.get(conn, t.users, user_id)
@@ -151,7 +155,7 @@ class TokenService:
 
     async def end_session(self, session: str) -> None:
         async with self._engine.begin() as conn:
-            await creds.delete_session(conn, _digest(session))
+            await creds.delete_session(conn, session_digest(session))
 
     async def _mint(self, conn: AsyncConnection, user_id: str, request: MintRequest) -> dict[str, Any]:
         user = await store.get(conn, t.users, user_id)
@@ -186,6 +190,10 @@ class TokenService:
             await creds.revoke_token(conn, jti, utcnow())
             await creds.purge_expired(conn, utcnow())
             await store.bump_revision(conn)
+            if row["revoked_at"] is None:  # a repeated revoke changes nothing
+                shown = {"jti": jti, "user_id": row["user_id"], "project_id": row["project_id"]}
+                after = {**shown, "expires_at": rfc3339(row["expires_at"]), "revoked": True}
+                await self._catalog.audit.record(conn, "revoke", "Token", jti, after=after)
         await self._catalog.announce()
         return {"jti": jti, "revoked": True, "expires_at": rfc3339(row["expires_at"])}
 
@@ -194,13 +202,23 @@ class TokenService:
             user_id = await store.resolve_ref(conn, t.users, user_ref)
             if user_id is None:
                 raise NotFound(f"User {user_ref!r} not found")
+            before = await store.get(conn, t.users, user_id)
             await creds.bump_token_version(conn, user_id)
             await store.bump_revision(conn)
             user = await store.get(conn, t.users, user_id)
+            assert before is not None and user is not None
+            await self._catalog.audit.record(
+                conn,
+                "revoke",
+                "Token",
+                f"user:{user_id}",  # every token of the user, as their ``sub`` claim names it
+                before={"user_id": user_id, "token_version": before["token_version"]},
+                after={"user_id": user_id, "token_version": user["token_version"]},
+            )
         await self._catalog.announce()
         assert user is not None
         return {"user_id": user_id, "token_version": user["token_version"]}
 
 
-def _digest(session: str) -> str:
+def session_digest(session: str) -> str:
     return hashlib.sha256(session.encode()).hexdigest()

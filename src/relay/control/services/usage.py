@@ -16,18 +16,21 @@ What it deliberately does not know: HTTP (the routes parse and render), or how e
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
+from datetime import timedelta
 from typing import Any, Final
 
 import orjson
 from sqlalchemy import Table
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from relay.control.audit.log import AuditLog
 from relay.control.query import check_cursor, check_range, parse_choice, parse_limit, parse_timestamp
 from relay.domain.times import rfc3339
 from relay.errors import InvalidRequest, NotFound
 from relay.store import catalog as catalog_store
 from relay.store import tables as t
 from relay.store import usage as store
+from relay.store import usage_breakdown
 from relay.store.catalog import Row, utcnow
 from relay.usage.capture import SETTING_KEY, current_setting
 
@@ -52,6 +55,7 @@ FILTERS: Final = (
 EVENT_PARAMS: Final = frozenset({*FILTERS, "limit", "cursor"})
 SUMMARY_PARAMS: Final = frozenset({*FILTERS, "group_by"})
 GROUPS: Final = store.GROUPS
+BUCKET_SPANS: Final = {"minute": timedelta(days=1), "hour": timedelta(days=31)}
 DEFAULT_LIMIT: Final = 100
 MAX_LIMIT: Final = 1000
 
@@ -69,14 +73,16 @@ class UsageQueries:
             rows, next_cursor = await store.query_events(conn, filters, limit=limit, cursor=cursor)
         return {"events": [_event(r) for r in rows], "next_cursor": next_cursor}
 
-    async def summary(self, params: Mapping[str, str]) -> dict[str, Any]:
+    async def summary(self, params: Mapping[str, str], *, latency: bool = True) -> dict[str, Any]:
+        """``latency=False`` leaves out p50/p95 (the dashboard's overview shows none)."""
         group_by = params.get("group_by", "")
         if group_by not in store.GROUPS:
             choices = "|".join(store.GROUPS)
             raise InvalidRequest(f"group_by: must be one of {choices}, got {params.get('group_by')!r}")
         async with self._engine.connect() as conn:
             filters = await _filters(conn, params)
-            rows = await store.summary(conn, group_by, filters)
+            _check_bucket_span(group_by, filters)
+            rows = await store.summary(conn, group_by, filters, latency=latency)
             if group_by in REFS or group_by == "credential":
                 # A credential group is named by its relay key's name; a token (jti) has no name.
                 table = t.relay_keys if group_by == "credential" else REFS[group_by]
@@ -85,14 +91,54 @@ class UsageQueries:
                     row["name"] = names.get(row["group"])  # None once the object is deleted
         return {"rows": rows}
 
+    async def breakdown(self, params: Mapping[str, str]) -> dict[str, list[Row]]:
+        """The dashboard overview's figures per UTC day, per model and per project over the same
+        filters, read in one scan (``relay.store.usage_breakdown``), each equal to the summary's rows
+        for that grouping (project rows carry ``name`` as the summary's do); no percentiles."""
+        async with self._engine.connect() as conn:
+            filters = await _filters(conn, params)
+            rows = await usage_breakdown.by_day_model_project(conn, filters)
+            projects = usage_breakdown.roll_up(rows, "project_id")
+            names = await catalog_store.names(conn, t.projects, [r["group"] for r in projects])
+        for row in projects:
+            row["name"] = names.get(row["group"])
+        return {
+            "day": usage_breakdown.roll_up(rows, "day"),
+            "model": usage_breakdown.roll_up(rows, "model"),
+            "project": projects,
+        }
+
+
+def _check_bucket_span(group_by: str, filters: store.EventFilter) -> None:
+    """A per-minute or per-hour summary needs a bounded range (``from``, and ``to`` or now): at most
+    :data:`BUCKET_SPANS` of it, so one request answers at most a few thousand rows, not millions."""
+    span = BUCKET_SPANS.get(group_by)
+    if span is None:
+        return
+    if filters.ts_from is None:
+        raise InvalidRequest(
+            f"from: group_by={group_by} needs from (at most {span.days or 1} day(s) before to)"
+        )
+    end = filters.ts_to or utcnow()
+    if end - filters.ts_from > span:
+        raise InvalidRequest(
+            f"from: group_by={group_by} covers at most {span.days or 1} day(s); narrow from/to"
+        )
+
 
 class CapturedPayloads:
     """A live request's captured bodies, and the payload-logging setting that decides whether they are
     captured. ``on_settings_change`` runs after a settings write commits (it reloads this replica's
     snapshot; other replicas follow the revision the write bumped)."""
 
-    def __init__(self, engine: AsyncEngine, on_settings_change: Callable[[], Awaitable[object]]) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        on_settings_change: Callable[[], Awaitable[object]],
+        audit: AuditLog | None = None,
+    ) -> None:
         self._engine = engine
+        self._audit = audit or AuditLog(engine)
         # The settings write reads before it writes: on SQLite its transaction must take the write lock
         # up front, or a usage-writer commit in between makes the lock upgrade fail at once ("database is
         # locked", which busy_timeout does not cover). Ignored on Postgres.
@@ -127,6 +173,7 @@ class CapturedPayloads:
             }
             await store.put_setting(conn, SETTING_KEY, value, utcnow())
             await catalog_store.bump_revision(conn)
+            await self._audit.record(conn, "update", "Setting", SETTING_KEY, before=current, after=value)
         await self._on_settings_change()
         return value
 

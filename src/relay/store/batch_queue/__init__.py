@@ -83,6 +83,7 @@ from relay.store.batch_queue._rows import record_from_row
 from relay.store.batch_queue._submit import InTransaction
 from relay.store.batch_queue._txn import NO_HOOKS, BatchEvent, RunsFinishHooks
 from relay.store.held import Db, HeldConnection
+from relay.store.write_group import WriteGroup
 
 __all__ = [
     "BatchEvent",
@@ -97,6 +98,7 @@ __all__ = [
     "RetryRaced",
     "RunsFinishHooks",
     "SaveResponses",
+    "WriteGroup",
     "record_from_row",
 ]
 
@@ -121,6 +123,12 @@ class BatchStore:
         """A connection for one batch task to keep between its statements (``relay.store.held``)."""
         return HeldConnection(self._engine)
 
+    def write_group(self) -> WriteGroup | None:
+        """On SQLite, one connection whose transactions a replica's claim, start and finalize tasks
+        share (``relay.store.write_group``: group commit, no busy-handler sleeps); on Postgres None
+        (each task keeps its own connection: :meth:`held`)."""
+        return WriteGroup(self._engine) if self._engine.dialect.name == "sqlite" else None
+
     # ------------------------------------------------------------------------------------------ submit
 
     async def insert_batch(
@@ -138,10 +146,17 @@ class BatchStore:
         )
 
     async def cancel(
-        self, batch_id: str, *, events_for: Callable[[list[int]], Sequence[BatchEvent]]
+        self,
+        batch_id: str,
+        *,
+        events_for: Callable[[list[int]], Sequence[BatchEvent]],
+        also: InTransaction | None = None,
     ) -> list[int]:
-        """Cancel the batch and its available items with one event each (SPEC §10.5); the idxs."""
-        return await _submit.cancel(self._engine, batch_id, events_for=events_for, hooks=self._hooks)
+        """Cancel the batch and its available items with one event each (SPEC §10.5); the idxs.
+        ``also`` runs in the transaction that cancelled it (not on a repeated cancel)."""
+        return await _submit.cancel(
+            self._engine, batch_id, events_for=events_for, hooks=self._hooks, also=also
+        )
 
     # ------------------------------------------------------------------------------------------ retry
 

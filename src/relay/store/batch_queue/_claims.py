@@ -10,7 +10,8 @@ run on a connection the calling task holds (``relay.store.held``) where it keeps
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -19,22 +20,20 @@ from sqlalchemy import (
     ColumnElement,
     Integer,
     bindparam,
-    exists,
     func,
     literal_column,
     or_,
     select,
-    tuple_,
     update,
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from relay.domain.batch_record import BatchRecord
-from relay.domain.batches import AVAILABLE, RUNNING
+from relay.domain.batches import AVAILABLE
 from relay.store.batch_queue._rows import B, I, T, W, in_state, record_from_row
-from relay.store.batch_queue._txn import connection, write_txn
+from relay.store.batch_queue._txn import connection, sqlite_time, write_txn
 from relay.store.held import Db
 from relay.store.tables import ID, UTCDateTime
 
@@ -102,6 +101,7 @@ def _claim_sql(dialect: str) -> _ClaimSQL:
         .where(
             B.c.completed_at.is_(None),
             B.c.status == literal_column("'queued'"),
+            B.c.offload_state.is_(None),  # a provider runs an offloaded batch's items (SPEC §22)
             or_(B.c.expires_at.is_(None), B.c.expires_at > now),  # an expired batch starts nothing (§14)
             _has_unreserved(B.c.id),
             B.c.policy_id.not_in(bindparam("c_skip", expanding=True)),  # held back by pacing (§17)
@@ -204,7 +204,13 @@ async def upsert_worker(conn: AsyncConnection, instance_id: str) -> None:
     await conn.execute(_claim_sql(conn.dialect.name).heartbeat, params)
 
 
-_START_SQL: dict[str, Any] = {}
+_SQLITE_START = (
+    "UPDATE batch_items SET state = 'running', claimed_at = ?"
+    " WHERE (batch_id, idx) IN (VALUES {keys}) AND state = 'available' AND claimed_by = ?"
+    " AND NOT EXISTS (SELECT 1 FROM batches"
+    " WHERE batches.id = batch_items.batch_id AND batches.expires_at <= ?)"
+    " RETURNING batch_id, idx"
+)
 # Postgres: the same statement as text for the driver itself, one per batch of the group. A start runs
 # about once per item started; SQLAlchemy's per-execution work was half its CPU cost.
 _PG_START = (
@@ -240,23 +246,26 @@ async def start(db: Db, instance_id: str, keys: Sequence[tuple[str, int]]) -> se
                 rows = await raw.fetch(_PG_START, batch_id, idxs, instance_id)
                 started.update((batch_id, row[0]) for row in rows)
         return started
-    assert isinstance(db, AsyncEngine), "SQLite: the engine (relay.store.held hands it out there)"
+    # SQLite: the text on the driver itself too: one hop to aiosqlite's thread instead of four (cursor,
+    # execute, fetch, close), each of which waits for the GIL while the event loop is busy.
+    stamp = sqlite_time(db.dialect)(datetime.now(UTC))
+    sql = _SQLITE_START.format(keys=", ".join(["(?, ?)"] * len(wanted)))
+    params = [stamp, *(part for key in wanted for part in key), instance_id, stamp]
+    async with _sqlite_start_conn(db) as conn:
+        raw = (await conn.get_raw_connection()).driver_connection
+        assert raw is not None
+        rows = await raw.execute_fetchall(sql, params)
+    return {(row[0], row[1]) for row in rows}
+
+
+@asynccontextmanager
+async def _sqlite_start_conn(db: Db) -> AsyncIterator[AsyncConnection]:
+    """The start's connection on SQLite: a write group's turn (``relay.store.write_group``: the
+    statement joins its transaction), else a checkout in autocommit (the statement is its own
+    transaction)."""
+    if isinstance(db, AsyncConnection):
+        assert db.in_transaction(), "SQLite: a write group's turn, or the engine"
+        yield db
+        return
     async with db.execution_options(isolation_level="AUTOCOMMIT").connect() as conn:
-        sql = _START_SQL.get("sqlite")
-        if sql is None:
-            sql = _START_SQL["sqlite"] = (
-                update(I)
-                .where(
-                    tuple_(I.c.batch_id, I.c.idx).in_(bindparam("s_keys", expanding=True)),
-                    in_state(AVAILABLE),
-                    I.c.claimed_by == bindparam("s_instance", type_=ID),
-                    ~exists().where(
-                        B.c.id == I.c.batch_id, B.c.expires_at <= bindparam("s_now", UTCDateTime())
-                    ),
-                )
-                .values(state=RUNNING, claimed_at=bindparam("s_now", UTCDateTime()))
-                .returning(I.c.batch_id, I.c.idx)
-            )
-        params = {"s_keys": wanted, "s_instance": instance_id, "s_now": datetime.now(UTC)}
-        rows = await conn.execute(sql, params)
-        return {(row.batch_id, row.idx) for row in rows}
+        yield conn

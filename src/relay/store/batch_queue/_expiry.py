@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from relay.domain.batch_record import BatchRecord
 from relay.domain.batches import AVAILABLE, CANCELLED, RUNNING, expired_error
 from relay.store.batch_queue._rows import B, I, in_state, record_from_row
+from relay.store.batch_queue._tally import FinalTally
 from relay.store.batch_queue._txn import (
     NO_HOOKS,
     BatchEvent,
@@ -72,6 +73,7 @@ async def expire_due_batches(
             return []
         ids = sorted(records)
         await lock_batches(conn, ids)  # like a cancel: only available items change
+        tally = FinalTally()
         for batch_id in ids:
             record = records[batch_id]
             assert record.expires_at is not None
@@ -83,10 +85,12 @@ async def expire_due_batches(
                 .returning(I.c.idx)
             )
             idxs = sorted(cancelled.scalars())
+            tally.add(batch_id, CANCELLED, len(idxs))
             if idxs:
                 events = events_for(record, idxs, error)
                 check_events(events, [(batch_id, idx) for idx in idxs])
                 await insert_events(conn, [event.to_row() for event in events])
+        await tally.write(conn)
         await complete_if_done(conn, ids, hooks)
     return [records[batch_id] for batch_id in ids]
 

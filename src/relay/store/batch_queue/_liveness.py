@@ -21,8 +21,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.domain.batch_record import BatchRecord, is_expired, stop_error
 from relay.domain.batches import AVAILABLE, CANCELLED, RUNNING
+from relay.store import tables as t
 from relay.store.batch_queue._claims import upsert_worker
 from relay.store.batch_queue._rows import B, I, W, in_state, record_from_row
+from relay.store.batch_queue._tally import FinalTally
 from relay.store.batch_queue._txn import (
     NO_HOOKS,
     BatchEvent,
@@ -105,15 +107,23 @@ async def release_lost_reservations(engine: AsyncEngine, *, stale_after_s: float
 
 
 async def open_counts(engine: AsyncEngine) -> dict[str, int]:
-    """How many items wait and run in the whole database (for the ``relay_batch_items`` gauge); two
-    counts, each answered by its partial index, never a scan of finished items."""
+    """How many items wait and run in the whole database (for the ``relay_batch_items`` gauge), in one
+    snapshot: ``running`` counted on its partial index (at most the workers of every replica);
+    ``available`` what the open batches (``ix_batches_open``) hold beyond their final counters
+    (``_tally``) and running items: a million waiting items cost a row, not a million index entries."""
+    C = t.batch_counters
+    finals = sum((func.coalesce(C.c[state], 0) for state in ("completed", "discarded", "cancelled")), 0)
+    not_final = (
+        select(func.coalesce(func.sum(B.c.total_items - finals), 0))
+        .select_from(B.outerjoin(C, C.c.batch_id == B.c.id))
+        .where(B.c.completed_at.is_(None))
+        .scalar_subquery()
+    )
+    running = select(func.count()).select_from(I).where(in_state(RUNNING)).scalar_subquery()
     async with engine.connect() as conn:
-        return {
-            state: int(
-                (await conn.execute(select(func.count()).select_from(I).where(in_state(state)))).scalar_one()
-            )
-            for state in (AVAILABLE, RUNNING)
-        }
+        row = (await conn.execute(select(not_final, running))).one()
+    open_items, running_now = int(row[0]), int(row[1])
+    return {AVAILABLE: max(0, open_items - running_now), RUNNING: running_now}
 
 
 async def rescue(
@@ -173,6 +183,9 @@ async def rescue(
         check_events(events, [(r.batch_id, r.idx) for r in rescued])
         await insert_events(conn, [event.to_row() for event in events])
         await lock_batches(conn, batch_ids)
+        tally = FinalTally()
+        tally.add_all((r.batch_id, "discarded") for r in rescued)
+        await tally.write(conn)
         await complete_if_done(conn, batch_ids, hooks)
     return rescued
 
@@ -255,5 +268,8 @@ async def put_back(
             events = events_for([(records[b], i) for b, i in gone])
             check_events(events, gone)
             await insert_events(conn, [event.to_row() for event in events])
+            tally = FinalTally()
+            tally.add_all((b, CANCELLED) for b, _ in gone)
+            await tally.write(conn)
             await complete_if_done(conn, {b for b, _ in gone}, hooks)
     return len(back)

@@ -13,7 +13,7 @@ the hooks for it.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Protocol
@@ -65,8 +65,13 @@ async def write_txn(db: Db) -> AsyncIterator[AsyncConnection]:
     """A write transaction: ``BEGIN IMMEDIATE`` on SQLite (the write lock at BEGIN, so two processes
     never both read "available" and then both write); the default READ COMMITTED on Postgres. ``db``
     is the engine (a checkout), or on Postgres a connection a batch task holds
-    (``relay.store.held``): the transaction then runs on it."""
+    (``relay.store.held``): the transaction then runs on it. A connection already in a transaction is
+    a turn of a SQLite write group (``relay.store.write_group``): the statements join the group's
+    transaction, inside the turn's savepoint, and commit with it."""
     if isinstance(db, AsyncConnection):
+        if db.in_transaction():
+            yield db
+            return
         async with db.begin():
             yield db
         return
@@ -78,6 +83,15 @@ def db_now(conn: AsyncConnection) -> ColumnElement[datetime]:
     if conn.dialect.name == "postgresql":
         return func.now(type_=UTCDateTime())  # the database's clock, the same for every replica
     return literal(datetime.now(UTC), UTCDateTime())
+
+
+def sqlite_time(dialect: Any) -> Callable[[datetime], Any]:
+    """How SQLAlchemy writes a ``UTCDateTime`` on SQLite (the text the other statements compare): for
+    statements whose text goes to the driver itself."""
+    column = UTCDateTime()
+    process = column.dialect_impl(dialect).bind_processor(dialect)
+    assert process is not None
+    return process
 
 
 def db_ago(conn: AsyncConnection, seconds: float) -> ColumnElement[datetime]:

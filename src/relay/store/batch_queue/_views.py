@@ -11,10 +11,11 @@ caller), the JSON casing of the status view (the API renders it), and the respon
 (``relay.store.payload_chunks``).
 
 Invariants. Every read costs a constant number of queries, whatever the item count (SPEC §10.2): one
-for the record, one GROUP BY for the counts, one for the items. The three read one snapshot (Postgres:
-a REPEATABLE READ read-only transaction; SQLite: one read transaction), so ``counts`` always sums to
-``len(items)`` even while workers finish items. State literals are written into the SQL, never bound,
-so the partial index ``ix_batch_items_available`` stays usable by prepared (generic) plans.
+for the record, one for the counts (the batch's final-state counters, ``_tally``, and its running
+items from their partial index: never a walk over its items), one for the items. They read one
+snapshot (Postgres: a REPEATABLE READ read-only transaction; SQLite: one read transaction), so
+``counts`` always sums to ``len(items)`` even while workers finish items. State literals are written
+into the SQL, never bound, so the partial indexes stay usable by prepared (generic) plans.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from relay.domain.batch_record import BatchRecord, BatchView, ResultRow
 from relay.domain.batches import ITEM_STATES, ResponseRef
 from relay.store.batch_queue._rows import I, read_record
+from relay.store.batches import item_counts
 
 
 async def batch_record(engine: AsyncEngine, batch_id: str) -> BatchRecord | None:
@@ -51,10 +53,7 @@ async def batch_view(
             record = await read_record(conn, batch_id)
             if record is None or (owner is not None and record.owner != owner):
                 return None
-            counted = await conn.execute(
-                select(I.c.state, func.count()).where(I.c.batch_id == batch_id).group_by(I.c.state)
-            )
-            counts = {state: count for state, count in counted}
+            counts = (await item_counts(conn, [batch_id]))[batch_id]  # counters: no walk over items
             items_json = None
             if items:
                 items_json = (await conn.execute(_items_json(conn.dialect.name, batch_id))).scalar_one()

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from relay.control.dashboard.admin_pages import batch_summary
+from relay.control.dashboard.admin_pages import batch_summary, cache_summary
 from relay.domain.batch_policy import DEFAULT_BATCH_POLICY, BatchPolicy
 
 
@@ -27,3 +27,16 @@ from relay.domain.batch_policy import DEFAULT_BATCH_POLICY, BatchPolicy
 )
 def test_the_block_in_one_line(block: dict[str, Any] | None, shown: str) -> None:
     assert batch_summary(block) == shown
+
+
+@pytest.mark.parametrize(
+    ("block", "shown"),
+    [
+        (None, "off"),
+        ({"ttl": "1h", "scope": "project", "streams": True}, "1h · project"),
+        ({"ttl": "30d", "scope": "credential", "streams": False}, "30d · credential · no streams"),
+        ({"ttl": "10m", "scope": "policy", "streams": True}, "10m · policy"),
+    ],
+)
+def test_the_cache_block_in_one_line(block: dict[str, Any] | None, shown: str) -> None:
+    assert cache_summary(block) == shown

@@ -20,3 +20,14 @@ async function tick() {
 }
 
 if (document.querySelector("[data-poll]")) setTimeout(tick, PERIOD_MS);
+
+// Times: the server writes "5 min ago" with the UTC instant in the title; the title becomes the
+// viewer's own local time (the browser knows its time zone, the server does not).
+function localTimes(root) {
+  for (const element of root.querySelectorAll("time[datetime]")) {
+    const instant = new Date(element.getAttribute("datetime"));
+    if (!Number.isNaN(instant.getTime())) element.title = instant.toLocaleString();
+  }
+}
+localTimes(document);
+new MutationObserver(() => localTimes(document)).observe(document.body, { childList: true, subtree: true });

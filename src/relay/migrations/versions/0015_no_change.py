@@ -1,4 +1,4 @@
-"""Reserved for a batch's status counters (filled by the change that needs it).
+"""An empty revision: databases migrated before already carry it, so it stays in the chain.
 
 Revision ID: 0015
 Revises: 0014

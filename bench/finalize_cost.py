@@ -1,0 +1,192 @@
+"""What does settling a batch item cost the process on SQLite? (SPEC §13's W/L target at many workers.)
+
+On SQLite the batch engine's finalizer settles every finished item in the process: its statements run
+in aiosqlite's thread, which shares the GIL with the event loop, so each hop to that thread and each
+statement SQLAlchemy compiles is CPU the workers' loop does not get. This measures it directly, without
+the noise of an upstream and a load generator: a fresh SQLite file (temporary directory) migrated to
+head, one batch of ``--items`` items claimed and started through ``BatchStore``, then settled in groups
+of ``--group`` items through ``BatchStore.finalize_many``, each in a turn of the store's write group (as
+the worker pool runs it), with its usage event. Reported: CPU time of the process (``process_time``:
+the loop's thread and aiosqlite's together) per item settled, and the wall time per group.
+
+``--compare-src DIR`` (another checkout's ``src/``, e.g. a worktree of the base commit) runs the same
+measurement on that code too, in a fresh process per run, interleaved run by run (this checkout, then
+that one), so a change is judged against a baseline measured in the same run. The table shows medians
+(min–max) over ``--rounds``. A benchmark, not a test: it prints, and exits 0 once it measured.
+
+    .venv/bin/python bench/finalize_cost.py [--items 4000] [--group 64] [--rounds 5]
+                                            [--compare-src ../base/src]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+OWN_SRC = HERE.parent / "src"
+
+
+def batch_row(batch_id: str) -> dict[str, Any]:
+    owner = "ab" * 32
+    return {
+        "id": batch_id,
+        "created_at": datetime.now(UTC),
+        "owner": owner,
+        "key_hash": owner,
+        "token_claims": None,
+        "policy_id": "pol_bench",
+        "policy_name": "default",
+        "project_id": "prj_bench",
+        "team_id": "tm_bench",
+        "principal_kind": "serviceaccount",
+        "principal_id": "sa_bench",
+        "credential_kind": "key",
+        "credential_id": "rk_bench",
+        "inbound_shape": "openai",
+    }
+
+
+async def measure(items: int, group: int) -> dict[str, float]:
+    """One run in this process, on whichever ``relay`` PYTHONPATH gives it."""
+    from relay.domain.ids import mint_id
+    from relay.store.batch_queue import BatchStore, FinalItem
+    from relay.store.engine import create_engine
+    from relay.store.migrate import upgrade_to_head
+    from relay.usage.event import UsageEvent
+
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = create_engine(f"sqlite+aiosqlite:///{tmp}/relay.db")
+        try:
+            await upgrade_to_head(engine)
+            store = BatchStore(engine)
+            batch_id = mint_id("b")
+            await store.insert_batch(batch_row(batch_id), items)
+            running: list[int] = []
+            while claimed := await store.claim("bench", 500):
+                started = await store.start("bench", [(c.batch_id, c.idx) for c in claimed])
+                running += sorted(idx for _, idx in started)
+            write_group = store.write_group()
+            assert write_group is not None
+            write_group.open()
+            try:
+                cpu0, wall0, groups = time.process_time(), time.perf_counter(), 0
+                for start in range(0, len(running), group):
+                    finals = [
+                        FinalItem(
+                            batch_id, idx, "completed", 200, None, event(UsageEvent, mint_id, batch_id, idx)
+                        )
+                        for idx in running[start : start + group]
+                    ]
+                    async with write_group.use() as conn:
+                        done = await store.finalize_many("bench", finals, db=conn)
+                    assert len(done) == len(finals)
+                    groups += 1
+                cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+            finally:
+                await write_group.close()
+        finally:
+            await engine.dispose()
+    return {"cpu_us_per_item": cpu / len(running) * 1e6, "wall_ms_per_group": wall / groups * 1000}
+
+
+def event(cls: Any, mint_id: Any, batch_id: str, idx: int) -> Any:
+    return cls(
+        id=mint_id("ue"),
+        ts=datetime.now(UTC),
+        request_id=f"req_{batch_id}_{idx}",
+        source="batch",
+        status=200,
+        inbound_shape="openai",
+        latency_ms=1,
+        policy_id="pol_bench",
+        project_id="prj_bench",
+        team_id="tm_bench",
+        principal_kind="serviceaccount",
+        principal_id="sa_bench",
+        credential_kind="key",
+        credential_id="rk_bench",
+        batch_id=batch_id,
+        batch_idx=idx,
+    )
+
+
+def run_child(src: Path, args: argparse.Namespace) -> dict[str, float]:
+    env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{HERE}"}
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--child",
+            "--items",
+            str(args.items),
+            "--group",
+            str(args.group),
+        ],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return dict(json.loads(out.strip().splitlines()[-1]))
+
+
+def summary(values: list[float]) -> str:
+    return f"{statistics.median(values):.1f} ({min(values):.1f}–{max(values):.1f})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--items", type=int, default=4000, help="items settled per run")
+    parser.add_argument("--group", type=int, default=64, help="items per finalize_many")
+    parser.add_argument("--rounds", type=int, default=5, help="runs per code under test")
+    parser.add_argument("--compare-src", type=Path, help="another checkout's src/ to interleave with")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(asyncio.run(measure(args.items, args.group))))
+        return
+    from common import machine_line, markdown_table
+
+    trees = {"this checkout": OWN_SRC}
+    if args.compare_src is not None:
+        trees["compare"] = args.compare_src.resolve()
+    results: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
+    for round_no in range(args.rounds):
+        for name, src in trees.items():
+            result = run_child(src, args)
+            results[name].append(result)
+            print(
+                f"round {round_no + 1} · {name}: {result['cpu_us_per_item']:.1f} µs CPU per item, "
+                f"{result['wall_ms_per_group']:.2f} ms per group",
+                flush=True,
+            )
+    print()
+    print(machine_line())
+    print(
+        f"{args.items} items settled in groups of {args.group}, SQLite, one write group;"
+        f" median (min–max) of {args.rounds} runs"
+    )
+    rows = [
+        [
+            f"{name} ({src})",
+            summary([r["cpu_us_per_item"] for r in results[name]]),
+            summary([r["wall_ms_per_group"] for r in results[name]]),
+        ]
+        for name, src in trees.items()
+    ]
+    print(markdown_table(["code", "CPU µs per item settled", "wall ms per group"], rows, [False, True, True]))
+
+
+if __name__ == "__main__":
+    main()
