@@ -123,3 +123,41 @@ def test_the_editor_revokes_every_token_of_a_user_after_asking(relay: RelayProce
             relay.api("GET", f"/api/users/{user['id']}").json()["token_version"] == user["token_version"] + 1
         )
         assert browser.post(f"/ui/edit/teams/t-{s}/revoke-tokens", data={"csrf": csrf}).status_code == 404
+
+
+def test_guardrails_are_edited_and_named_by_policies_in_the_editor(relay: RelayProcess) -> None:
+    """SPEC §16 × §20: the Guardrail kind and a policy's ``guardrails`` list have forms that validate
+    as the API does (a pattern that does not compile is refused naming ``regex``), and deleting a
+    guardrail a policy names is refused with the API's 409."""
+    name, pol = uniq("gr"), uniq("grpol")
+    with httpx.Client(base_url=relay.control_url, timeout=30) as browser:
+        csrf = signed_in(browser, admin_token=ADMIN_TOKEN)
+        fields = {"csrf": csrf, "name": name, "stage": "input", "action": "redact", "message": ""}
+        bad = browser.post("/ui/edit/guardrails", data={**fields, "regex": '["("]'})
+        assert bad.status_code in (400, 422) and "regex" in bad.text, bad.text
+        assert relay.api("GET", f"/api/guardrails/{name}").status_code == 404
+
+        made = browser.post("/ui/edit/guardrails", data={**fields, "pii": '["email"]'})
+        assert made.status_code == 200, made.text
+        guardrail = relay.api("GET", f"/api/guardrails/{name}").json()
+        assert (guardrail["pii"], guardrail["regex"], guardrail["action"]) == (["email"], None, "redact")
+
+        policy = browser.post(
+            "/ui/edit/policies",
+            data={
+                "csrf": csrf,
+                "name": pol,
+                "models": "*",
+                "key_selection": "prioritized",  # a select always posts its value
+                "guardrails": name,
+                "enabled": "on",
+            },
+        )
+        assert policy.status_code == 200, policy.text
+        named = relay.api("GET", f"/api/policies/{pol}").json()["guardrails"]
+        assert named == [name], named
+
+        refused = browser.post(
+            f"/ui/edit/guardrails/{guardrail['id']}/delete", data={"csrf": csrf, "confirm": "yes"}
+        )
+        assert refused.status_code == 409 and relay.api("GET", f"/api/guardrails/{name}").status_code == 200

@@ -111,9 +111,23 @@ FORMS: Final[Mapping[str, tuple[Field, ...]]] = {
         Field("fallbacks", "Fallbacks (JSON)", "json", blank={}, hint='{"model-a": ["model-b"]}'),
         Field("batch", "Batch block (JSON)", "json", blank={}, hint=BATCH_HINT),
         Field("cache", "Cache block (JSON)", "json", hint='{"ttl": "1h", "scope": "project"}'),
-        # Guardrails (SPEC §20) join here as one more ``json`` Field once PolicySpec has the block.
+        Field("guardrails", "Guardrails, in order (comma separated)", "list", ref="guardrails"),
         _on("payload_logging", "Log payloads"),
         _on(),
+    ),
+    "guardrails": (
+        Field("stage", "Stage", "choice", choices=("input", "output")),
+        Field("action", "Action (a webhook's answer decides its own)", "choice", choices=("block", "redact")),
+        # One matcher of three; the two left empty are sent as null, so switching matcher clears the old.
+        Field("regex", "Regex patterns (JSON list)", "json", hint='["sk-[A-Za-z0-9]{20,}"]'),
+        Field("pii", "PII types (JSON list)", "json", hint='["email", "phone", "credit_card"]'),
+        Field(
+            "webhook",
+            "Webhook (JSON)",
+            "json",
+            hint='{"url": "https://…", "timeout_ms": 1000, "fail": "closed"}',
+        ),
+        Field("message", "Message shown on a block", blank=""),
     ),
     "webhooks": (
         Field("project", "Project (empty: every project)", "ref", ref="projects"),
@@ -134,6 +148,7 @@ TITLES: Final[Mapping[str, tuple[str, str]]] = {
     "host-keys": ("Host key", "Host keys"),
     "models": ("Model", "Models"),
     "bindings": ("Binding", "Bindings"),
+    "guardrails": ("Guardrail", "Guardrails"),
     "policies": ("Policy", "Policies"),
     "webhooks": ("Webhook", "Webhooks"),
 }

@@ -41,10 +41,28 @@ def test_a_policy_form_becomes_the_api_body() -> None:
         "fallbacks": {},
         "batch": {},
         "cache": None,
+        "guardrails": [],  # the form shows the current list, so an untouched edit keeps it
         "payload_logging": False,  # an unticked checkbox is not posted: false
         "enabled": True,
     }
     BY_PLURAL["policies"].spec.model_validate(body)  # what the API accepts
+
+
+def test_a_guardrail_form_sends_one_matcher_and_nulls_the_others() -> None:
+    posted = {"name": "no-keys", "stage": "output", "action": "redact", "regex": '["sk-[a-z]+"]', "pii": ""}
+    body = body_of("guardrails", posted)
+    assert body == {
+        "name": "no-keys",
+        "stage": "output",
+        "action": "redact",
+        "regex": ["sk-[a-z]+"],
+        "pii": None,  # switching a guardrail from pii to regex clears the pii list
+        "webhook": None,
+        "message": "",
+    }
+    BY_PLURAL["guardrails"].spec.model_validate(body)  # what the API accepts
+    shown_again = shown("guardrails", body)
+    assert shown_again["regex"] == '[\n  "sk-[a-z]+"\n]' and shown_again["pii"] == ""
 
 
 def test_blank_secrets_are_left_out_so_an_edit_keeps_them() -> None:
