@@ -28,7 +28,18 @@ REDACTED: Final = "<redacted>"
 
 ActorKind = Literal["admin_token", "user", "oidc"]
 AuditAction = Literal[
-    "create", "update", "delete", "rotate", "revoke", "apply", "cancel", "purge", "sign_in", "sign_in_failed"
+    "create",
+    "update",
+    "delete",
+    "rotate",
+    "revoke",
+    "apply",
+    "cancel",
+    "purge",
+    "test",
+    "redeliver",
+    "sign_in",
+    "sign_in_failed",
 ]
 ACTOR_KINDS: Final = get_args(ActorKind)
 ACTIONS: Final = get_args(AuditAction)

@@ -111,6 +111,37 @@ async def insert_events(conn: AsyncConnection, rows: Sequence[dict[str, Any]]) -
     return written
 
 
+async def requeue_event(conn: AsyncConnection, webhook_id: str, event_id: str) -> tuple[str, str | None]:
+    """Put one of ``webhook_id``'s final events back in the outbox, due now (a redelivery): its body,
+    id and type stay as they were, so the receiver sees the same ``webhook-id``; its ``created_at``
+    restarts, so the redelivery gets the whole retry window. Returns (``requeued``, its type),
+    (``pending``, its type) when it still is pending (nothing changed), or (``missing``, None)."""
+    found = (
+        await conn.execute(select(E.c.type).where(E.c.id == event_id, E.c.webhook_id == webhook_id))
+    ).first()
+    if found is None:
+        return "missing", None
+    changed = await conn.execute(
+        update(E)
+        .where(E.c.id == event_id, E.c.state != _PENDING)
+        .values(
+            state="pending",
+            next_attempt_at=_now(conn),
+            finished_at=None,
+            created_at=_now(conn),
+            claimed_by=None,
+            claim_token=None,
+        )
+    )
+    return ("requeued" if (changed.rowcount or 0) == 1 else "pending"), found.type
+
+
+def write(engine: AsyncEngine) -> Any:
+    """A write transaction (``BEGIN IMMEDIATE`` on SQLite), for a service that writes the outbox
+    together with its audit entry."""
+    return _write(engine)
+
+
 # ---------------------------------------------------------------------------------------------- delivery
 
 

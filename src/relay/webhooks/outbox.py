@@ -28,6 +28,7 @@ from relay.domain.kind_specs import WEBHOOK_EVENTS
 from relay.store import webhooks as store
 
 APIS: Final = ("relay", "openai", "anthropic")
+TEST_EVENT: Final = "webhook.test"  # sent on an operator's request, whatever the webhook's ``events``
 
 
 class Finished(Protocol):
@@ -96,6 +97,18 @@ async def enqueue(
             }
         )
     return await store.insert_events(conn, rows)
+
+
+async def enqueue_test(conn: AsyncConnection, webhook_id: str, name: str) -> str:
+    """One test event for one webhook, in ``conn``'s transaction; returns its id. It goes through the
+    same outbox as a batch's, so it is signed, retried and listed among the deliveries exactly as a
+    real one. Its own id stands in for the batch id: the one-event-per-batch index never refuses it."""
+    event_id = mint_id("evt")
+    data = {"webhook_id": webhook_id, "webhook": name}
+    body = event_body(event_id, TEST_EVENT, int(time.time()), data)
+    row = {"id": event_id, "webhook_id": webhook_id, "type": TEST_EVENT, "batch_id": event_id, "body": body}
+    await store.insert_events(conn, [row])
+    return event_id
 
 
 async def finish_hook(conn: AsyncConnection, finished: Sequence[Finished]) -> None:

@@ -284,6 +284,12 @@ class WebhookDeliveries(Answer):
     items: list[WebhookDelivery]
 
 
+class WebhookEventQueued(Answer):
+    event_id: str
+    type: str = Field(description="the event's type: webhook.test for a test event")
+    state: Literal["pending"]
+
+
 class AuditActor(Answer):
     kind: ActorKind
     id: str | None = None  # left out for the admin token
@@ -347,6 +353,8 @@ ANSWERS: dict[tuple[str, str], tuple[str, type[Answer]]] = {
     ("get", "/api/batches"): ("200", AdminBatches),
     ("get", "/api/batches/{batch_id}"): ("200", AdminBatchDetail),
     ("get", "/api/webhooks/{ref}/deliveries"): ("200", WebhookDeliveries),
+    ("post", "/api/webhooks/{ref}/test"): ("202", WebhookEventQueued),
+    ("post", "/api/webhooks/{ref}/events/{event_id}/redeliver"): ("202", WebhookEventQueued),
     ("post", "/api/batches/{batch_id}/cancel"): ("200", Cancelled),
     ("get", "/api/audit"): ("200", AuditEntries),
     ("get", "/api/audit/verify"): ("200", AuditVerdict),

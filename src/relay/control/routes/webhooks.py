@@ -1,4 +1,6 @@
-"""``GET /api/webhooks/{ref}/deliveries`` (SPEC §10.10): a webhook's recent delivery attempts.
+"""``GET /api/webhooks/{ref}/deliveries`` (SPEC §10.10): a webhook's recent delivery attempts; ``POST
+/api/webhooks/{ref}/test`` and ``POST /api/webhooks/{ref}/events/{event_id}/redeliver`` (SPEC §16: an
+operator sends a test event, or an event again).
 
 Thin: refuses unknown or repeated query parameters, asks :class:`WebhookDeliveries`, answers what it
 renders. The CRUD of the kind itself is the generic one (``routes.catalog``). Admin bearer only.
@@ -25,10 +27,37 @@ class WebhookRoutes:
         params = single_params(request.query_params.multi_items(), frozenset({"limit"}))
         return await self._deliveries_of.recent(ref, params)
 
+    async def test(self, ref: str) -> dict[str, Any]:
+        """Queue a signed ``webhook.test`` event for the webhook, due now, whatever its ``events``:
+        ``{"event_id", "type": "webhook.test", "state": "pending"}``. Its attempts appear among the
+        deliveries. 409 when the webhook is disabled."""
+        return await self._deliveries_of.send_test(ref)
+
+    async def redeliver(self, ref: str, event_id: str) -> dict[str, Any]:
+        """Send a delivered or failed event again, due now, with the same body and ``webhook-id`` (a
+        receiver that dedupes by it sees a repeat): ``{"event_id", "type", "state": "pending"}``. 404 for an
+        event the webhook does not have; 409 while the event is still pending, or the webhook disabled."""
+        return await self._deliveries_of.redeliver(ref, event_id)
+
     def table(self) -> list[Route]:
-        summary = "Recent delivery attempts of a Webhook"
+        tag = WEBHOOK.name
         return [
-            Route("GET", "/api/webhooks/{ref}/deliveries", self.deliveries, WEBHOOK.name, summary=summary)
+            Route(
+                "GET",
+                "/api/webhooks/{ref}/deliveries",
+                self.deliveries,
+                tag,
+                summary="Recent delivery attempts of a Webhook",
+            ),
+            Route("POST", "/api/webhooks/{ref}/test", self.test, tag, 202, "Send a Webhook a test event"),
+            Route(
+                "POST",
+                "/api/webhooks/{ref}/events/{event_id}/redeliver",
+                self.redeliver,
+                tag,
+                202,
+                "Send a Webhook's event again",
+            ),
         ]
 
 
