@@ -26,120 +26,31 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
+from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceState
 from opentelemetry.util.re import parse_env_headers
 
-from relay.telemetry.otlp_encode import SpanEncoder
-from relay.telemetry.trace_context import TRACED_REQUEST, DropCounter
-
-log = logging.getLogger("relay.telemetry")
-
-# ASGI's callables, spelled out: this module sits below relay.http and names no web framework.
-Scope = MutableMapping[str, Any]
-ASGIApp = Any
-WRITES = frozenset(("POST", "PUT", "PATCH", "DELETE"))
+from relay.telemetry.span_queue import CountingExporter, CountingProcessor
+from relay.telemetry.trace_context import DropCounter
+from relay.telemetry.traced_asgi import ASGIApp, TracedApp
+from relay.telemetry.traceparent import (
+    EMPTY_STATE,
+    NOT_SAMPLED,
+    SAMPLED,
+    format_traceparent,
+    parse_traceparent,
+)
 
 _ERROR = Status(StatusCode.ERROR)
 _UNSET = Status(StatusCode.UNSET)
-_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
-_NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
-_EMPTY_STATE = TraceState()
 _TRACE_ID_LIMIT = TraceIdRatioBased.TRACE_ID_LIMIT
-_HEX = frozenset("0123456789abcdef")
-MAX_TRACESTATE_CHARS = 512  # W3C: at most 32 members; a longer header is dropped, not forwarded
-
-
-def parse_traceparent(value: str | None, tracestate: str | None = None) -> SpanContext | None:
-    """The remote parent a W3C ``traceparent`` names, or ``None`` when it is absent or malformed
-    (then the request starts a new trace, as the W3C recommendation says)."""
-    if not value or len(value) < 55:
-        return None
-    value = value.strip().lower()
-    version, trace_hex, span_hex, flags_hex = value[:2], value[3:35], value[36:52], value[53:55]
-    if (
-        len(value) < 55
-        or value[2] != "-"
-        or value[35] != "-"
-        or value[52] != "-"
-        or version == "ff"
-        or (version == "00" and len(value) != 55)
-        or not _HEX.issuperset(value[:2] + trace_hex + span_hex + flags_hex)
-    ):
-        return None
-    trace_id, span_id = int(trace_hex, 16), int(span_hex, 16)
-    if not trace_id or not span_id:
-        return None
-    state = _EMPTY_STATE
-    if tracestate and len(tracestate) <= MAX_TRACESTATE_CHARS:
-        state = TraceState.from_header([tracestate])
-    flags = _SAMPLED if int(flags_hex, 16) & 1 else _NOT_SAMPLED
-    return SpanContext(trace_id, span_id, True, flags, state)
-
-
-def _traceparent(trace_id: int, span_id: int, sampled: bool) -> str:
-    return f"00-{trace_id:032x}-{span_id:016x}-{'01' if sampled else '00'}"
-
-
-class _CountingExporter(SpanExporter):
-    """The OTLP exporter (wire format written by :class:`SpanEncoder`), counting the spans of every
-    batch it could not deliver."""
-
-    def __init__(self, inner: OTLPSpanExporter, dropped: DropCounter) -> None:
-        self._inner = inner
-        self._dropped = dropped
-        self._encoder = SpanEncoder()
-
-    def _send(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        client = getattr(self._inner, "_client", None)  # the SDK's HTTP client (retries, timeout)
-        data = self._encoder.encode(spans) if client is not None else None
-        if client is None or data is None or getattr(self._inner, "_shutdown", False):
-            return self._inner.export(spans)  # the SDK's own path, encoder included
-        return SpanExportResult.SUCCESS if client.export(data).success else SpanExportResult.FAILURE
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        try:
-            result = self._send(spans)
-        except Exception:  # the exporter's own errors must not kill the processor's thread
-            log.warning("trace export failed", exc_info=True)
-            result = SpanExportResult.FAILURE
-        if result is not SpanExportResult.SUCCESS:
-            self._dropped.inc(len(spans))
-        return result
-
-    def shutdown(self) -> None:
-        self._inner.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return self._inner.force_flush(timeout_millis)
-
-
-class _CountingProcessor(BatchSpanProcessor):
-    """A ``BatchSpanProcessor`` that counts the spans its full queue drops (the SDK only logs that).
-
-    The queue is the SDK's bounded deque (``OTEL_BSP_MAX_QUEUE_SIZE``): appending to a full one
-    discards the oldest span, so a span ending while the queue is full is one span dropped.
-    """
-
-    def __init__(self, exporter: SpanExporter, dropped: DropCounter) -> None:
-        super().__init__(exporter)
-        self._dropped = dropped
-        inner = getattr(self, "_batch_processor", None)
-        self._queue = getattr(inner, "_queue", None)  # the SDK's deque; None: an SDK that hides it
-
-    def on_end(self, span: ReadableSpan) -> None:
-        queue = self._queue
-        if queue is not None and queue.maxlen is not None and len(queue) >= queue.maxlen:
-            self._dropped.inc()
-        super().on_end(span)
 
 
 class Tracer:
@@ -158,7 +69,7 @@ class Tracer:
             endpoint=endpoint + "/v1/traces",
             headers=parse_env_headers(headers, liberal=True) if headers else None,
         )
-        self._processor = _CountingProcessor(_CountingExporter(exporter, dropped), dropped)
+        self._processor = CountingProcessor(CountingExporter(exporter, dropped), dropped)
         self.resource = Resource.create({"service.name": service_name})
         self.scope = InstrumentationScope("relay")
         self._bound = TraceIdRatioBased.get_bound_for_rate(ratio)
@@ -188,7 +99,7 @@ class Tracer:
         else:
             trace_id = bits(128) or 1
             sampled = (trace_id & _TRACE_ID_LIMIT) < self._bound
-            state = _EMPTY_STATE
+            state = EMPTY_STATE
         return RequestTrace(
             self,
             name,
@@ -220,7 +131,7 @@ class Tracer:
             bits(64) or 1,
             None,
             True,
-            _EMPTY_STATE,
+            EMPTY_STATE,
             attributes,
             links,
             None,
@@ -229,7 +140,7 @@ class Tracer:
     def asgi(self, app: ASGIApp, *, writes_only: bool = False) -> ASGIApp:
         """``app`` with a SERVER span per HTTP request (``writes_only``: per POST/PUT/PATCH/DELETE, the
         control plane's writes), named ``<method> <path>``, a child of the caller's ``traceparent``."""
-        return _TracedApp(self, app, writes_only)
+        return TracedApp(self, app, writes_only)
 
     def server_of(self, base_url: str) -> tuple[str, int]:
         """``server.address`` and ``server.port`` of a host's base URL (parsed once per URL)."""
@@ -338,7 +249,7 @@ class RequestTrace:
     def _span_context(self) -> SpanContext:
         context = self._context
         if context is None:
-            flags = _SAMPLED if self.sampled else _NOT_SAMPLED
+            flags = SAMPLED if self.sampled else NOT_SAMPLED
             context = self._context = SpanContext(self.trace_id, self.span_id, False, flags, self._state)
         return context
 
@@ -347,12 +258,13 @@ class RequestTrace:
         return f"{self.trace_id:032x}", f"{self.span_id:016x}"
 
     def traceparent(self) -> str:
-        return _traceparent(self.trace_id, self.span_id, self.sampled)
+        return format_traceparent(self.trace_id, self.span_id, self.sampled)
 
     def attempt(self, name: str, attributes: dict[str, Any]) -> tuple[AttemptSpan, str]:
         """A CLIENT child span for one upstream attempt, and the ``traceparent`` naming it."""
         span_id = self._tracer._ids.getrandbits(64) or 1
-        return AttemptSpan(name, span_id, attributes), _traceparent(self.trace_id, span_id, self.sampled)
+        traceparent = format_traceparent(self.trace_id, span_id, self.sampled)
+        return AttemptSpan(name, span_id, attributes), traceparent
 
     def server_of(self, base_url: str) -> tuple[str, int]:
         return self._tracer.server_of(base_url)
@@ -365,7 +277,7 @@ class RequestTrace:
         merged.update(attributes)
         if error_type is not None:
             merged["error.type"] = error_type
-        flags = _SAMPLED
+        flags = SAMPLED
         context = SpanContext(self.trace_id, span.span_id, False, flags, self._state)
         self._tracer.emit(
             span.name,
@@ -398,44 +310,3 @@ class RequestTrace:
             error,
             self._start_ns,
         )
-
-
-class _TracedApp:
-    """An ASGI app whose HTTP requests are server spans (the batch APIs, the control plane's writes)."""
-
-    def __init__(self, tracer: Tracer, app: ASGIApp, writes_only: bool) -> None:
-        self._tracer = tracer
-        self._app = app
-        self._writes_only = writes_only
-
-    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
-        method = scope.get("method", "")
-        if scope["type"] != "http" or (self._writes_only and method not in WRITES):
-            await self._app(scope, receive, send)
-            return
-        path: str = scope["path"]
-        headers = {
-            name.decode("latin-1"): value.decode("latin-1")
-            for name, value in scope["headers"]
-            if name in (b"traceparent", b"tracestate")
-        }
-        trace = self._tracer.request(
-            f"{method} {path}", {"http.request.method": method, "url.path": path}, headers
-        )
-        answered: dict[str, Any] = {}
-
-        async def traced_send(message: MutableMapping[str, Any]) -> None:
-            if message["type"] == "http.response.start":
-                answered["http.response.status_code"] = message["status"]
-                for name, value in message.get("headers", ()):
-                    if name.lower() == b"x-relay-request-id":
-                        answered["relay.request_id"] = value.decode("latin-1")
-            await send(message)
-
-        token = TRACED_REQUEST.set(trace)
-        try:
-            await self._app(scope, receive, traced_send)
-        finally:
-            TRACED_REQUEST.reset(token)
-            status = answered.setdefault("http.response.status_code", 500)
-            trace.finish(answered, status >= 500)
