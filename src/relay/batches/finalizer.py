@@ -37,8 +37,8 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from relay.background import Loop
+from relay.batches.item_result import ItemResult, response_lost
 from relay.batches.outage import outage_backoff, report_outage, retry_if_transient
-from relay.batches.runner import ItemResult, response_lost
 from relay.domain.batches import ResponseRef
 from relay.payloads.base import KeptResponse
 from relay.store.batch_queue import BatchStore, Db, FinalItem

@@ -37,16 +37,16 @@ import orjson
 
 from relay.batches.admissions import BlockAdmissions
 from relay.batches.holds import OPEN_KEYS, ItemHeld
-from relay.batches.item_shapes import in_item_shape, upstream_returned, wire_request
+from relay.batches.item_checks import Discard, parse_item, principal_of, route_item
+from relay.batches.item_result import ItemResult, response_lost
+from relay.batches.item_shapes import in_item_shape, upstream_returned
 from relay.batches.item_trace import start as start_item_trace
 from relay.batches.item_trace import traced
-from relay.crypto.tokens import TokenClaims
-from relay.domain.batch_record import CANCELLED_ERROR, BatchRecord, FinalState
+from relay.domain.batch_record import CANCELLED_ERROR, BatchRecord
 from relay.errors import RateLimited, RelayError
 from relay.payloads.base import KeptResponse, PayloadStores, Prefetched
-from relay.request.auth import Principal, build_principal, recheck_key, recheck_token
+from relay.request.auth import Principal
 from relay.request.cache.step import HIT, CacheStep, Entry, Lookup
-from relay.request.fallbacks import NotAdmitted, Route, route
 from relay.request.guardrails.step import BLOCKED, Asked, GuardrailStep, check_body
 from relay.request.keypool import PROBE_RECHECK_S
 from relay.request.pipeline import Call, Outcome, Pipeline, UpstreamUnavailable
@@ -59,19 +59,9 @@ from relay.telemetry.metrics import Metrics
 
 if TYPE_CHECKING:
     from relay.telemetry.tracing_export import Tracer
-from relay.usage.event import UsageEvent, cancelled_event, item_event
+from relay.usage.event import cancelled_event, item_event
 
 log = logging.getLogger("relay.batches")
-
-
-@dataclass(slots=True)
-class ItemResult:
-    state: FinalState
-    status: int | None  # the upstream's HTTP status when one answered
-    error: str | None
-    event: UsageEvent
-    response: KeptResponse | None = None  # a completed item's body, as its payload store keeps it
-    store: str = "files"  # that store (the batch's)
 
 
 @dataclass(slots=True)
@@ -93,17 +83,6 @@ class Prepared:
 
     def elapsed_ms(self) -> int:
         return int((time.perf_counter() - self.started) * 1000)
-
-
-class _Discard(Exception):
-    """An item fails before the pipeline answers: its error kind and text (SPEC §10.4)."""
-
-    def __init__(self, kind: str, message: str, *, status: int = 0, attempts: int = 0) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.message = message
-        self.status = status
-        self.attempts = attempts
 
 
 class ItemRunner:
@@ -165,13 +144,13 @@ class ItemRunner:
         try:
             raw = await self._load(batch, idx, prefetched)
             snap = self._snapshot()
-            principal = self._principal(batch, snap)
-            body = _parse(raw)
+            principal = principal_of(batch, snap)
+            body = parse_item(raw)
             requested = body.get("model")
             prepared.model = requested if isinstance(requested, str) else ""
             if principal.policy.input_guardrails:  # before the cache and routing, as a live request
                 await self._guard(prepared, "input", principal, body)
-            chosen = _route(principal, body, snap, batch.inbound_shape, self._max_tokens)
+            chosen = route_item(principal, body, snap, batch.inbound_shape, self._max_tokens)
             prepared.plan = chosen.requested_plan
             waits = principal.policy.batch.pacing == "wait"
             if waits and chosen.fallbacks is None:
@@ -191,11 +170,11 @@ class ItemRunner:
                 if waits:
                     held = ItemHeld(batch.policy_id, exc.retry_after, exc.meter, exc.share, exc.exact)
                     raise held from None
-                raise _Discard(exc.code, exc.message) from None
+                raise Discard(exc.code, exc.message) from None
             except RateLimited as exc:  # a spent budget: never paced
-                raise _Discard(exc.code, exc.message) from None
+                raise Discard(exc.code, exc.message) from None
             prepared.call = Call.routed(principal, chosen, {}, stream=False)
-        except _Discard as failure:
+        except Discard as failure:
             prepared.result = self._discarded(prepared, failure)
         return prepared
 
@@ -227,18 +206,18 @@ class ItemRunner:
             except TimeoutError:
                 if not budget.expired():
                     raise  # not the item's budget: a bug somewhere below, reported as such
-                raise _Discard(
+                raise Discard(
                     "timeout",
                     f"timeout: item ran longer than RELAY_BATCH_ITEM_TIMEOUT_S ({self._timeout_s:g} s)",
                     attempts=call.attempts,
                 ) from None
             except UpstreamUnavailable as exc:
-                raise _Discard(exc.code, exc.message, status=exc.last_status, attempts=exc.attempts) from None
+                raise Discard(exc.code, exc.message, status=exc.last_status, attempts=exc.attempts) from None
             except RelayError as exc:  # no_healthy_keys and the rest of the pipeline's refusals
                 if exc.code == "no_healthy_keys" and call.principal.policy.batch.pacing == "wait":
                     raise ItemHeld(batch.policy_id, PROBE_RECHECK_S, OPEN_KEYS) from None
-                raise _Discard(exc.code, exc.message) from None
-        except _Discard as failure:
+                raise Discard(exc.code, exc.message) from None
+        except Discard as failure:
             return self._discarded(prepared, failure)
         result = await self._answered(prepared, outcome)
         if prepared.cache is not None and self._cache is not None:
@@ -265,7 +244,7 @@ class ItemRunner:
         prepared.guardrails.extend(verdict.applied)
         if verdict.blocked is not None:
             status = 0 if stage == "input" else 200
-            raise _Discard(BLOCKED, f"guardrail blocked: {verdict.blocked.name}", status=status)
+            raise Discard(BLOCKED, f"guardrail blocked: {verdict.blocked.name}", status=status)
 
     async def release(self, prepared: Prepared) -> None:
         """Give back the admission of a prepared item that will not run (its start failed, a cancel)."""
@@ -273,7 +252,7 @@ class ItemRunner:
         if reservation is not None:
             await self._pipeline.release(reservation)
 
-    def _discarded(self, prepared: Prepared, failure: _Discard) -> ItemResult:
+    def _discarded(self, prepared: Prepared, failure: Discard) -> ItemResult:
         event = item_event(
             prepared.item.batch,
             prepared.item.idx,
@@ -324,7 +303,7 @@ class ItemRunner:
         if principal.policy.output_guardrails:
             try:
                 answer = await self._guard_answer(prepared, principal, answer)
-            except _Discard as blocked:  # the upstream answered: priced, never completed (SPEC §20)
+            except Discard as blocked:  # the upstream answered: priced, never completed (SPEC §20)
                 outcome.error_kind = BLOCKED
                 event = item_event(
                     batch,
@@ -410,79 +389,11 @@ class ItemRunner:
             return await self._payloads.of(batch.payload_store).read_request(batch.id, idx)
         except FileNotFoundError:
             if batch.payload_store != "files":
-                raise _Discard(
+                raise Discard(
                     "load_input", f"load input: the request of item {idx} is not in the database"
                 ) from None
-            raise _Discard(
+            raise Discard(
                 "load_input",
                 f"load input: the request file of item {idx} is not in RELAY_BATCH_PAYLOAD_DIR on replica "
                 f"{self._instance_id} (is the directory shared by every replica?)",
             ) from None
-
-    @staticmethod
-    def _principal(batch: BatchRecord, snap: Snapshot) -> Principal:
-        """The submitter as of NOW: the credential re-checked (§3 rules), the recorded policy current."""
-        claims: TokenClaims | None = None
-        if batch.key_hash is not None:
-            reason = recheck_key(batch.key_hash, snap)
-        else:
-            claims = TokenClaims(**(batch.token_claims or {}))
-            reason = recheck_token(claims, snap)
-        if reason is not None:
-            raise _Discard("credential_invalid", f"credential no longer valid: {reason}")
-        policy = snap.policies.get(batch.policy_id)
-        if policy is None:
-            raise _Discard(
-                "policy_unavailable", f'policy unavailable: policy "{batch.policy_name}" was deleted'
-            )
-        if not policy.enabled:
-            raise _Discard("policy_unavailable", f'policy unavailable: policy "{policy.name}" is disabled')
-        return build_principal(  # key_payload_logging stays off: SPEC §9, batch items are never captured
-            policy,
-            key_hash=batch.key_hash,
-            token=claims,
-            credential_id=batch.credential_id,
-            principal_kind=batch.principal_kind,
-            principal_id=batch.principal_id,
-            project_id=batch.project_id,
-            team_id=batch.team_id,
-        )
-
-
-def _parse(raw: bytes) -> dict:
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        raise _Discard("load_input", "load input: the stored request is not valid JSON") from None
-    if not isinstance(body, dict):
-        raise _Discard("load_input", "load input: the stored request is not a JSON object")
-    return body
-
-
-def _route(principal: Principal, body: dict, snap: Snapshot, inbound: str, max_tokens: int) -> Route:
-    """The item's plan and fallbacks (SPEC §4 step 5: a batch item only falls back to models of its
-    own shape, or under ``batch.translate`` to any it can be translated to), or the §10.4 failure."""
-    model = body.get("model")
-    if model is None:
-        raise _Discard("missing_model", "routing: request body has no 'model'")
-    if not isinstance(model, str) or not model.strip():
-        raise _Discard("missing_model", "routing: 'model' must be a non-empty string")
-
-    def admit_plan(plan: Plan) -> tuple[str, dict]:
-        return wire_request(inbound, plan, body, principal.policy.batch.translate, max_tokens)
-
-    try:
-        return route(principal.policy, model, snap, admit_plan)
-    except NotAdmitted as refused:
-        raise _Discard(refused.error.code, refused.error.message) from None
-    except RelayError as exc:
-        raise _Discard(exc.code, f"routing: {exc.message}") from None
-
-
-def response_lost(result: ItemResult, exc: OSError) -> ItemResult:
-    """A completed item whose response body could not be put on disk: it is discarded (the results
-    could not give its response), its event keeps what the upstream call cost."""
-    message = f"internal error: the response could not be stored ({exc.strerror or type(exc).__name__})"
-    result.event.error_kind = "internal"
-    result.event.error_message = message
-    return ItemResult("discarded", result.status, message, result.event)

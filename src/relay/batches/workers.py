@@ -49,12 +49,13 @@ from collections.abc import Callable
 from relay.background import DONE, Backoff, Loop, PauseFor
 from relay.batches.finalizer import Finalizer
 from relay.batches.holds import MIN_HOLD_S, ItemHeld, PolicyHolds
+from relay.batches.item_result import ItemResult
 from relay.batches.liveness import put_back_events
 from relay.batches.outage import log_database_failure
 from relay.batches.pacing import ClaimPacer
 from relay.batches.ready import Body, ReadyQueue
 from relay.batches.rooms import ROOM_CLAIM_STEP, WindowRooms
-from relay.batches.runner import ItemResult, ItemRunner, Prepared
+from relay.batches.runner import ItemRunner, Prepared
 from relay.batches.starter import Starter
 from relay.request.limit_plans import MAX_CONCURRENCY_METER
 from relay.store.batch_queue import BatchStore, ClaimedItem

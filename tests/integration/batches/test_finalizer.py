@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.batches.finalizer import Finalizer
 from relay.batches.hooks import FinishHooks
-from relay.batches.runner import ItemResult
+from relay.batches.item_result import ItemResult
 from relay.domain.batches import ResponseRef
 from relay.payloads.base import KeptResponse
 from relay.store.batch_queue import BatchStore

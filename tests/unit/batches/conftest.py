@@ -18,7 +18,8 @@ from typing import Any
 import orjson
 import pytest
 
-from relay.batches.runner import ItemResult, ItemRunner
+from relay.batches.item_result import ItemResult
+from relay.batches.runner import ItemRunner
 from relay.crypto.tokens import TokenClaims
 from relay.domain.batch_record import BatchRecord
 from relay.domain.ids import mint_id

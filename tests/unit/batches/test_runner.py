@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from relay.batches.runner import ItemResult
+from relay.batches.item_result import ItemResult
 from relay.domain.batch_policy import BatchPolicy
 from relay.domain.batch_record import BatchRecord
 from relay.snapshot.entities import Policy
