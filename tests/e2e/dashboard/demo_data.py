@@ -56,6 +56,7 @@ class Demo:
     message_batch: str = ""
     webhook: str = ""
     guardrail: str = ""
+    events: int = 0  # usage events written
 
 
 @contextmanager
@@ -81,7 +82,7 @@ def running_relay(backend: str = "sqlite", env: dict[str, str] | None = None) ->
             stop_process(fake.process)
 
 
-def seed(gw: Gateway, receiver: Receiver | None = None) -> Demo:
+def seed(gw: Gateway, receiver: Receiver | None = None, per_minute: int = 60) -> Demo:
     demo = Demo(gw)
     team = "platform"
     gw.create("teams", {"name": team, "display_name": "Platform"})
@@ -101,7 +102,7 @@ def seed(gw: Gateway, receiver: Receiver | None = None) -> Demo:
         "guardrails",
         {"name": "no-secrets", "stage": "input", "action": "block", "regex": ["sk-[A-Za-z0-9]{20,}"]},
     )["name"]
-    seed_usage(gw, [gw.object_id("projects", p) for p in demo.projects])
+    demo.events = seed_usage(gw, [gw.object_id("projects", p) for p in demo.projects], per_minute)
 
     scenario = gw.scenario(["fail-401"])  # a host key the upstream refuses: its breaker opens
     gw.chat(scenario.model, key=scenario.key)
