@@ -2,8 +2,9 @@
 API read back: the Guardrail kind and a policy holding every block at once (rules with a budget,
 fallbacks, ``batch``, ``cache``, ``guardrails``) created, edited and deleted through the forms; a
 webhook's "Send test event" and "Redeliver" reaching a real receiver; the "in progress" badge of a
-running batch; and no serious axe-core violation on every editor page of every kind, the confirm
-pages, and the pages that show a plaintext or an error."""
+running batch; a batch submitted after the list was opened appearing on it; and no serious axe-core
+violation on every editor page of every kind, the confirm pages, and the pages that show a plaintext
+or an error."""
 
 from __future__ import annotations
 
@@ -158,6 +159,16 @@ def test_a_running_batch_says_in_progress(page: Any, dash_gw: Gateway) -> None:
         assert row.locator("[data-testid=batch-state]").inner_text() == "in progress"
     finally:
         dash_gw.client.post(f"/v1/batches/{batch_id}/cancel", headers=dash_gw.auth(None))
+
+
+def test_a_batch_submitted_later_appears_on_the_open_list(page: Any, dash_gw: Gateway) -> None:
+    sign_in(page)
+    page.goto("/ui/batches")
+    navigations: list[str] = []
+    page.on("framenavigated", lambda frame: navigations.append(frame.url))
+    batch_id = submit(dash_gw, "openai", [chat_item(0)])  # after the list was opened
+    page.wait_for_selector(f"#batch-rows a:text-is('{batch_id}')")  # the list's own polling
+    assert navigations == []  # by the live update, not a reload
 
 
 # What a kind the module's catalog may lack needs to be created (the others are always there).
