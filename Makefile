@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint unit bench serve clean chart-examples lock sbom oidc-provider
+.PHONY: demo test lint unit bench serve clean chart-examples lock sbom oidc-provider screenshots
 
 # Dependencies come from requirements/dev.lock only: every version pinned, every file checked against
 # its recorded hash (--require-hashes), nothing resolved beyond the lock (--no-deps), and Relay itself
@@ -60,6 +60,9 @@ bench: $(STAMP)  ## benchmarks: print figures next to a baseline measured in the
 	$(BIN)/python bench/fake_upstream_speed.py
 	$(BIN)/python bench/live_overhead.py
 	$(BIN)/python bench/batch_throughput.py
+
+screenshots: $(STAMP)  ## regenerate docs/images/dashboard/*.png: a relay with demo data, every page in Chromium
+	$(BIN)/python -m tests.e2e.dashboard.screenshots
 
 chart-examples: $(STAMP)  ## re-render deploy/helm/relay/examples/*.yaml with real Helm (review the diff)
 	$(BIN)/python -m tests.integration.deploy.helm_render
