@@ -264,6 +264,31 @@ def test_another_projects_batches_are_a_403_like_every_page(relay: RelayProcess)
         assert browser.get("/ui/usage", params={"project": f"other-{s}"}).status_code == 403
 
 
+def test_a_user_without_a_project_lands_on_their_own_page(relay: RelayProcess) -> None:
+    """Signing in leads to the overview; a user who belongs to no project yet is sent on to ``/ui/me``
+    (their keys, tokens and usage: empty) instead of a 403; the usage pages still refuse, and the batch
+    list is theirs (none)."""
+    s = uniq("lone")
+    relay.create("users", {"name": s, "email": f"{s}@example.com", "password": f"pw-{s}-long"})
+    with httpx.Client(base_url=relay.control_url, timeout=60, follow_redirects=True) as browser:
+        form = browser.get("/ui/signin")
+        csrf = re.search(r'name="csrf" value="([^"]+)"', form.text)
+        assert csrf is not None, form.text
+        landed = browser.post(
+            "/ui/signin",
+            data={"email": f"{s}@example.com", "password": f"pw-{s}-long", "csrf": csrf.group(1)},
+        )
+        assert landed.status_code == 200, landed.text[:500]
+        assert landed.url.path == "/ui/me"
+        assert f"{s}@example.com" in landed.text
+        refused = browser.get("/ui/usage")
+        assert refused.status_code == 403
+        assert "not a member of any project" in refused.text
+        listed = browser.get("/ui/batches")
+        assert listed.status_code == 200
+        assert "/ui/batches/" not in listed.text
+
+
 def test_owners_and_teams_are_shown_by_name(relay: RelayProcess, admin: httpx.Client) -> None:
     s = uniq("n")
     relay.create("teams", {"name": f"t-{s}"})

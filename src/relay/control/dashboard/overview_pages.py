@@ -24,6 +24,8 @@ async def overview(dash: Dashboard, request: Request) -> Response:
     """Every figure is one of the usage API's summaries, computed in the database over every event of
     its window (never a sample of recent events); the overview shows no latency, so none is sorted."""
     viewer = await dash.require(request)
+    if not viewer.is_admin and not viewer.projects:  # signed in, no project yet: their own page
+        return dash.redirect("/ui/me")
     params = scoped_project(viewer, dict(request.query_params))
     scope = {"project": params["project"]} if "project" in params else {}
     now = datetime.now(UTC)
