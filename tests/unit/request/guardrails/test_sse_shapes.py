@@ -224,4 +224,3 @@ def test_a_held_stream_is_sent_whole_rebuilt_or_not_at_all(shape: str) -> None:
     held.feed(wire.replace(b"answer", b"forbidden"))
     assert asyncio.run(held.settle(step(), [BLOCK], ASKED)) == b""
     assert held.blocked is not None and held.blocked.status == 422
-
