@@ -68,9 +68,12 @@ def test_sdk_responses_stream_blocked_ends_with_the_error_event(gateway: Gateway
     )
     assert "word0" in streamed_text(events) and "forbidden" not in streamed_text(events)
     assert not any(e.type == "response.completed" for e in events)
-    (event,) = events_of(gateway, s.policy, 1)
-    assert event["error_kind"] == "guardrail_blocked" and event["status"] == 200
-    assert [(g["stage"], g["action"]) for g in event["guardrails"]] == [("output", "block")]
+    with pytest.raises(openai.UnprocessableEntityError) as early:  # found before the first event
+        responses_stream(gateway, s.key, s.model, "forbidden")
+    assert early.value.body["code"] == "guardrail_blocked"  # type: ignore[index]
+    recorded = events_of(gateway, s.policy, 2)
+    assert [(e["error_kind"], e["status"]) for e in recorded] == [("guardrail_blocked", 200)] * 2
+    assert [(g["stage"], g["action"]) for g in recorded[0]["guardrails"]] == [("output", "block")]
 
 
 def generate(gateway: Gateway, key: str, model: str, prompt: str) -> Any:
