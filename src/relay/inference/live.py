@@ -1,9 +1,9 @@
 """A live inference request, from parsed body to the last byte: the story SPEC §7 tells.
 
 parse → authenticate (snapshot) → route (§4) → admission (pass through / translate / refuse) →
-``pipeline.run`` → answer (whole or streamed chunk by chunk) → after the last byte: usage event to the
-background writer, one log line, metrics. No database call happens before the response ends; the usage
-write is queued, never awaited.
+``pipeline.run`` → answer (whole here; streamed chunk by chunk in ``streamed.py``) → after the last
+byte: usage event to the background writer, one log line, metrics. No database call happens before
+the response ends; the usage write is queued, never awaited.
 
 Same-shape requests pass through untouched (no parse beyond ``model`` and ``stream``). A provider shape
 routed to another adapter is translated (SPEC §7.3): request, whole response, stream event by event,
