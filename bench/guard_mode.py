@@ -1,15 +1,18 @@
-"""``live_overhead.py --guardrails``: what input guardrails (SPEC §20) cost per request.
+"""``live_overhead.py --guardrails``: what guardrails (SPEC §20) cost per request, whole and streamed.
 
-Two targets on the same ``relay serve``, interleaved in one run, each a closed loop of
+Four targets on the same ``relay serve``, interleaved in one run, each a closed loop of
 ``--guard-concurrency`` connections sending the same 2 KB chat request (prose with digits, no match):
 
 - **plain** = the plain policy (no guardrails): the baseline;
 - **guarded** = policy ``bench-guard``: two regex input guardrails (an API-key pattern that blocks, a
-  cloud-key pattern that redacts) and one PII input guardrail (email, credit_card, us_ssn; redact).
+  cloud-key pattern that redacts) and one PII input guardrail (email, credit_card, us_ssn; redact);
+- **plain-stream** = the plain policy, the request with ``stream: true``: the streamed baseline;
+- **guarded-stream** = policy ``bench-guard-out``, streamed: one output guardrail (a regex and email,
+  redact), so every text delta passes through the stream window.
 
 Reports Relay's CPU ms per request for each (its process's user + sys / requests answered), medians
-over ``--guard-rounds`` rounds (every other round in reverse order), and guarded − plain (target
-≤ +0.2 ms).
+over ``--guard-rounds`` rounds (every other round in reverse order), guarded − plain (target
+≤ +0.2 ms) and guarded-stream − plain-stream (reported; SPEC §20 sets no target for it).
 """
 
 from __future__ import annotations
@@ -21,6 +24,12 @@ from cache_mode import closed_loop_bodies
 from common import CHAT_BODY, CpuMeter, LoadResult, run_async
 
 GUARD_POLICY = "bench-guard"
+STREAM_GUARD_POLICY = "bench-guard-out"
+OUTPUT_GUARDRAIL = {
+    "kind": "Guardrail",
+    "name": "bench-out",
+    "spec": {"stage": "output", "action": "redact", "regex": ["sk-[A-Za-z0-9]{20,}"]},
+}
 GUARDRAILS = [
     {
         "kind": "Guardrail",
@@ -41,15 +50,23 @@ GUARDRAILS = [
 
 
 def guard_catalog() -> list[dict[str, Any]]:
-    """The guarded policy: the plain policy's pool and the three input guardrails."""
+    """The guarded policies: the plain policy's pool and the three input guardrails; the plain
+    policy's pool and the output guardrail."""
     spec = {"models": ["*"], "host_keys": ["fake-key"], "guardrails": [g["name"] for g in GUARDRAILS]}
-    return [*GUARDRAILS, {"kind": "Policy", "name": GUARD_POLICY, "spec": spec}]
+    out = {"models": ["*"], "host_keys": ["fake-key"], "guardrails": [OUTPUT_GUARDRAIL["name"]]}
+    return [
+        *GUARDRAILS,
+        OUTPUT_GUARDRAIL,
+        {"kind": "Policy", "name": GUARD_POLICY, "spec": spec},
+        {"kind": "Policy", "name": STREAM_GUARD_POLICY, "spec": out},
+    ]
 
 
-def two_kb_body() -> bytes:
+def two_kb_body(*, stream: bool = False) -> bytes:
     sentence = "The order 4521 shipped on day 12 with 3 boxes and a note for the team at the depot. "
     text = (sentence * (2048 // len(sentence) + 1))[:2048]
-    return json.dumps({**CHAT_BODY, "messages": [{"role": "user", "content": text}]}).encode()
+    streamed = {"stream": True} if stream else {}
+    return json.dumps({**CHAT_BODY, **streamed, "messages": [{"role": "user", "content": text}]}).encode()
 
 
 def guard_runs(
@@ -58,27 +75,33 @@ def guard_runs(
     relay_url: str,
     plain_headers: dict[str, str],
     guard_headers: dict[str, str],
+    stream_guard_headers: dict[str, str],
     concurrency: int,
     rounds: int,
     warmup: float,
     duration: float,
 ) -> dict[str, list[tuple[LoadResult, float]]]:
     """Each target's (result, relay CPU ms/req) per round, the two interleaved."""
-    body = two_kb_body()
-    targets = [("plain", plain_headers), ("guarded", guard_headers)]
-    out: dict[str, list[tuple[LoadResult, float]]] = {name: [] for name, _ in targets}
+    whole, streamed = two_kb_body(), two_kb_body(stream=True)
+    targets = [
+        ("plain", plain_headers, whole),
+        ("guarded", guard_headers, whole),
+        ("plain-stream", plain_headers, streamed),
+        ("guarded-stream", stream_guard_headers, streamed),
+    ]
+    out: dict[str, list[tuple[LoadResult, float]]] = {name: [] for name, _, _ in targets}
     for round_no in range(rounds):
-        for name, headers in targets if round_no % 2 == 0 else targets[::-1]:
+        for name, headers, body in targets if round_no % 2 == 0 else targets[::-1]:
             sent = {"Content-Type": "application/json", **headers}
-            run_async(closed_loop_bodies(relay_url, lambda: body, sent, concurrency, warmup))
+            run_async(closed_loop_bodies(relay_url, lambda b=body: b, sent, concurrency, warmup))
             meter = CpuMeter(pids)
             meter.start()
-            result = run_async(closed_loop_bodies(relay_url, lambda: body, sent, concurrency, duration))
+            result = run_async(closed_loop_bodies(relay_url, lambda b=body: b, sent, concurrency, duration))
             meter.stop()
             relay_ms = meter.seconds["relay"] * 1000 / (result.requests or 1)
             out[name].append((result, relay_ms))
             print(
-                f"   guard round {round_no + 1} {name:<7}: {result.rps:8,.0f} req/s"
+                f"   guard round {round_no + 1} {name:<14}: {result.rps:8,.0f} req/s"
                 f"  p50 {result.p50_ms:6.2f} ms"
                 f"  errors {result.errors}  relay CPU {relay_ms:.3f} ms/req"
                 f"  other processes {meter.others_cores:.2f} cores",
@@ -94,9 +117,11 @@ def guard_lines(runs: dict[str, list[tuple[LoadResult, float]]]) -> list[str]:
 
     cpu = {name: median([ms for _, ms in rows]) for name, rows in runs.items()}
     delta = cpu["guarded"] - cpu["plain"]
+    streamed = cpu["guarded-stream"] - cpu["plain-stream"]
     return [
-        "input guardrails, 2 KB request (closed loop, python generator; medians over the rounds):",
-        *(f"  {name:<7} relay CPU {cpu[name]:.3f} ms/req" for name in runs),
-        f"  guarded vs plain: {delta:+.3f} ms CPU/req — {'PASS' if delta <= 0.2 else 'MISS'} "
+        "guardrails, 2 KB request (closed loop, python generator; medians over the rounds):",
+        *(f"  {name:<14} relay CPU {cpu[name]:.3f} ms/req" for name in runs),
+        f"  guarded vs plain (input): {delta:+.3f} ms CPU/req — {'PASS' if delta <= 0.2 else 'MISS'} "
         "(target ≤ +0.2 ms)",
+        f"  guarded-stream vs plain-stream (output window): {streamed:+.3f} ms CPU/req (no target)",
     ]

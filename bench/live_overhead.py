@@ -92,7 +92,7 @@ from common import (
     write_wrk_script,
     wrk_version,
 )
-from guard_mode import GUARD_POLICY, guard_catalog, guard_lines, guard_runs
+from guard_mode import GUARD_POLICY, STREAM_GUARD_POLICY, guard_catalog, guard_lines, guard_runs
 
 UPSTREAM_KEY = "sk-bench-upstream"
 MODEL = "bench-model"
@@ -336,12 +336,13 @@ def run_cache_mode(
 
 
 def run_guard_mode(args: argparse.Namespace, relay: Relay, via: Target, pids: dict[str, int]) -> list[str]:
-    """``--guardrails``: input guardrails vs the plain policy (bench/guard_mode.py); its summary."""
+    """``--guardrails``: input and stream output guardrails vs the plain policy (bench/guard_mode.py)."""
     runs = guard_runs(
         pids=pids,
         relay_url=via.url,
         plain_headers=dict(via.headers),
         guard_headers={"Authorization": f"Bearer {mint_key(relay, GUARD_POLICY)}"},
+        stream_guard_headers={"Authorization": f"Bearer {mint_key(relay, STREAM_GUARD_POLICY)}"},
         concurrency=args.guard_concurrency,
         rounds=args.guard_rounds,
         warmup=args.warmup,

@@ -6,7 +6,8 @@ sends upstream and either raises :class:`GuardrailBlocked` (answered 400 in the 
 upstream call) or writes the redacted texts back into the parsed request, which routing, the cache key
 and the upstream call then use. :func:`guard_whole` does the same for a 2xx whole answer in the
 caller's shape: blocked → a 422 error body with ``error.stage: "output"``; redacted → the re-encoded
-answer. Both list what acted in ``ctx.guardrails`` for the usage event.
+answer. :func:`guarded_stream` picks what a stream passes through (a window, or held whole under an
+output webhook). All of them list what acted in ``ctx.guardrails`` for the usage event.
 
 What it deliberately does not know: matchers and webhooks (``relay.request.guardrails.step``).
 """
@@ -18,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from relay.http.errors import error_body
-from relay.request.guardrails.sse import WINDOWED_SHAPES, GuardedEvents
+from relay.request.guardrails.held import HeldEvents
+from relay.request.guardrails.sse import GuardedEvents
 from relay.request.guardrails.step import Asked, GuardrailBlocked, GuardrailStep, check_body
 from relay.request.guardrails.window import StreamWindow
 
@@ -56,23 +58,36 @@ async def guard_whole(step: GuardrailStep, ctx: RequestContext, body: bytes) -> 
     return orjson.dumps(answer) if verdict.changed else body
 
 
-def guarded_stream(ctx: RequestContext, outcome: Outcome, window: int) -> GuardedEvents | None:
-    """The window a 2xx stream passes through under a policy with output guardrails (SPEC §20), else
-    None (nothing paid). OpenAI chat and Anthropic streams only."""
+def guarded_stream(ctx: RequestContext, outcome: Outcome, window: int) -> GuardedEvents | HeldEvents | None:
+    """What a 2xx stream passes through under a policy with output guardrails (SPEC §20), else None
+    (nothing paid): every caller shape's stream, same-shape or translated. A policy with an output
+    webhook has its streams held and checked whole (``held.py``); otherwise they are windowed."""
     principal = ctx.principal
     if principal is None or not principal.policy.output_guardrails or outcome.status != 200:
         return None
-    if ctx.inbound_shape not in WINDOWED_SHAPES:
-        return None
-    return GuardedEvents(ctx.inbound_shape, StreamWindow(principal.policy.output_guardrails, window))
+    guardrails = principal.policy.output_guardrails
+    if any(g.webhook is not None for g in guardrails):
+        return HeldEvents(ctx.inbound_shape)
+    return GuardedEvents(ctx.inbound_shape, lambda: StreamWindow(guardrails, window))
 
 
-def stream_acted(step: GuardrailStep, ctx: RequestContext, guard: GuardedEvents) -> None:
-    """Count and list what the stream's window redacted or blocked (once the stream has ended)."""
-    for guardrail in guard.window.acted:
+async def settle_stream(step: GuardrailStep, ctx: RequestContext, guard: GuardedEvents | HeldEvents) -> bytes:
+    """The guard's last bytes once the upstream has finished (a held stream: all of them)."""
+    if isinstance(guard, GuardedEvents):
+        return guard.finish()
+    assert ctx.principal is not None
+    return await guard.settle(step, ctx.principal.policy.output_guardrails, _asked(ctx))
+
+
+def stream_acted(step: GuardrailStep, ctx: RequestContext, guard: GuardedEvents | HeldEvents) -> None:
+    """Count and list what acted on the stream (once it has ended); a held stream's check did both."""
+    if isinstance(guard, HeldEvents):
+        ctx.guardrails.extend(guard.applied)
+        return
+    for guardrail in guard.acted:
         step.acted(guardrail, "output", "redact", ctx.guardrails)
-    if guard.window.blocked is not None:
-        step.acted(guard.window.blocked, "output", "block", ctx.guardrails)
+    if guard.blocker is not None:
+        step.acted(guard.blocker, "output", "block", ctx.guardrails)
 
 
 def blocked_body(shape: str, exc: GuardrailBlocked) -> bytes:

@@ -1,9 +1,9 @@
 """A live inference request, from parsed body to the last byte: the story SPEC §7 tells.
 
 parse → authenticate (snapshot) → route (§4) → admission (pass through / translate / refuse) →
-``pipeline.run`` → answer (whole or streamed chunk by chunk) → after the last byte: usage event to the
-background writer, one log line, metrics. No database call happens before the response ends; the usage
-write is queued, never awaited.
+``pipeline.run`` → answer (whole here; streamed chunk by chunk in ``streamed.py``) → after the last
+byte: usage event to the background writer, one log line, metrics. No database call happens before
+the response ends; the usage write is queued, never awaited.
 
 Same-shape requests pass through untouched (no parse beyond ``model`` and ``stream``). A provider shape
 routed to another adapter is translated (SPEC §7.3): request, whole response, stream event by event,
@@ -28,9 +28,7 @@ from starlette.types import Send
 from relay.adapters import (
     CANONICAL,
     EMBEDDINGS,
-    CanonicalStream,
     Dispatch,
-    TranslatingStream,
     admit,
     canonical_from_response,
     canonical_to,
@@ -41,18 +39,17 @@ from relay.adapters import (
     wants_stream,
 )
 from relay.adapters.json_codec import DEFAULT_MAX_DEPTH
-from relay.adapters.replay import StreamAssembler
 from relay.domain.credentials import read_credential
 from relay.errors import InvalidRequest, RateLimited, RelayError
 from relay.http.errors import error_body, relay_error_body, retry_after
-from relay.http.wire import head, send_bytes
+from relay.http.wire import send_bytes
 from relay.inference.cached import CachedAnswers
-from relay.inference.guarded import blocked_body, guard_input, guard_whole, guarded_stream, stream_acted
+from relay.inference.guarded import blocked_body, guard_input, guard_whole
 from relay.inference.recording import LiveRecorder
+from relay.inference.streamed import StreamAnswers, answer_headers, answered_model
 from relay.request.auth import Principal, authenticate
 from relay.request.cache.step import CacheStep, Lookup
 from relay.request.fallbacks import Admit, NotAdmitted, route
-from relay.request.guardrails.sse import GuardedEvents
 from relay.request.guardrails.step import GuardrailBlocked, GuardrailStep
 from relay.request.guardrails.window import DEFAULT_WINDOW
 from relay.request.pipeline import Call, Outcome, Pipeline
@@ -92,23 +89,6 @@ MODEL_RECORD_CHARS = 256
 """Longest requested model name a usage event or log line keeps (a catalog name is at most 63)."""
 
 
-def _answered(ctx: RequestContext, outcome: Outcome) -> str:
-    """The ``model`` a translated answer names: the caller's, or after a fallback the model that
-    answered (SPEC §4 step 5)."""
-    if outcome.fallback_from is not None and ctx.plan is not None:
-        return ctx.plan.model.name
-    return ctx.model
-
-
-def _answer_headers(outcome: Outcome, ctx: RequestContext) -> list[tuple[bytes, bytes]]:
-    """``X-Relay-Cache`` under a policy with a cache (SPEC §19), ``X-Relay-Fallback-From`` after a
-    fallback answered (SPEC §4)."""
-    headers = [(b"x-relay-cache", ctx.cache_result.encode())] if ctx.cache_result else []
-    if outcome.fallback_from is not None:
-        headers.append((b"x-relay-fallback-from", outcome.fallback_from.encode()))
-    return headers
-
-
 class LiveHandler:
     def __init__(
         self,
@@ -124,7 +104,6 @@ class LiveHandler:
         guardrail_window: int = DEFAULT_WINDOW,
     ) -> None:
         self._guardrails = guardrails
-        self._guardrail_window = guardrail_window
         self._tracer = tracer
         self._snapshot = snapshot
         self._cache = CachedAnswers(cache, pipeline, recorder) if cache is not None else None
@@ -132,6 +111,7 @@ class LiveHandler:
         self._recorder = recorder
         self._max_tokens = translate_max_tokens  # RELAY_TRANSLATE_DEFAULT_MAX_TOKENS
         self._max_depth = max_json_depth
+        self._streams = StreamAnswers(recorder, self._cache, guardrails, guardrail_window)
 
     async def handle(
         self,
@@ -190,7 +170,7 @@ class LiveHandler:
         if outcome.chunks is None:
             await self._answer_whole(ctx, outcome, send, snap)
         else:
-            await self._answer_stream(ctx, outcome, send, snap)
+            await self._streams.answer(ctx, outcome, send, snap)
 
     def _admission(self, ctx: RequestContext, inbound: str, request: dict) -> Admit:
         """The one place a live request's wire shape meets a plan's adapter, for the primary plan and
@@ -241,7 +221,7 @@ class LiveHandler:
             outcome.content_type = "application/json"
         elif ctx.inbound_shape == CANONICAL and ctx.plan is not None:
             try:
-                answered = _answered(ctx, outcome)
+                answered = answered_model(ctx, outcome)
                 body = orjson.dumps(canonical_from_response(ctx.plan.binding.adapter, body, model=answered))
             except ValueError:  # a 2xx the adapter cannot read: the upstream broke its own contract
                 outcome.status, outcome.error_kind = 502, "upstream_unreadable"
@@ -268,7 +248,7 @@ class LiveHandler:
             assert self._cache is not None
             await self._cache.keep(ctx, body, outcome.content_type, outcome.usage)
         await send_bytes(
-            send, outcome.status, body, outcome.content_type, ctx.request_id, _answer_headers(outcome, ctx)
+            send, outcome.status, body, outcome.content_type, ctx.request_id, answer_headers(outcome, ctx)
         )
         self._recorder.finished(ctx, outcome, snap, response_body=body)
 
@@ -281,127 +261,13 @@ class LiveHandler:
             return translate_error(ctx.error_shape, outcome.status, body)
         try:
             return translate_response(
-                ctx.plan.binding.adapter, ctx.inbound_shape, body, model=_answered(ctx, outcome)
+                ctx.plan.binding.adapter, ctx.inbound_shape, body, model=answered_model(ctx, outcome)
             )
         except ValueError:  # a 2xx the adapter cannot read: the upstream broke its own contract
             outcome.status, outcome.error_kind = 502, "upstream_unreadable"
             return error_body(
                 ctx.error_shape, status=502, code="upstream_unreadable", message="upstream answer unreadable"
             )
-
-    async def _answer_stream(self, ctx: RequestContext, outcome: Outcome, send: Send, snap: Snapshot) -> None:
-        assert outcome.chunks is not None and ctx.plan is not None
-        translate: CanonicalStream | TranslatingStream | None = None
-        if ctx.inbound_shape == CANONICAL:
-            translate = CanonicalStream(ctx.plan.binding.adapter)
-        elif ctx.translated:
-            translate = TranslatingStream(
-                ctx.plan.binding.adapter,
-                ctx.inbound_shape,
-                model=_answered(ctx, outcome),
-                include_usage=ctx.include_usage,
-            )
-        capture = self._recorder.capture(ctx, snap)
-        assembler = (
-            StreamAssembler(ctx.inbound_shape, ctx.model)
-            if ctx.cache is not None and outcome.status == 200
-            else None
-        )
-        broken: str | None = None
-        guard = guarded_stream(ctx, outcome, self._guardrail_window)
-        blocked: GuardrailBlocked | None = None
-        headed = guard is None  # a guarded stream's head waits for its first event (SPEC §20: 422 before one)
-        if headed:
-            await send(self._stream_head(ctx, outcome))
-        try:  # from here on: whatever fails, the stream is settled (its lease is renewed until then)
-            async for chunk in outcome.chunks:
-                out = translate.feed(chunk) if translate is not None else chunk
-                if guard is not None:
-                    out = guard.feed(out)
-                    blocked = guard.blocked
-                    if not headed:
-                        if not out:
-                            if blocked is not None:  # found before the first event: a 422
-                                await self._stream_blocked(ctx, outcome, guard, send, snap)
-                                return
-                            continue
-                        headed = True
-                        await send(self._stream_head(ctx, outcome))
-                    if blocked is not None:
-                        await send({"type": "http.response.body", "body": out, "more_body": False})
-                        break
-                if out:
-                    if capture is not None:
-                        capture.add(out)
-                    if assembler is not None:
-                        assembler.feed(out)
-                    await send({"type": "http.response.body", "body": out, "more_body": True})
-            tail = translate.finish() if translate is not None else b""
-            if guard is not None and blocked is None:
-                tail = guard.feed(tail) + guard.finish()
-                blocked = guard.blocked
-                if blocked is not None and not headed and not tail:
-                    await self._stream_blocked(ctx, outcome, guard, send, snap)
-                    return
-                if not headed:
-                    headed = True
-                    await send(self._stream_head(ctx, outcome))
-                if blocked is not None:
-                    await send({"type": "http.response.body", "body": tail, "more_body": False})
-            if blocked is not None:  # the error event was the last one sent
-                outcome.error_kind = blocked.code
-                self._stream_acted(ctx, guard)
-                self._recorder.finished(ctx, outcome, snap, stream_capture=capture, blocked=blocked)
-                return
-            if tail:
-                if assembler is not None:
-                    assembler.feed(tail)
-                await send({"type": "http.response.body", "body": tail, "more_body": True})
-            if assembler is not None:  # kept before the response ends: the caller's next request sees it
-                assert self._cache is not None
-                whole = assembler.finish(await outcome.finish())
-                if whole is not None:
-                    await self._cache.keep(ctx, whole, "application/json", outcome.usage)
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-        except RelayError as exc:  # the upstream broke mid-stream: the caller sees the stream end
-            broken = exc.message
-            if not headed:
-                await send(self._stream_head(ctx, outcome))
-            tail = translate.fail(exc.message) if isinstance(translate, TranslatingStream) else b""
-            await send({"type": "http.response.body", "body": tail, "more_body": False})
-        except OSError:
-            broken = "client disconnected"
-        finally:
-            await outcome.chunks.aclose()  # type: ignore[attr-defined]
-            await outcome.finish()
-        self._stream_acted(ctx, guard)
-        self._recorder.finished(ctx, outcome, snap, stream_capture=capture, broken=broken)
-
-    @staticmethod
-    def _stream_head(ctx: RequestContext, outcome: Outcome) -> dict[str, Any]:
-        return head(
-            outcome.status,
-            "text/event-stream",
-            ctx.request_id,
-            [(b"cache-control", b"no-cache"), *_answer_headers(outcome, ctx)],
-        )
-
-    def _stream_acted(self, ctx: RequestContext, guard: GuardedEvents | None) -> None:
-        if guard is not None:
-            assert self._guardrails is not None
-            stream_acted(self._guardrails, ctx, guard)
-
-    async def _stream_blocked(
-        self, ctx: RequestContext, outcome: Outcome, guard: GuardedEvents, send: Send, snap: Snapshot
-    ) -> None:
-        """SPEC §20: a block found before the stream's first event answers 422 in the caller's shape."""
-        blocked = guard.blocked
-        assert blocked is not None
-        self._stream_acted(ctx, guard)
-        outcome.error_kind = blocked.code
-        body = blocked_body(ctx.error_shape, blocked)
-        await send_bytes(send, blocked.status, body, "application/json", ctx.request_id)
-        self._recorder.finished(ctx, outcome, snap, response_body=body, blocked=blocked)
 
     async def _refuse(
         self, ctx: RequestContext, shape: str, exc: RelayError, send: Send, snap: Snapshot

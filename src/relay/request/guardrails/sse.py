@@ -1,57 +1,103 @@
-"""Output guardrails on a stream in the caller's shape (SPEC §20): the SSE events of an OpenAI chat or
-Anthropic messages stream rewritten through a :class:`~relay.request.guardrails.window.StreamWindow`.
+"""Output guardrails on a stream in the caller's shape (SPEC §20): the SSE events of any stream Relay
+sends — OpenAI chat, Responses, Anthropic messages, canonical ``/v1/generate``, same-shape or translated
+(the guard reads the stream after translation, in the caller's shape) — rewritten through windows.
 
 What it does. :meth:`GuardedEvents.feed` takes the stream's bytes as they come (events may be split
-across chunks), passes every text delta through the window, and gives back the events to send: a text
-event carries what the window releases (an event left with no text and nothing else is dropped); the
-held-back text is released in a delta of its own just before the event that ends the text (a finish
-chunk, ``[DONE]``, ``content_block_stop``, ``message_delta``). A block ends the output with the shape's
-error event (``guardrail_blocked``, ``stage: output``): nothing after it, and never the matched text.
+across chunks), passes every text delta through the window of its key (one per piece of text streamed
+on its own: a chat choice, a content block, a Responses content part; ``shapes.py``), and gives back the
+events to send: a text event carries what its window releases (an event left with no text and nothing
+else is dropped); a key's held-back text is released in a delta of its own just before the event that
+ends that text (a finish chunk, ``[DONE]``, ``content_block_stop``, ``response.output_text.done``,
+``done``...). Events that repeat a whole text (Responses' ``.done`` events and terminal response) carry
+the released text. A block ends the output with the shape's error event (``guardrail_blocked``,
+``stage: output``): nothing after it, and never the matched text. The events before the first released
+text are held, so a block found before then sends nothing (the caller is answered a 422).
 
-What it deliberately does not know: Responses and canonical streams (their answers are checked whole
-only), webhooks.
+A window is anything with ``feed``/``finish``/``blocked``/``acted``: the regex/PII
+:class:`~relay.request.guardrails.window.StreamWindow`, or the fixed texts of ``held.py`` (a stream
+checked whole, by a webhook).
+
+What it deliberately does not know: matchers, webhooks, where each shape keeps its text (``shapes``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import orjson
 
-from relay.adapters import ANTHROPIC
+from relay.adapters.sse import EventSplitter, event_data
+from relay.domain.guardrails import Guardrail
+from relay.request.guardrails.shapes import SHAPES, Key
 from relay.request.guardrails.step import GuardrailBlocked
-from relay.request.guardrails.window import StreamWindow
 
-#: The caller shapes whose streams pass through the window.
-WINDOWED_SHAPES = frozenset(("openai", ANTHROPIC))
+
+class Window(Protocol):
+    blocked: Guardrail | None
+    acted: list[Guardrail]
+
+    def feed(self, text: str) -> str: ...
+
+    def finish(self) -> str: ...
 
 
 class GuardedEvents:
-    __slots__ = ("_buffer", "_early", "_opened", "_shape", "_template", "blocked", "window")
+    __slots__ = (
+        "_early",
+        "_make",
+        "_opened",
+        "_released",
+        "_shape",
+        "_splitter",
+        "_templates",
+        "blocked",
+        "blocker",
+        "windows",
+    )
 
-    def __init__(self, shape: str, window: StreamWindow) -> None:
-        self._shape = shape
-        self.window = window
-        self._buffer = b""
-        self._template: dict[str, Any] | None = None  # the last text event, for the held text's delta
+    def __init__(self, shape: str, window: Callable[[], Window]) -> None:
+        self._shape = SHAPES[shape]()
+        self._make = window
+        self.windows: dict[Key, Window] = {}
+        self._templates: dict[Key, tuple[bytes | None, dict[str, Any]]] = {}  # last text event per key
+        self._released: dict[Key, str] = {}  # all the text released per key (Responses repeat it)
+        self._splitter = EventSplitter()
         self.blocked: GuardrailBlocked | None = None
-        # The events before the first released text are held too: a block found before any text was
-        # released is answered as a 422 before any event (SPEC §20).
+        self.blocker: Guardrail | None = None
         self._early = b""
         self._opened = False
 
+    @property
+    def acted(self) -> list[Guardrail]:
+        """The redact guardrails that replaced something, in any window, once each."""
+        found: list[Guardrail] = []
+        for window in self.windows.values():
+            found.extend(g for g in window.acted if g not in found)
+        return found
+
     def feed(self, chunk: bytes) -> bytes:
+        if self.blocked is not None or not chunk:
+            return b""
+        buf, spans = self._splitter.split(chunk)
+        out: list[bytes] = []
+        for start, end, after in spans:
+            if self.blocked is not None:
+                break
+            out.append(self._event(buf, start, end, after))
+        return self._opening(b"".join(out))
+
+    def finish(self) -> bytes:
+        """What is left once the stream ended (held text of a stream that ended without its closing
+        events, an event without its blank line)."""
         if self.blocked is not None:
             return b""
-        self._buffer += chunk
-        out: list[bytes] = []
-        while self.blocked is None:
-            end = self._buffer.find(b"\n\n")
-            if end < 0:
-                break
-            raw, self._buffer = self._buffer[: end + 2], self._buffer[end + 2 :]
-            out.append(self._event(raw))
-        return self._opening(b"".join(out))
+        rest = self._splitter.take_rest()
+        tail = self._event(rest, 0, len(rest), len(rest)) if rest else b""
+        if self.blocked is None:
+            tail += self._flush(list(self.windows))
+        self._opened = self._opened or self.blocked is None
+        return self._opening(tail)
 
     def _opening(self, out: bytes) -> bytes:
         """``out`` behind the events held until the first text was released (nothing before then; a
@@ -65,120 +111,87 @@ class GuardedEvents:
         early, self._early = self._early, b""
         return early + out
 
-    def finish(self) -> bytes:
-        """What is left once the upstream ended (a stream that ended without its closing events)."""
-        if self.blocked is not None:
-            return b""
-        rest, self._buffer = self._buffer, b""
-        tail = self._flush() + rest
-        self._opened = self.blocked is None
-        return self._opening(tail)
-
-    def _event(self, raw: bytes) -> bytes:
-        data = _data(raw)
-        if data is None or data == b"[DONE]":
-            return self._flush() + raw if data == b"[DONE]" else raw
+    def _event(self, buf: bytes, start: int, end: int, after: int) -> bytes:
+        raw = buf[start:after] if after > end else buf[start:end] + b"\n\n"
+        data = event_data(buf, start, end)
+        shape = self._shape
+        if data is None:
+            return raw
+        if data == b"[DONE]":
+            return self._flush(shape.ends(None, None, list(self.windows))) + raw
         try:
             event = orjson.loads(data)
         except orjson.JSONDecodeError:
             return raw
         if not isinstance(event, dict):
             return raw
-        text = self._text(event)
-        if text is None:
-            return self._flush() + raw if self._ends_text(event) else raw
-        self._template = event
-        released = self.window.feed(text)
-        if self._ends_text(event):  # text and a finish reason in one chunk: the held text goes with it
-            released += self.window.finish()
-        if self.window.blocked is not None:
-            return self._block()
-        if not released and not self._carries_more(event):
-            return b""
-        self._opened = self._opened or bool(released)
-        self._set_text(event, released)
-        return self._encode(event)
+        name = _name(buf, start, end)
+        texts = shape.texts(name, event)
+        if not texts:
+            out = self._flush(shape.ends(name, event, list(self.windows)))
+            if self.blocked is not None:
+                return out
+            if shape.rewrite(name, event, self._released) or shape.renumbers:
+                return out + shape.encode(name, event)
+            return out + raw
+        released: dict[Key, str] = {}
+        for key, text in texts:
+            window = self.windows.get(key)
+            if window is None:
+                window = self.windows[key] = self._make()
+            self._templates[key] = (name, event)
+            released[key] = window.feed(text)
+            if window.blocked is not None:
+                return self._block(window.blocked)
+        before = b""
+        for key in shape.ends(name, event, list(self.windows)):  # text and its end in one event
+            if key in released:
+                window = self.windows[key]
+                released[key] += window.finish()
+                if window.blocked is not None:
+                    return self._block(window.blocked)
+            else:
+                before += self._flush([key])
+                if self.blocked is not None:
+                    return before
+        if not any(released.values()) and not shape.carries_more(event):
+            return before
+        self._opened = self._opened or any(released.values())
+        if shape.keeps_text:
+            for key, text in released.items():
+                self._released[key] = self._released.get(key, "") + text
+        shape.set_texts(event, released)
+        return before + shape.encode(name, event)
 
-    def _flush(self) -> bytes:
-        tail = self.window.finish()
-        if self.window.blocked is not None:
-            return self._block()
-        if not tail or self._template is None:
-            return b""
-        event = orjson.loads(orjson.dumps(self._template))
-        if self._shape == "openai":
-            event["choices"][0]["delta"] = {"content": tail}
-            event["choices"][0]["finish_reason"] = None
-        else:
-            event["delta"]["text"] = tail
-        self._opened = True
-        return self._encode(event)
+    def _flush(self, keys: list[Key]) -> bytes:
+        """Each key's held text, in a delta of its own (or the error event, on a block)."""
+        out: list[bytes] = []
+        for key in keys:
+            window = self.windows.get(key)
+            if window is None:
+                continue
+            tail = window.finish()
+            if window.blocked is not None:
+                return b"".join(out) + self._block(window.blocked)
+            if not tail:
+                continue
+            name, template = self._templates[key]
+            if self._shape.keeps_text:
+                self._released[key] = self._released.get(key, "") + tail
+            self._opened = True
+            out.append(self._shape.encode(name, self._shape.tail(name, template, key, tail)))
+        return b"".join(out)
 
-    def _block(self) -> bytes:
-        guardrail = self.window.blocked
-        assert guardrail is not None
+    def _block(self, guardrail: Guardrail) -> bytes:
+        self.blocker = guardrail
         self.blocked = GuardrailBlocked(guardrail, "output")
-        return stream_error(self._shape, self.blocked)
+        return self._shape.error(self.blocked)
 
-    def _text(self, event: dict[str, Any]) -> str | None:
-        if self._shape == "openai":
-            choices = event.get("choices")
-            if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-                delta = choices[0].get("delta")
-                if isinstance(delta, dict) and isinstance(delta.get("content"), str):
-                    return delta["content"]  # type: ignore[no-any-return]
-            return None
-        delta = event.get("delta")
-        if (
-            event.get("type") == "content_block_delta"
-            and isinstance(delta, dict)
-            and delta.get("type") == "text_delta"
-            and isinstance(delta.get("text"), str)
-        ):
-            return delta["text"]  # type: ignore[no-any-return]
+
+def _name(buf: bytes, start: int, end: int) -> bytes | None:
+    """The event's ``event:`` name, if it has one."""
+    at = buf.find(b"event:", start, end)
+    if at < 0 or (at > start and buf[at - 1 : at] not in (b"\n", b"\r")):
         return None
-
-    def _ends_text(self, event: dict[str, Any]) -> bool:
-        if self._shape == "openai":
-            choices = event.get("choices")
-            return not choices or any(isinstance(c, dict) and c.get("finish_reason") for c in choices)
-        return event.get("type") in ("content_block_stop", "message_delta", "message_stop")
-
-    def _carries_more(self, event: dict[str, Any]) -> bool:
-        """A text event that also says something else (a role, a finish reason) is kept without text."""
-        if self._shape != "openai":
-            return False
-        choice = event["choices"][0]
-        return bool(choice.get("finish_reason")) or len(choice["delta"]) > 1
-
-    def _set_text(self, event: dict[str, Any], text: str) -> None:
-        if self._shape == "openai":
-            event["choices"][0]["delta"]["content"] = text
-        else:
-            event["delta"]["text"] = text
-
-    def _encode(self, event: dict[str, Any]) -> bytes:
-        if self._shape == "openai":
-            return b"data: " + orjson.dumps(event) + b"\n\n"
-        return b"event: " + str(event.get("type", "")).encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
-
-
-def _data(raw: bytes) -> bytes | None:
-    for line in raw.split(b"\n"):
-        if line.startswith(b"data:"):
-            return line[5:].strip()
-    return None
-
-
-def stream_error(shape: str, blocked: GuardrailBlocked) -> bytes:
-    """The shape's error event for a block found after the stream began."""
-    if shape == "openai":
-        error = {
-            "message": blocked.message,
-            "type": "invalid_request_error",
-            "code": blocked.code,
-            "stage": "output",
-        }
-        return b"data: " + orjson.dumps({"error": error}) + b"\n\n"
-    error = {"type": "invalid_request_error", "message": blocked.message, "stage": "output"}
-    return b"event: error\ndata: " + orjson.dumps({"type": "error", "error": error}) + b"\n\n"
+    stop = buf.find(b"\n", at, end)
+    return buf[at + 6 : end if stop < 0 else stop].strip()

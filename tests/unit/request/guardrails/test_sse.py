@@ -72,7 +72,7 @@ def run(shape: str, events: list[bytes], guard: GuardedEvents, split: int = 7) -
 def test_a_key_split_across_events_is_redacted_in_both_shapes() -> None:
     pieces = ["here is sk-ab", "cdef12 and ", "more text " * 5]
     for shape, events in (("openai", chat_events(pieces)), ("anthropic", anthropic_events(pieces))):
-        sent = run(shape, events, GuardedEvents(shape, StreamWindow([REDACT], 16)))
+        sent = run(shape, events, GuardedEvents(shape, lambda: StreamWindow([REDACT], 16)))
         assert b"sk-ab" not in sent and b"cdef12" not in sent
         assert text_of(shape, sent) == "".join(pieces).replace("sk-abcdef12", "[REDACTED]")
         last = b"data: [DONE]\n\n" if shape == "openai" else b"event: message_stop"
@@ -82,7 +82,7 @@ def test_a_key_split_across_events_is_redacted_in_both_shapes() -> None:
 def test_a_block_ends_the_output_with_the_error_event_and_nothing_after() -> None:
     pieces = ["a long harmless opening " * 3, "then forb", "idden words", "and the rest"]
     for shape, events in (("openai", chat_events(pieces)), ("anthropic", anthropic_events(pieces))):
-        guard = GuardedEvents(shape, StreamWindow([BLOCK], 16))
+        guard = GuardedEvents(shape, lambda: StreamWindow([BLOCK], 16))
         sent = run(shape, events, guard)
         assert guard.blocked is not None and guard.blocked.status == 422
         assert b"forb" not in sent and b"the rest" not in sent
@@ -96,6 +96,6 @@ def test_a_block_before_any_text_was_released_sends_nothing() -> None:
         ("openai", chat_events(["forbidden"])),
         ("anthropic", anthropic_events(["forbidden"])),
     ):
-        guard = GuardedEvents(shape, StreamWindow([BLOCK], 256))
+        guard = GuardedEvents(shape, lambda: StreamWindow([BLOCK], 256))
         assert run(shape, events, guard) == b""
         assert guard.blocked is not None
