@@ -1,6 +1,6 @@
 """The Files API's service (SPEC §14 Files): uploads, listing, reading, deleting and expiring files, and
-the two calls the OpenAI Batches façade needs (read an input file line by line; write an output or
-error file from lines).
+the calls the OpenAI Batches façade needs (read an input file's bytes, a chunk at a time; write an
+output or error file line by line).
 
 What it does. Mints file ids (``file-`` + 26 time-ordered base-32 digits) and timestamps, keeps the
 ``files`` rows (``relay.store.files``) and puts the bytes in the payload store selected by
@@ -242,8 +242,9 @@ class FileService:
         return row, self._stores.of(row.payload_store).read_file(row.id)
 
     async def lines(self, owner: str, file_id: str) -> AsyncIterator[bytes]:
-        """The caller's file line by line (each without its ``\\n``; a last line without one too), for
-        the Batches façade's validation. ``NotFound`` before the first line if it is not theirs."""
+        """The caller's file line by line (each without its ``\\n``; a last line without one too): the
+        split the Batches create's streamed read (``relay.batch_apis.openai_create``) numbers its lines
+        by. ``NotFound`` before the first line if it is not theirs."""
         _, chunks = await self.content(owner, file_id)
         return _split_lines(chunks)
 
