@@ -8,9 +8,9 @@ build (SQLite, ``RELAY_BATCH_WORKERS=0`` so no item runs, ``RELAY_BATCH_MAX_BYTE
 from the relay's peak RSS reset (``/proc/<pid>/clear_refs`` = 5) to its answer:
 
 - **upload**: ``POST /openai/v1/files`` (multipart, the file streamed from disk by httpx);
-- **create**: ``POST /openai/v1/batches`` (every line read and checked, its 200 000 items written);
 - **download**: ``GET /openai/v1/files/{id}/content`` of the input file, read a chunk at a time (the
   output and error files are served by the same route);
+- **create**: ``POST /openai/v1/batches`` (every line read and checked, its 200 000 items written);
 
 the wall time, the relay's peak RSS (``VmHWM``) during the step, and how far that peak is above the
 RSS the step began with (an earlier step's freed memory may stay with the process). Builds: **after** is this
@@ -41,7 +41,7 @@ from common import Processes, machine_line, proc_status_mib, start_fake_upstream
 from live_overhead import SRC, configure, start_relay
 
 ENDPOINT = "/v1/chat/completions"
-STEPS = ("upload", "create", "download")
+STEPS = ("upload", "download", "create")
 HEADER = "| build | " + " | ".join(f"{step} s | {step} peak (+grew) MiB" for step in STEPS) + " |"
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -130,11 +130,11 @@ def run_build(
                 raise SystemExit(f"{name}: downloaded {got} bytes of {size}")
 
         steps["upload"] = measure(pid, upload)
+        steps["download"] = measure(pid, download)  # before the create: its figure is its own
         steps["create"] = measure(pid, create)
         shown = client.get(relay.base_url + f"/openai/v1/batches/{found['batch']}").json()
         if shown["status"] != "in_progress" or shown["request_counts"]["total"] != args.lines:
             raise SystemExit(f"{name}: the batch is {shown['status']} with {shown['request_counts']}")
-        steps["download"] = measure(pid, download)
     procs.stop(relay.process)
     print(f"  {name}: idle RSS {idle:.0f} MiB, done")
     return steps
@@ -185,13 +185,11 @@ def main() -> None:
             (name, run_build(procs, name.split()[0], src, tmp, upstream, path, args)) for name, src in builds
         ]
     print()
-    print(
-        "| build | upload s | upload peak MiB | create s | create peak MiB | download s | download peak MiB |"
-    )
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print(HEADER)
+    print("|---|" + "---:|---:|" * len(STEPS))
     for name, steps in results:
         cells = " | ".join(
-            f"{steps[k].seconds:.1f} | {steps[k].peak_mib:.0f}" for k in ("upload", "create", "download")
+            f"{steps[k].seconds:.1f} | {steps[k].peak_mib:.0f} (+{steps[k].grew_mib:.0f})" for k in STEPS
         )
         print(f"| {name} | {cells} |")
     print(
