@@ -1,6 +1,6 @@
 """The Files API's service (SPEC §14 Files): uploads, listing, reading, deleting and expiring files, and
-the two calls the OpenAI Batches façade needs (read an input file line by line; write an output or
-error file from lines).
+the calls the OpenAI Batches façade needs (read an input file's bytes, a chunk at a time; write an
+output or error file line by line).
 
 What it does. Mints file ids (``file-`` + 26 time-ordered base-32 digits) and timestamps, keeps the
 ``files`` rows (``relay.store.files``) and puts the bytes in the payload store selected by
@@ -128,6 +128,30 @@ class Upload:
         await self._service.remove(self.row)
 
 
+class OutputFile:
+    """A ``batch_output`` file being written: ``write_line`` (each gets a ``\\n`` unless it ends with
+    one), then ``finish`` (its File object) or ``abort`` (nothing stays)."""
+
+    def __init__(self, upload: Upload) -> None:
+        self._upload = upload
+
+    async def write_line(self, line: bytes) -> None:
+        await self._upload.write(line if line.endswith(b"\n") else line + b"\n")
+
+    async def finish(
+        self, *, filename: str, expires_at: datetime | None = None, expires_after_s: int | None = None
+    ) -> dict[str, Any]:
+        """``expires_at`` (an instant) or ``expires_after_s`` (seconds after its ``created_at``) sets
+        when it expires; neither: never."""
+        row = await self._upload.finish(
+            purpose="batch_output", filename=filename, expires_at=expires_at, expires_after_s=expires_after_s
+        )
+        return file_object(row)
+
+    async def abort(self) -> None:
+        await self._upload.abort()
+
+
 class FileService:
     def __init__(
         self, engine: Engine, stores: PayloadStores, *, max_bytes: int, sweep_every_s: float = 60.0
@@ -161,6 +185,12 @@ class FileService:
             raise
         return Upload(self, row, sink, self._max_bytes if limit else None)
 
+    async def begin_output(self, owner: str) -> OutputFile:
+        """A ``batch_output`` file of ``owner`` to write line by line (the OpenAI Batches façade's output
+        and error files, written side by side as the results are read). Not bounded by
+        ``RELAY_BATCH_MAX_BYTES`` (Relay writes it, nobody uploads it)."""
+        return OutputFile(await self.begin_upload(owner, limit=False))
+
     async def create_output(
         self,
         owner: str,
@@ -170,29 +200,22 @@ class FileService:
         expires_at: datetime | None = None,
         expires_after_s: int | None = None,
     ) -> dict[str, Any]:
-        """A ``batch_output`` file of ``owner`` made of ``lines`` (each gets a ``\\n`` unless it ends
-        with one), for the OpenAI Batches façade's output and error files; returns its File object.
-        ``expires_at`` (an instant) or ``expires_after_s`` (seconds after its ``created_at``) sets
-        when it expires; neither: never.
-        Not bounded by ``RELAY_BATCH_MAX_BYTES`` (Relay writes it, nobody uploads it)."""
-        upload = await self.begin_upload(owner, limit=False)
+        """A ``batch_output`` file of ``owner`` made of ``lines`` (:meth:`begin_output`); returns its
+        File object."""
+        output = await self.begin_output(owner)
         try:
             if isinstance(lines, AsyncIterable):
                 async for line in lines:
-                    await upload.write(line if line.endswith(b"\n") else line + b"\n")
+                    await output.write_line(line)
             else:
                 for line in lines:
-                    await upload.write(line if line.endswith(b"\n") else line + b"\n")
-            row = await upload.finish(
-                purpose="batch_output",
-                filename=filename,
-                expires_at=expires_at,
-                expires_after_s=expires_after_s,
+                    await output.write_line(line)
+            return await output.finish(
+                filename=filename, expires_at=expires_at, expires_after_s=expires_after_s
             )
         except BaseException:
-            await upload.abort()
+            await output.abort()
             raise
-        return file_object(row)
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -219,8 +242,9 @@ class FileService:
         return row, self._stores.of(row.payload_store).read_file(row.id)
 
     async def lines(self, owner: str, file_id: str) -> AsyncIterator[bytes]:
-        """The caller's file line by line (each without its ``\\n``; a last line without one too), for
-        the Batches façade's validation. ``NotFound`` before the first line if it is not theirs."""
+        """The caller's file line by line (each without its ``\\n``; a last line without one too): the
+        split the Batches create's streamed read (``relay.batch_apis.openai_create``) numbers its lines
+        by. ``NotFound`` before the first line if it is not theirs."""
         _, chunks = await self.content(owner, file_id)
         return _split_lines(chunks)
 

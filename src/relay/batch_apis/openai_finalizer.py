@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, Protocol
 
 from relay.background import Loop
-from relay.batch_apis.files_service import FileService
+from relay.batch_apis.files_service import FileService, OutputFile
 from relay.batch_apis.openai_service import API, CLAIM_PREFIX, FAILED, FINALIZING, IN_PROGRESS, outcome_of
 from relay.batches.hooks import FinishedBatch, FinishHook
 from relay.batches.service import BatchService
@@ -167,26 +167,13 @@ class OpenAIFinalizer:
         data: dict[str, Any] = dict(row["api_data"] or {})
         owner = row["owner"]
         expires_after = data.get("output_expires_after_s")
-        written: list[str] = []
-        errors: list[bytes] = []
         record = await self._batches.record(batch_id)
-        lines = self._lines(batch_id, record, errors)
+        files = _Files(self._files, owner, batch_id, expires_after)
+        written = files.written
         try:
-            if counts.get(COMPLETED, 0):
-                made = await self._files.create_output(
-                    owner, lines, filename=f"{batch_id}_output.jsonl", expires_after_s=expires_after
-                )
-                written.append(made["id"])
-                data["output_file_id"] = made["id"]
-            else:
-                async for _ in lines:
-                    pass
-            if errors:
-                made = await self._files.create_output(
-                    owner, errors, filename=f"{batch_id}_error.jsonl", expires_after_s=expires_after
-                )
-                written.append(made["id"])
-                data["error_file_id"] = made["id"]
+            await self._write(batch_id, record, files)
+            for kind, file_id in (await files.finish()).items():
+                data[f"{kind}_file_id"] = file_id
             data["ended_at"] = int(time.time())
             outcome = outcome_of(row, expired=expired)
             async with self._engine.begin() as conn:
@@ -196,6 +183,7 @@ class OpenAIFinalizer:
                 if ended:  # the webhooks' event (SPEC §10.10), in the transaction of the end state
                     await self._end_events.ended(conn, batch_id, row["project_id"], counts, outcome)
         except BaseException:
+            await files.abort()
             await self._remove(owner, written)
             await self._release(batch_id, claim)
             raise
@@ -206,8 +194,9 @@ class OpenAIFinalizer:
             await self._remove(owner, written)
         return ended
 
-    async def _lines(self, batch_id: str, record: BatchRecord, errors: list[bytes]) -> AsyncIterator[bytes]:
-        """The output lines, in line order; the error lines go to ``errors`` on the way."""
+    async def _write(self, batch_id: str, record: BatchRecord, files: _Files) -> None:
+        """Every item in line order: completed ones to the output file, the others to the error file,
+        both written as the result pages are read (neither is held in memory)."""
         async for page in self._batches.result_pages(record):
             async with self._engine.connect() as conn:
                 request_ids = await facade_batches.request_ids(conn, batch_id, [row.idx for row, _ in page])
@@ -215,9 +204,11 @@ class OpenAIFinalizer:
                 line_id = mint_id("batch_req")
                 request_id = request_ids.get(row.idx, "")
                 if row.state == COMPLETED:
-                    yield output_line(line_id, row.custom_id, row.status or 200, request_id, body or b"null")
+                    line = output_line(line_id, row.custom_id, row.status or 200, request_id, body or b"null")
+                    await files.write("output", line)
                 else:
-                    errors.append(error_line(line_id, row.custom_id, row.error or "", row.status, request_id))
+                    line = error_line(line_id, row.custom_id, row.error or "", row.status, request_id)
+                    await files.write("error", line)
 
     async def _release(self, batch_id: str, claim: str) -> None:
         """Give a claim back after a failure, so the next pass (any replica's) retries at once."""
@@ -233,6 +224,41 @@ class OpenAIFinalizer:
                 await self._files.remove(await self._files.get(owner, file_id))
             except Exception as exc:
                 log.warning("could not remove file %s (%s)", file_id, type(exc).__name__)
+
+
+class _Files:
+    """A batch's output and error files, each begun at its first line (none when it would be empty)."""
+
+    def __init__(self, service: FileService, owner: str, batch_id: str, expires_after_s: int | None) -> None:
+        self._service, self._owner, self._batch_id = service, owner, batch_id
+        self._expires_after_s = expires_after_s
+        self._open: dict[str, OutputFile] = {}  # "output" | "error" → its file, in the order begun
+        self.written: list[str] = []  # the ids of the files finished (to remove if the batch does not end)
+
+    async def write(self, kind: str, line: bytes) -> None:
+        output = self._open.get(kind)
+        if output is None:
+            output = self._open[kind] = await self._service.begin_output(self._owner)
+        await output.write_line(line)
+
+    async def finish(self) -> dict[str, str]:
+        """``{"output"|"error": file id}`` of the files written; each id joins ``written`` as soon as
+        its file is whole."""
+        made: dict[str, str] = {}
+        for kind in ("output", "error"):
+            output = self._open.get(kind)
+            if output is not None:
+                name = f"{self._batch_id}_{kind}.jsonl"
+                made[kind] = (await output.finish(filename=name, expires_after_s=self._expires_after_s))["id"]
+                del self._open[kind]
+                self.written.append(made[kind])
+        return made
+
+    async def abort(self) -> None:
+        """Remove whatever is still being written."""
+        while self._open:
+            _, output = self._open.popitem()
+            await output.abort()
 
 
 def output_files_remover(files: FileService) -> Callable[[str, Mapping[str, Any] | None], Awaitable[int]]:

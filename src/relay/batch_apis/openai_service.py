@@ -1,11 +1,13 @@
 """The OpenAI Batches façade's services (SPEC §14 Batches): create, retrieve, list, cancel, and the Batch
 object, over the one batch engine.
 
-What it does. :meth:`OpenAIBatches.create` checks the parameters, reads the caller's input file and
-checks its lines (no worker needed), then creates through :meth:`BatchService.create`: a valid file
-becomes an engine batch of ``api`` ``openai`` with one item per line (``custom_id`` kept, ``batch_idx``
+What it does. :meth:`OpenAIBatches.create` checks the parameters, then creates through
+:meth:`BatchService.create` while it reads the caller's input file line by line and checks each line
+(no worker needed; ``relay.batch_apis.openai_create``: bounded memory whatever the file's size): a valid
+file becomes an engine batch of ``api`` ``openai`` with one item per line (``custom_id`` kept, ``batch_idx``
 = the 0-based line among requests), ``expires_at`` = now + 24 h and ``api_status`` ``in_progress``; an
-invalid one becomes a batch with no item, ``api_status`` ``failed`` and its ``errors``. The answer is
+invalid one — its first bad line stops the write, nothing of it is kept, and the rest is checked for
+the other errors — becomes a batch with no item, ``api_status`` ``failed`` and its ``errors``. The answer is
 the Batch object reading ``validating`` (SPEC §14). :meth:`retrieve`, :meth:`list` and :meth:`cancel`
 render the Batch object from the engine's row, its item counts and its usage events.
 
@@ -27,6 +29,7 @@ read costs a constant number of queries (the row, one GROUP BY of counts, one of
 from __future__ import annotations
 
 import asyncio
+import io
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
@@ -34,11 +37,12 @@ import orjson
 
 from relay.batch_apis.files_service import FileService
 from relay.batch_apis.idempotency import IdempotencyClaim
+from relay.batch_apis.openai_create import ChunkReader, LinesRefused, StreamedLines
 from relay.batches.service import Answer, BatchNotFound, BatchService, CreatedBatch, NewBatch
 from relay.domain.batches import CANCELLED as ITEM_CANCELLED
 from relay.domain.batches import COMPLETED as ITEM_COMPLETED
 from relay.domain.batches import DISCARDED as ITEM_DISCARDED
-from relay.domain.openai_batches import COMPLETION_WINDOW, BadParam, CreateParams, LineChecker, check_create
+from relay.domain.openai_batches import COMPLETION_WINDOW, BadParam, LineChecker, check_create
 from relay.request.auth import Principal
 from relay.store import batches as batch_store
 from relay.store import facade_batches
@@ -52,6 +56,7 @@ FINALIZING: Final = "finalizing"
 CLAIM_PREFIX: Final = "fin@"  # + the claim's deadline in Unix seconds (fits api_status' 16 characters)
 FAILED: Final = "failed"
 ENDED: Final = ("completed", "cancelled", "expired", FAILED)
+READ_BYTES: Final = 1 << 20  # the input file is read this much at a time
 
 
 def unix(value: datetime | None) -> int | None:
@@ -161,11 +166,7 @@ class OpenAIBatches:
         except orjson.JSONDecodeError:
             raise BadParam(None, "the body must be a JSON object") from None
         params = check_create(body)
-        lines = await self._files.lines(principal.owner, params.input_file_id)  # 404 before any line
-        read = [line async for line in lines]
-        checker = await asyncio.to_thread(self._check, params, read)
-        del read
-        errors = checker.errors()
+        _, chunks = await self._files.content(principal.owner, params.input_file_id)  # 404 before any line
         data: dict[str, Any] = {
             "endpoint": params.endpoint,
             "input_file_id": params.input_file_id,
@@ -173,25 +174,6 @@ class OpenAIBatches:
             "output_expires_after_s": params.output_expires_after_s,
         }
         expires_at = datetime.now(UTC) + WINDOW
-        if errors:
-            new = NewBatch(
-                api=API,
-                shape=params.shape,
-                requests=[],
-                expires_at=expires_at,
-                api_status=FAILED,
-                api_data={**data, "errors": errors},
-            )
-        else:
-            new = NewBatch(
-                api=API,
-                shape=params.shape,
-                requests=checker.bodies,
-                custom_ids=checker.custom_ids,
-                expires_at=expires_at,
-                api_status=IN_PROGRESS,
-                api_data=data,
-            )
 
         def render(created: CreatedBatch) -> Answer:
             row = {
@@ -207,17 +189,38 @@ class OpenAIBatches:
             shown = batch_object(row, {}, facade_batches.UsageTotals(0, 0, 0), status="validating")
             return Answer(200, orjson.dumps(shown))
 
-        return await self._batches.create(principal, new, render, idempotency=idempotency)
+        reader = ChunkReader(chunks)
+        checker = LineChecker(params.endpoint, self._max_items)
+        lines = StreamedLines(io.BufferedReader(reader, READ_BYTES), checker, params.shape)
+        try:
+            valid = NewBatch(
+                api=API,
+                shape=params.shape,
+                requests=(),
+                expires_at=expires_at,
+                api_status=IN_PROGRESS,
+                api_data=data,
+                streamed=lines,
+            )
+            try:
+                return await self._batches.create(principal, valid, render, idempotency=idempotency)
+            except LinesRefused:
+                await asyncio.to_thread(lines.check_rest)  # the errors of every line, as a whole read
+        finally:
+            await reader.aclose()
+        failed = NewBatch(
+            api=API,
+            shape=params.shape,
+            requests=[],
+            expires_at=expires_at,
+            api_status=FAILED,
+            api_data={**data, "errors": checker.errors()},
+        )
+        return await self._batches.create(principal, failed, render, idempotency=idempotency)
 
     async def replay(self, claim: IdempotencyClaim) -> Answer | None:
         """The first answer to this idempotent create, to send again (None: create; 409 on reuse)."""
         return await self._batches.replay(claim)
-
-    def _check(self, params: CreateParams, lines: list[bytes]) -> LineChecker:
-        checker = LineChecker(params.endpoint, self._max_items)
-        for line in lines:
-            checker.feed(line)
-        return checker
 
     async def _owned_row(self, owner: str, batch_id: str) -> Row:
         async with self._engine.connect() as conn:

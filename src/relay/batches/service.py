@@ -29,7 +29,7 @@ import orjson
 
 from relay.adapters.json_codec import DEFAULT_MAX_DEPTH, JsonRefused, loads_input
 from relay.batches.results import render_result, result_pages, status_view
-from relay.batches.submission import StreamedItems, StreamedSubmission
+from relay.batches.submission import ItemStream, StreamedSubmission
 from relay.domain.batch_record import BatchRecord, ItemState, ResultRow
 from relay.domain.batches import (
     APIS,
@@ -82,9 +82,9 @@ class NewBatch:
     expires_at: datetime | None = None  # items not final by then are cancelled with "expired: "
     api_status: str | None = None  # the façade's own state (``validating``, ``failed``, …)
     api_data: dict[str, Any] | None = None  # the façade's own fields (endpoint, metadata, …)
-    # Items read while they are written (a spooled create): ``requests`` and ``custom_ids`` are then
-    # empty, and ``shape`` and ``custom_ids`` are the stream's once it was read whole.
-    streamed: StreamedItems | None = None
+    # Items read while they are written (a spooled create, a §14 input file): ``requests`` and
+    # ``custom_ids`` are then empty, and ``shape`` and ``custom_ids`` are the stream's once read whole.
+    streamed: ItemStream | None = None
 
 
 @dataclass(frozen=True, slots=True)

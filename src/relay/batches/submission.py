@@ -28,8 +28,8 @@ from __future__ import annotations
 import codecs
 import json
 import re
-from collections.abc import Iterator
-from typing import IO, Any, Final
+from collections.abc import Iterator, Sequence
+from typing import IO, Any, Final, Protocol
 
 import orjson
 
@@ -44,6 +44,22 @@ NOT_AN_OBJECT: Final = "the body must be a JSON object with shape and requests"
 
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
+
+
+class ItemStream(Protocol):
+    """Items read while they are written (``NewBatch.streamed``): iterated once, in a worker thread
+    (the payload stores consume it there), each item's request body as JSON bytes; a refusal is raised
+    from the iteration, so the store keeps nothing. ``shape`` and ``custom_ids`` are read after the
+    iteration ended without one. :class:`StreamedItems` (a spooled JSON body) is one; the §14 create's
+    input file read line by line (``relay.batch_apis.openai_create``) another."""
+
+    def __iter__(self) -> Iterator[bytes]: ...
+
+    @property
+    def shape(self) -> str: ...
+
+    @property
+    def custom_ids(self) -> Sequence[str | None] | None: ...
 
 
 class _Window:

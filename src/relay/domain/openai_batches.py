@@ -3,8 +3,9 @@ lines, and the output and error file lines.
 
 What it does. :func:`check_create` checks a create body's parameters (400 naming ``param``);
 :class:`LineChecker` checks the input file line by line (``custom_id``, ``method``, ``url``, ``body``,
-``body.stream``, unique ids, 1 to ``max_items`` lines) and keeps each valid line's ``custom_id`` and
-request body; :func:`output_line` and :func:`error_line` render one item of the output and error
+``body.stream``, unique ids, 1 to ``max_items`` lines), keeps each valid line's ``custom_id`` and hands
+back its request body (the caller writes it; the checker holds no body, so a million lines cost their
+ids only); :func:`output_line` and :func:`error_line` render one item of the output and error
 files; :func:`error_code` maps an item's §10.4 error text to the error file's ``code``.
 
 What it deliberately does not know. Files, the database, HTTP: the caller feeds lines and writes
@@ -117,34 +118,50 @@ def _expires_after(value: Any) -> int | None:
 
 @dataclass
 class LineChecker:
-    """Feed the input file's lines in order; then :meth:`errors` (empty: valid) and the items."""
+    """Feed the input file's lines in order (each valid one's body comes back); then :meth:`errors`
+    (empty: valid) and ``custom_ids``."""
 
     endpoint: str
     max_items: int
     custom_ids: list[str] = field(default_factory=list)
-    bodies: list[bytes] = field(default_factory=list)
     _errors: list[dict[str, Any]] = field(default_factory=list)
     _seen: set[str] = field(default_factory=set)
     _lines: int = 0
     _requests: int = 0
     _too_many: bool = False
+    _failed: bool = False
 
-    def feed(self, raw: bytes) -> None:
+    def feed(self, raw: bytes) -> bytes | None:
+        """The line's request body as JSON bytes when it is a valid request, else None (a blank line,
+        or a bad one: then it is among :meth:`errors`)."""
         self._lines += 1
         if not raw.strip():
-            return
+            return None
         self._requests += 1
         if self._requests > self.max_items:
             self._too_many = True
         if self._too_many:
-            return
-        problem = self._check(raw)
-        if problem is not None:
-            code, param, message = problem
+            return None
+        checked = self._check(raw)
+        if isinstance(checked, tuple):
+            code, param, message = checked
             if len(self._errors) < MAX_ERRORS:
                 self._errors.append({"code": code, "message": message, "line": self._lines, "param": param})
+            self._failed = True
+            return None
+        return checked
 
-    def _check(self, raw: bytes) -> tuple[str, str | None, str] | None:
+    @property
+    def failed(self) -> bool:
+        """A line so far was bad, or there are too many: the batch fails, whatever comes next."""
+        return self._failed or self._too_many
+
+    @property
+    def past_limit(self) -> bool:
+        """More than ``max_items`` requests: no later line changes :meth:`errors`."""
+        return self._too_many
+
+    def _check(self, raw: bytes) -> tuple[str, str | None, str] | bytes:
         try:
             line = orjson.loads(raw)
         except orjson.JSONDecodeError:
@@ -167,8 +184,7 @@ class LineChecker:
             return "duplicate_custom_id", "custom_id", f"custom_id {custom_id!r} is used by an earlier line"
         self._seen.add(custom_id)
         self.custom_ids.append(custom_id)
-        self.bodies.append(orjson.dumps(body))
-        return None
+        return orjson.dumps(body)
 
     def errors(self) -> list[dict[str, Any]]:
         if self._too_many:

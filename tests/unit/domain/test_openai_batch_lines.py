@@ -60,8 +60,9 @@ def test_an_upstream_answer_is_a_response_line() -> None:
 def test_lines_are_numbered_from_one_with_blank_lines_counted() -> None:
     checker = LineChecker("/v1/embeddings", max_items=2)
     good = b'{"custom_id": "a", "method": "POST", "url": "/v1/embeddings", "body": {}}'
-    for raw in (good, b"", good.replace(b'"a"', b'"b"')):
-        checker.feed(raw)
-    assert checker.errors() == [] and checker.custom_ids == ["a", "b"] and checker.bodies == [b"{}", b"{}"]
+    bodies = [checker.feed(raw) for raw in (good, b"", good.replace(b'"a"', b'"b"'))]
+    assert checker.errors() == [] and checker.custom_ids == ["a", "b"] and bodies == [b"{}", None, b"{}"]
+    assert not checker.failed
     checker.feed(good.replace(b'"a"', b'"c"'))
     assert [(e["code"], e["line"]) for e in checker.errors()] == [("too_many_requests", None)]
+    assert checker.failed and checker.past_limit
