@@ -49,6 +49,7 @@ from relay.upstream import Upstream
 log = logging.getLogger("relay.batches.offload")
 MAX_BACKOFF_S: Final = 600.0
 CLAIM: Final = 20  # batches a replica takes per round
+READ_GROUP: Final = 1000  # request bodies read back per payload-store call when sending
 RUNNING_CANCEL: Final = ("cancelling", "canceling")
 
 
@@ -155,12 +156,14 @@ class OffloadPoller:
             await self._give_back(batch.id, f"item shape {record.inbound_shape} has no provider batch API")
             return
         store = self._payloads.of(record.payload_store)
-        upstream_model = orjson.dumps(plan.upstream_model)
         lines = []
-        for idx in range(record.total_items):
-            body = orjson.loads(await store.read_request(record.id, idx))
-            body["model"] = orjson.loads(upstream_model)
-            lines.append((str(idx), orjson.dumps(body)))
+        for start in range(0, record.total_items, READ_GROUP):  # one read per group of bodies
+            idxs = range(start, min(start + READ_GROUP, record.total_items))
+            found = await store.read_requests(record.id, idxs)
+            for idx in idxs:
+                body = orjson.loads(found[idx])
+                body["model"] = plan.upstream_model  # the provider knows the binding's upstream name
+                lines.append((str(idx), orjson.dumps(body)))
         try:
             created = await self._api(plan).create(native[1], lines)
         except ProviderRefused as refused:
