@@ -99,7 +99,7 @@ class OffloadPoller:
         n = self._failures[batch_id] = self._failures.get(batch_id, 0) + 1
         wait_s = min(self._every_s * 2 ** (n - 1), max(MAX_BACKOFF_S, self._every_s))
         log.warning(
-            "offloaded batch %s: the provider did not answer usefully (%s); next poll in %.0f s",
+            "offloaded batch %s could not be moved on (%s); next poll in %.1f s",
             batch_id,
             exc if isinstance(exc, ProviderUnavailable) else type(exc).__name__,
             wait_s,
