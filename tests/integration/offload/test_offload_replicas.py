@@ -19,7 +19,6 @@ from tests.integration.openai_batches.helpers import create, line
 from tests.integration.openai_batches.helpers import sdk as openai_sdk
 from tests.integration.openai_batches.helpers import wait_ended as openai_ended
 
-
 #: The replicas have directories of their own: the bodies go to the database, which both share.
 SHARED_BODIES = {"RELAY_BATCH_PAYLOAD_STORE": "database"}
 

@@ -30,6 +30,7 @@ from relay.batches.offload.provider import (
     answer_lines,
     never_ran,
     read_answer,
+    read_line,
 )
 from relay.upstream import Upstream, UpstreamConnectionError, UpstreamTimeout
 
@@ -74,7 +75,9 @@ class AnthropicBatchAPI:
         except (UpstreamConnectionError, UpstreamTimeout) as exc:
             raise ProviderUnavailable(exc.message) from None
         async for raw in answer_lines(response):
-            yield line_of(orjson.loads(raw), batch.ending)
+            line = read_line(raw, batch.ending, line_of)
+            if line is not None:
+                yield line
 
 
 def batch_of(raw: dict[str, Any]) -> ProviderBatch:

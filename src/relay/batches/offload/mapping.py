@@ -35,6 +35,7 @@ from relay.store.engine import Connection
 from relay.usage.event import UsageEvent, cancelled_event, item_event
 
 GROUP: Final = 500  # lines per transaction
+NO_RESULT: Final = "upstream returned no readable result for this item"
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +127,8 @@ class Mapper:
     def _unanswered(self, idx: int, ending: Ending, failure: str | None) -> ProviderLine:
         if ending == "failed":
             return ProviderLine(str(idx), "discarded", None, None, failure or "the provider's batch failed")
+        if ending == "completed":  # every line ran: this one's result is missing or unreadable
+            return ProviderLine(str(idx), "discarded", None, None, NO_RESULT)
         return never_ran(str(idx), ending)
 
     async def add(self, idx: int, line: ProviderLine) -> None:
