@@ -163,7 +163,9 @@ class OffloadPoller:
             for idx in idxs:
                 body = orjson.loads(found[idx])
                 body["model"] = plan.upstream_model  # the provider knows the binding's upstream name
-                lines.append((str(idx), orjson.dumps(body)))
+                # An exact-size copy: orjson's answer keeps its whole write buffer (about 8 KiB for a
+                # 1 KiB body), which 50 000 held bodies turn into 400 MiB.
+                lines.append((str(idx), memoryview(orjson.dumps(body)).tobytes()))
         try:
             created = await self._api(plan).create(native[1], lines)
         except ProviderRefused as refused:
