@@ -13,11 +13,15 @@ messages requests,
    watches). Baseline, same run, same bytes: ``orjson.loads`` of every result line (the floor).
    ``Relay CPU`` is the submit plus the mapping (a poll costs one small GET).
 
-What it does not measure yet: the engine's side (writing items, bodies and usage events), which is
-not wired to the clients yet (docs/offload.md). A benchmark, not a test: it exits 0 once measured.
+3. **engine** (``--engine``, ``bench/offload_engine.py``): the whole batch through ``relay serve`` — a
+   §15 create of ``--items`` to a ``native`` binding, Relay's CPU from the create to ``ended``
+   (storing, sending, polling, mapping every result into its item, body and usage event) and its peak
+   RSS, next to the same batch run by Relay's own workers (the baseline, same run).
+
+A benchmark, not a test: it exits 0 once measured.
 
     .venv/bin/python bench/offload_batch.py [--items 50000] [--item-bytes 1024] [--apis openai,anthropic]
-        [--runs 2]
+        [--runs 2] [--engine] [--engine-items 50000]
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import asyncio
 import resource
 import statistics
 import sys
+import tempfile
 import time
 import tracemalloc
 from pathlib import Path
@@ -37,6 +42,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import Processes, markdown_table, start_fake_upstream
+from offload_engine import ENGINE_HEADERS, engine_rows
 from relay.batches.offload.anthropic_api import AnthropicBatchAPI
 from relay.batches.offload.openai_api import OpenAIBatchAPI
 from relay.batches.offload.provider import ProviderBatch
@@ -126,12 +132,20 @@ def main() -> None:
     parser.add_argument("--item-bytes", type=int, default=1024)
     parser.add_argument("--apis", default="openai,anthropic")
     parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--engine", action="store_true", help="also the whole batch through relay serve")
+    parser.add_argument("--engine-items", type=int, default=50_000)
+    parser.add_argument("--clients", action=argparse.BooleanOptionalAction, default=True)
     args = parser.parse_args()
 
     rows = []
     with Processes() as procs:
         _, base_url = start_fake_upstream(procs)
-        for api in args.apis.split(","):
+        if args.engine:
+            with tempfile.TemporaryDirectory(prefix="offload-bench-") as tmp:
+                engine = engine_rows(procs, base_url, Path(tmp), args.engine_items, args.item_bytes)
+            print(markdown_table(ENGINE_HEADERS, engine, [False] + [True] * 7))
+            print()
+        for api in args.apis.split(",") if args.clients else []:
             lines = bodies(api, args.items, args.item_bytes)
             runs = [asyncio.run(one_run(api, base_url, lines)) for _ in range(args.runs)]
 

@@ -163,3 +163,14 @@ def test_the_guardrail_stream_window_defaults_to_256_and_is_validated() -> None:
     for value in ("0", "wide"):
         with pytest.raises(ConfigError, match="RELAY_GUARDRAIL_STREAM_WINDOW"):
             load_settings({"RELAY_GUARDRAIL_STREAM_WINDOW": value})
+
+
+def test_the_offload_poll_defaults_to_30_s_and_is_validated() -> None:
+    """SPEC §22: RELAY_OFFLOAD_POLL_S (30 s); below 0.05 s, above an hour or not a number stops the start."""
+    from relay.config import Settings
+
+    assert Settings().offload_poll_s == 30.0
+    assert load_settings({"RELAY_OFFLOAD_POLL_S": "0.2"}).offload_poll_s == 0.2
+    for value in ("0", "3601", "often", "nan"):
+        with pytest.raises(ConfigError, match="RELAY_OFFLOAD_POLL_S"):
+            load_settings({"RELAY_OFFLOAD_POLL_S": value})

@@ -41,8 +41,8 @@ from relay.batches.service import (
     BatchService,
     CreatedBatch,
     NewBatch,
-    load_batch_body,
 )
+from relay.batches.submission import load_batch_body
 from relay.domain.batch_record import BatchRecord
 from relay.domain.message_batches import result_line
 from relay.domain.times import rfc3339

@@ -27,16 +27,16 @@ from typing import Any, Protocol
 
 import orjson
 
-from relay.adapters.json_codec import DEFAULT_MAX_DEPTH, JsonRefused, loads_input
+from relay.adapters.json_codec import DEFAULT_MAX_DEPTH
+from relay.batches.offload.submit import OffloadAtSubmit
 from relay.batches.results import render_result, result_pages, status_view
-from relay.batches.submission import ItemStream, StreamedSubmission
+from relay.batches.submission import ItemStream, StreamedSubmission, load_batch_body
 from relay.domain.batch_record import BatchRecord, ItemState, ResultRow
 from relay.domain.batches import (
     APIS,
     ENGINE_SHAPES,
     ITEM_STATES,
     Api,
-    BatchRejected,
     mint_batch_id,
     validate_submission,
 )
@@ -101,17 +101,6 @@ class BatchNotFound(NotFound):
         super().__init__("batch not found")
 
 
-def load_batch_body(raw: bytes, max_depth: int, not_json: str) -> Any:
-    """A batch create's body parsed within ``max_depth``, or :class:`BatchRejected`: the parser's
-    refusal (too deep, …), or ``not_json`` when it is no JSON at all. Nothing is written before."""
-    try:
-        return loads_input(raw, max_depth, what="batch body")
-    except JsonRefused as exc:
-        raise BatchRejected(str(exc)) from None
-    except ValueError:
-        raise BatchRejected(not_json) from None
-
-
 def batch_row(
     principal: Principal, batch_id: str, created_at: datetime, new: NewBatch, store_name: str
 ) -> dict[str, Any]:
@@ -150,7 +139,9 @@ class BatchService:
         stop_running: Callable[[str], Awaitable[object]] | None = None,
         max_json_depth: int = DEFAULT_MAX_DEPTH,
         on_cancelled: Callable[[int], object] | None = None,
+        offload: OffloadAtSubmit | None = None,
     ) -> None:
+        self._offload = offload  # SPEC §22: decides at submit whether a provider runs the batch
         self._store = store  # its finish hooks run when a create (no items) or a cancel finishes a batch
         self._max_depth = max_json_depth
         self._payloads = payloads
@@ -206,6 +197,8 @@ class BatchService:
         created_at = datetime.now(UTC)
         store = self._payloads.current
         total = len(new.requests)
+        watch = self._offload.watch(principal, new.api) if self._offload is not None else None
+        offload: dict[str, Any] = {}
         if total or new.streamed is not None:
             bodies: Iterable[bytes] = (
                 (body if isinstance(body, bytes) else orjson.dumps(body) for body in new.requests)
@@ -213,13 +206,14 @@ class BatchService:
                 else new.streamed  # refuses (BatchRejected) from inside the write: nothing stays
             )
             try:
-                total = await store.write_requests(batch_id, bodies)
+                total = await store.write_requests(batch_id, watch.through(bodies) if watch else bodies)
+                if new.streamed is not None:
+                    new = replace(new, shape=new.streamed.shape, custom_ids=new.streamed.custom_ids)
+                offload = await watch.columns(new.shape) if watch else {}  # SPEC §22 (BudgetExceeded)
             except BaseException:
                 await self.discard(store, batch_id)  # what a part-write left
                 raise
-            if new.streamed is not None:
-                new = replace(new, shape=new.streamed.shape, custom_ids=new.streamed.custom_ids)
-        row = batch_row(principal, batch_id, created_at, new, store.name)
+        row = batch_row(principal, batch_id, created_at, new, store.name) | offload
         row["trace_parent"] = batch_created(batch_id, total)  # SPEC §18: its items link to this span
         answer = render(CreatedBatch(batch_id, created_at, total))
 

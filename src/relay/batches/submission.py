@@ -33,7 +33,7 @@ from typing import IO, Any, Final, Protocol
 
 import orjson
 
-from relay.adapters.json_codec import depth_exceeds
+from relay.adapters.json_codec import JsonRefused, depth_exceeds, loads_input
 from relay.domain.batches import BATCH_SHAPES, BatchRejected
 
 _BLOCK: Final = 1 << 20  # bytes read from the spool per refill
@@ -296,3 +296,14 @@ def item_bytes(index: int, value: Any) -> bytes:
         return orjson.dumps(value)
     except orjson.JSONEncodeError as exc:  # a lone surrogate, an integer past 64 bits
         raise BatchRejected(f"requests[{index}]: {exc}") from None
+
+
+def load_batch_body(raw: bytes, max_depth: int, not_json: str) -> Any:
+    """A batch create's body parsed within ``max_depth``, or :class:`BatchRejected`: the parser's
+    refusal (too deep, …), or ``not_json`` when it is no JSON at all. Nothing is written before."""
+    try:
+        return loads_input(raw, max_depth, what="batch body")
+    except JsonRefused as exc:
+        raise BatchRejected(str(exc)) from None
+    except ValueError:
+        raise BatchRejected(not_json) from None

@@ -40,6 +40,8 @@ from relay.batches.deleter import BatchDeleter
 from relay.batches.expiry import ExpirySweeper
 from relay.batches.hooks import FinishHooks, log_finished
 from relay.batches.liveness import Liveness
+from relay.batches.offload.poller import OffloadPoller
+from relay.batches.offload.submit import OffloadAtSubmit
 from relay.batches.retention import RetentionSweeper
 from relay.batches.runner import ItemRunner
 from relay.batches.service import BatchService
@@ -48,6 +50,7 @@ from relay.boot.shared import Shared
 from relay.payloads.base import PayloadStores
 from relay.payloads.database import DatabaseStore
 from relay.payloads.files import FileStore
+from relay.request.batch_budget import BatchBudget
 from relay.store.batch_queue import BatchStore
 from relay.store.engine import database_unavailable
 from relay.telemetry.metrics import BatchMetrics, RetentionMetrics, WebhookMetrics
@@ -97,6 +100,7 @@ def build_batch_plane(shared: Shared) -> BatchPlane:
         instance_id=settings.instance_id,
         housekeeping=lambda: purge_expired(shared.engine),  # §10.10 rows past their 24 h window
     )
+    budget = BatchBudget(shared.state)  # SPEC §22: an offloaded batch's budgets, at submit and per item
     batches = BatchService(
         batch_store,
         payloads,
@@ -104,6 +108,17 @@ def build_batch_plane(shared: Shared) -> BatchPlane:
         max_json_depth=settings.max_json_depth,
         stop_running=stop_running,
         on_cancelled=batch_metrics.finished.labels("cancelled").inc if batch_metrics is not None else None,
+        offload=OffloadAtSubmit(
+            shared.snapshot, budget, default_max_tokens=settings.translate_default_max_tokens
+        ),
+    )
+    poller = OffloadPoller(
+        batch_store,
+        payloads,
+        shared.snapshot,
+        shared.upstream,
+        every_s=settings.offload_poll_s,
+        budget=budget,
     )
     files = FileService(
         shared.engine, payloads, max_bytes=settings.batch_max_bytes, sweep_every_s=settings.files_sweep_s
@@ -130,6 +145,7 @@ def build_batch_plane(shared: Shared) -> BatchPlane:
             *([pool_services] if pool_services is not None else []),
             openai_finalizer,  # §14 output/error files, on every replica
             expiry,  # on every replica, whatever RELAY_BATCH_WORKERS
+            poller,  # SPEC §22: on every replica; each due batch goes to one of them per round
             *_retention_sweep(shared, deleter, retention),
         ],
         workers=pool_services,

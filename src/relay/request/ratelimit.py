@@ -117,7 +117,7 @@ class Reservation:
 EMPTY_RESERVATION = Reservation("", (), ())
 
 
-def _caller_key(rule: CompiledRule, credential_id: str, project_id: str, team_id: str) -> str:
+def caller_key(rule: CompiledRule, credential_id: str, project_id: str, team_id: str) -> str:
     if rule.per == "credential":
         return f"{rule.key}:{credential_id}"
     if rule.per == "project":
@@ -307,9 +307,7 @@ class RateLimiter:
         token_windows = plan.token_windows
         concurrency_keys = plan.concurrency_keys
         if plan.per_caller:
-            extra = [
-                (_caller_key(rule, credential_id, project_id, team_id), rule) for rule in plan.per_caller
-            ]
+            extra = [(caller_key(rule, credential_id, project_id, team_id), rule) for rule in plan.per_caller]
             checks += tuple(rule.check(key) for key, rule in extra)
             token_windows += tuple((key, r.window_s, r.meter) for key, r in extra if r.kind == "peek")
             concurrency_keys += tuple(key for key, r in extra if r.kind == "concurrency")
@@ -376,7 +374,7 @@ class RateLimiter:
         plan: LimitPlan, failed_key: str | None, credential_id: str, project_id: str, team_id: str
     ) -> CompiledRule:
         for rule in plan.rules:
-            key = _caller_key(rule, credential_id, project_id, team_id) if rule.per_caller else rule.key
+            key = caller_key(rule, credential_id, project_id, team_id) if rule.per_caller else rule.key
             if failed_key == key:
                 return rule
         return plan.rules[0]  # unreachable unless the store reports a key it was not given

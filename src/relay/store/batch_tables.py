@@ -89,6 +89,8 @@ batches = Table(
     Column("offload_state", String(32), nullable=True),
     _ts("offload_polled_at", nullable=True),
     Column("offload_reason", Text, nullable=True),
+    # The host key the batch was sent with (0023): its polls, cancel and results use the same account.
+    Column("offload_key_id", ID, nullable=True),
     CheckConstraint("status IN ('queued', 'cancelled')", name="status"),
     CheckConstraint("api IN ('relay', 'openai', 'anthropic')", name="api"),
     CheckConstraint("payload_store IN ('files', 'database')", name="payload_store"),

@@ -39,6 +39,7 @@ class OffloadedBatch:
     provider_batch_id: str | None
     state: str
     cancel_requested: bool
+    key_id: str | None = None  # the host key it was (or is to be) sent with
 
 
 async def mark_offloaded(
@@ -63,6 +64,13 @@ async def mark_offloaded(
         )
     )
     return bool(done.rowcount)
+
+
+async def poll_again_at(conn: AsyncConnection, batch_id: str, at: datetime, every_s: float) -> None:
+    """Hold the batch's next poll until ``at`` (a provider that did not answer: backoff), by moving
+    ``offload_polled_at`` to ``at - every_s`` (the claim hands it out ``every_s`` after that)."""
+    held = literal(at - timedelta(seconds=every_s), t.UTCDateTime())
+    await conn.execute(update(B).where(B.c.id == batch_id).values(offload_polled_at=held))
 
 
 async def set_provider_state(conn: AsyncConnection, batch_id: str, state: str) -> None:
@@ -99,6 +107,7 @@ async def due_for_poll(
                     B.c.offload_state,
                     B.c.offload_polled_at,
                     B.c.cancel_requested_at,
+                    B.c.offload_key_id,
                 )
                 .where(text(OFFLOAD_OPEN), or_(B.c.offload_polled_at.is_(None), B.c.offload_polled_at <= due))
                 .order_by(B.c.offload_polled_at.asc().nulls_first(), B.c.id)
@@ -106,7 +115,7 @@ async def due_for_poll(
             )
         ).all()
     claimed: list[OffloadedBatch] = []
-    for batch_id, binding_id, provider_id, state, polled_at, cancel_requested_at in rows:
+    for batch_id, binding_id, provider_id, state, polled_at, cancel_requested_at, key_id in rows:
         was = B.c.offload_polled_at.is_(None) if polled_at is None else B.c.offload_polled_at == polled_at
         async with engine.begin() as conn:
             taken = await conn.execute(
@@ -116,6 +125,8 @@ async def due_for_poll(
             )
         if taken.rowcount:
             claimed.append(
-                OffloadedBatch(batch_id, binding_id, provider_id, state, cancel_requested_at is not None)
+                OffloadedBatch(
+                    batch_id, binding_id, provider_id, state, cancel_requested_at is not None, key_id
+                )
             )
     return claimed

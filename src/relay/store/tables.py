@@ -278,6 +278,8 @@ usage_events = Table(
     Column("cost_nanos", BigInteger, nullable=True),  # integer nano-USD; NULL: unpriced or nothing ran
     # answered from the response cache (SPEC §19): cost 0, attempts 0, no host key; false before 0018
     Column("cache_hit", Boolean, nullable=False, server_default="0"),
+    # run by a provider's own batch API (SPEC §22), priced at the binding's discount; false before 0023
+    Column("offloaded", Boolean, nullable=False, server_default="0"),
     # the guardrails that blocked or redacted (SPEC §20): [{"name", "stage", "action"}]; NULL: none
     Column("guardrails", JSONType, nullable=True),
     Column("latency_ms", Integer, nullable=False),

@@ -87,6 +87,7 @@ class UsageEvent:
     ttft_ms: int | None = None
     relay_key_hash: str | None = None
     cache_hit: bool = False  # answered from the response cache (SPEC §19)
+    offloaded: bool = False  # run by a provider's own batch API, priced at its discount (SPEC §22)
     guardrails: list[dict[str, str]] | None = None  # SPEC §20: the guardrails that blocked or redacted
 
     def to_row(self) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from relay.batches.offload.provider import (
     answer_lines,
     never_ran,
     read_answer,
+    read_line,
 )
 from relay.upstream import Upstream, UpstreamConnectionError, UpstreamTimeout
 
@@ -96,7 +97,9 @@ class OpenAIBatchAPI:
             if not file_id:
                 continue
             async for raw in self._lines(f"/v1/files/{file_id}/content"):
-                yield line_of(orjson.loads(raw), batch.ending)
+                line = read_line(raw, batch.ending, line_of)
+                if line is not None:
+                    yield line
 
     async def _lines(self, path: str) -> AsyncIterator[bytes]:
         try:

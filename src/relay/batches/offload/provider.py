@@ -13,9 +13,11 @@ nothing is written, so nothing is charged twice.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
+
+import orjson
 
 from relay.batches.item_shapes import upstream_returned
 from relay.domain.batch_record import CANCELLED_ERROR, FinalState
@@ -72,6 +74,19 @@ def never_ran(custom_id: str, ending: Ending) -> ProviderLine:
         error = "expired: the provider's batch window passed before this item ran"
         return ProviderLine(custom_id, "cancelled", None, None, error)
     return ProviderLine(custom_id, "cancelled", None, None, CANCELLED_ERROR)
+
+
+def read_line(
+    raw: bytes, ending: Ending, line_of: Callable[[dict[str, Any], Ending], ProviderLine]
+) -> ProviderLine | None:
+    """One result line in the engine's terms, or None for a line that is no readable result (not
+    JSON, not an object, fields of the wrong type): skipped, so garbage never stops a mapping; its
+    item is then one the provider returned no result for."""
+    try:
+        value = orjson.loads(raw)
+        return line_of(value, ending) if isinstance(value, dict) else None
+    except (ValueError, TypeError, AttributeError):
+        return None
 
 
 async def read_answer(response: UpstreamResponse) -> bytes:

@@ -152,6 +152,9 @@ class UsageEvent(Answer):
     guardrails: list[dict[str, str]] | None = Field(
         None, description='the guardrails that blocked or redacted: [{"name", "stage", "action"}]'
     )
+    offloaded: bool = Field(
+        False, description="a batch item a provider's own batch API ran, priced at the binding's discount"
+    )
 
 
 class UsageEvents(Answer):

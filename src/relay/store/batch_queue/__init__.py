@@ -73,7 +73,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from relay.domain.batch_record import BatchRecord, BatchView, ResultRow
 from relay.domain.batch_retry import RetrySelection
 from relay.store import batches as admin_reads
-from relay.store.batch_queue import _claims, _expiry, _finish, _liveness, _retry, _submit, _views
+from relay.store.batch_queue import _claims, _expiry, _finish, _liveness, _offload, _retry, _submit, _views
 from relay.store.batch_queue._claims import ClaimedItem
 from relay.store.batch_queue._expiry import ExpiryEvents
 from relay.store.batch_queue._finish import FinalItem, SaveResponses
@@ -211,6 +211,15 @@ class BatchStore:
         return await _finish.finalize_many(
             self._engine if db is None else db, instance_id, finals, save_responses, self._hooks
         )
+
+    async def settle_offloaded(
+        self, batch_id: str, finals: Sequence[FinalItem], save_responses: SaveResponses | None = None
+    ) -> list[FinalItem]:
+        """An offloaded batch's mapped results (``_offload``): the items that changed."""
+        return await _offload.settle_offloaded(self._engine, batch_id, finals, save_responses, self._hooks)
+
+    async def open_offloaded_idxs(self, batch_id: str, *, after_idx: int, limit: int) -> list[int]:
+        return await _offload.open_idxs(self._engine, batch_id, after_idx=after_idx, limit=limit)
 
     # ------------------------------------------------------------------------------------------ liveness
 

@@ -49,6 +49,7 @@ def _due(conn: AsyncConnection) -> Any:
             B.c.completed_at.is_(None),
             B.c.expires_at.is_not(None),
             B.c.expires_at <= db_now(conn),
+            B.c.offload_state.is_(None),  # a provider runs it: the offload poller forwards its expiry
             item_in(B.c.id, AVAILABLE),
         )
         .order_by(B.c.expires_at, B.c.id)

@@ -203,6 +203,11 @@ async def _cancel_chunk(
                 .returning(I.c.idx)
             )
             idxs.extend(reserved.scalars())
+        offloaded = (await conn.execute(select(B.c.offload_state).where(B.c.id == batch_id))).scalar()
+        if offloaded is not None:  # SPEC §22: the poller forwards the cancel and maps what the provider ran
+            if also is not None and marked_batch:
+                await also(conn)
+            return idxs
         # The chunk is an idx range of the unreserved index, its end found by one index-only probe:
         # a join with a subquery of the chunk's idxs is planned, on a batch whose rows the planner
         # has no statistics for yet, as a nested loop comparing every item with every idx (~40 s per
