@@ -50,6 +50,7 @@ from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from relay.store import tables as t
+from relay.store import usage_rollup
 from relay.store.catalog import Row
 
 GROUPS: Final[Mapping[str, str]] = {
@@ -65,7 +66,7 @@ GROUPS: Final[Mapping[str, str]] = {
     "minute": "",  # the UTC minute, YYYY-MM-DDTHH:MM (the dashboard's last-hour charts)
 }
 # Time buckets: (Postgres to_char pattern, SQLite strftime pattern).
-_BUCKETS: Final[Mapping[str, tuple[str, str]]] = {
+BUCKETS: Final[Mapping[str, tuple[str, str]]] = {
     "day": ("YYYY-MM-DD", "%Y-%m-%d"),
     "hour": ('YYYY-MM-DD"T"HH24', "%Y-%m-%dT%H"),
     "minute": ('YYYY-MM-DD"T"HH24:MI', "%Y-%m-%dT%H:%M"),
@@ -217,7 +218,8 @@ def _bulk_insert(dialect: Dialect) -> _BulkInsert:
 
 
 async def insert_events(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Insert events as one executemany in the caller's transaction (rows from ``UsageEvent.to_row``).
+    """Insert events as one executemany in the caller's transaction (rows from ``UsageEvent.to_row``),
+    and add them to ``usage_rollup`` in one aggregated upsert (``relay.store.usage_rollup``).
 
     Live traffic writes an event per request, and ``conn.execute(insert(...), dicts)`` spends ≈ 25 µs
     per row on the event loop's thread turning each dict into parameters, column by column: 55 rows
@@ -229,6 +231,7 @@ async def insert_events(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]
     if rows:
         bulk = _bulk_insert(conn.dialect)
         await conn.exec_driver_sql(bulk.sql, [bulk.params(row) for row in rows])
+        await usage_rollup.add(conn, rows)  # the per-minute sums move with the events, same transaction
 
 
 async def insert_events_on_driver(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]) -> None:
@@ -245,6 +248,7 @@ async def insert_events_on_driver(conn: AsyncConnection, rows: Sequence[Mapping[
     raw = (await conn.get_raw_connection()).driver_connection
     assert raw is not None
     await raw.executemany(bulk.sql, [bulk.params(row) for row in rows])
+    await usage_rollup.add_on_driver(conn, rows)
 
 
 async def insert_payloads(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]) -> None:
@@ -340,7 +344,7 @@ def group_column(dialect: str, group_by: str) -> ColumnElement[Any]:
         return _E.c[column]
     # Literal SQL, not bind parameters: Postgres only matches the GROUP BY expression to the SELECT one
     # when both are textually identical, and two bind parameters ($1, $2) are not.
-    pg_pattern, sqlite_pattern = _BUCKETS[group_by]
+    pg_pattern, sqlite_pattern = BUCKETS[group_by]
     if dialect == "postgresql":
         utc = func.timezone(literal_column("'UTC'"), _E.c.ts)
         return func.to_char(utc, literal_column(f"'{pg_pattern}'"))

@@ -41,6 +41,7 @@ from tests.integration.batches.queue_helpers import KEY_HASH, batch_row, item_ev
 OLD = timedelta(days=10)
 TABLES = (
     t.usage_events,
+    t.usage_rollup,
     t.payloads,
     t.batch_items,
     t.batches,

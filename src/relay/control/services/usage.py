@@ -30,7 +30,7 @@ from relay.errors import InvalidRequest, NotFound
 from relay.store import catalog as catalog_store
 from relay.store import tables as t
 from relay.store import usage as store
-from relay.store import usage_breakdown
+from relay.store import usage_breakdown, usage_summaries
 from relay.store.catalog import Row, utcnow
 from relay.usage.capture import SETTING_KEY, current_setting
 
@@ -74,7 +74,8 @@ class UsageQueries:
         return {"events": [_event(r) for r in rows], "next_cursor": next_cursor}
 
     async def summary(self, params: Mapping[str, str], *, latency: bool = True) -> dict[str, Any]:
-        """``latency=False`` leaves out p50/p95 (the dashboard's overview shows none)."""
+        """``latency=False`` leaves out p50/p95 (the dashboard's overview shows none), which lets the
+        per-minute rollup answer (``relay.store.usage_summaries``)."""
         group_by = params.get("group_by", "")
         if group_by not in store.GROUPS:
             choices = "|".join(store.GROUPS)
@@ -82,7 +83,7 @@ class UsageQueries:
         async with self._engine.connect() as conn:
             filters = await _filters(conn, params)
             _check_bucket_span(group_by, filters)
-            rows = await store.summary(conn, group_by, filters, latency=latency)
+            rows = await usage_summaries.summary(conn, group_by, filters, latency=latency)
             if group_by in REFS or group_by == "credential":
                 # A credential group is named by its relay key's name; a token (jti) has no name.
                 table = t.relay_keys if group_by == "credential" else REFS[group_by]
@@ -93,11 +94,12 @@ class UsageQueries:
 
     async def breakdown(self, params: Mapping[str, str]) -> dict[str, list[Row]]:
         """The dashboard overview's figures per UTC day, per model and per project over the same
-        filters, read in one scan (``relay.store.usage_breakdown``), each equal to the summary's rows
-        for that grouping (project rows carry ``name`` as the summary's do); no percentiles."""
+        filters, read in one query (from the rollup: ``relay.store.usage_summaries``), each equal to
+        the summary's rows for that grouping (project rows carry ``name`` as the summary's do); no
+        percentiles."""
         async with self._engine.connect() as conn:
             filters = await _filters(conn, params)
-            rows = await usage_breakdown.by_day_model_project(conn, filters)
+            rows = await usage_summaries.by_day_model_project(conn, filters)
             projects = usage_breakdown.roll_up(rows, "project_id")
             names = await catalog_store.names(conn, t.projects, [r["group"] for r in projects])
         for row in projects:

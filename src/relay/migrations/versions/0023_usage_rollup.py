@@ -1,0 +1,88 @@
+"""The usage rollup: ``usage_rollup``, per-minute sums of the usage events, filled from every event.
+
+Revision ID: 0023
+Revises: 0022
+Create Date: 2026-12-06
+
+Frozen copy of ``usage_rollup`` in ``relay/store/rollup_tables.py`` (why these dimensions: that
+module). One row per UTC minute (whole minutes since 1970-01-01, floored) and combination of source,
+project, team, policy, principal, credential, model, host, status and outcome (0 answered, 1 error,
+2 cancelled batch item), holding the event count, token sums, the priced events' cost sum and how
+many were priced. The upgrade fills it from every existing event in one ``INSERT … SELECT … GROUP BY``
+(the same classification as ``relay.store.usage.is_error``/``is_cancelled``); from then on the usage
+writers and the retention sweep keep it exact in their own transactions. The downgrade drops it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0023"
+down_revision: str | None = "0022"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+KEY = (
+    "minute",
+    "source",
+    "project_id",
+    "team_id",
+    "policy_id",
+    "principal_id",
+    "credential_id",
+    "model",
+    "host",
+    "status",
+    "outcome",
+)
+SUMS = ("requests", "input_tokens", "output_tokens", "cached_input_tokens", "cost_nanos", "priced")
+OUTCOME = (
+    "CASE WHEN error_kind = 'cancelled' THEN 2"
+    " WHEN status < 200 OR status >= 300 OR error_kind IS NOT NULL THEN 1 ELSE 0 END"
+)
+MINUTE = {
+    # The minute's start is a whole number of seconds: dividing its epoch by 60 is exact (and floored
+    # before 1970 too).
+    "postgresql": "CAST(EXTRACT(EPOCH FROM date_trunc('minute', ts AT TIME ZONE 'UTC')) / 60 AS BIGINT)",
+    # SQLite stores these timestamps as UTC text 'YYYY-MM-DD HH:MM:SS.ffffff'.
+    "sqlite": "CAST(strftime('%s', substr(ts, 1, 16)) AS INTEGER) / 60",
+}
+
+
+def upgrade() -> None:
+    op.create_table(
+        "usage_rollup",
+        sa.Column("minute", sa.BigInteger(), nullable=False),
+        sa.Column("source", sa.String(length=8), nullable=False),
+        sa.Column("project_id", sa.String(length=40), nullable=False),
+        sa.Column("team_id", sa.String(length=40), nullable=False),
+        sa.Column("policy_id", sa.String(length=40), nullable=False),
+        sa.Column("principal_id", sa.String(length=40), nullable=False),
+        sa.Column("credential_id", sa.String(length=64), nullable=False),
+        sa.Column("model", sa.String(length=200), nullable=False),
+        sa.Column("host", sa.String(length=63), nullable=False),
+        sa.Column("status", sa.Integer(), nullable=False),
+        sa.Column("outcome", sa.SmallInteger(), nullable=False),
+        *(sa.Column(name, sa.BigInteger(), nullable=False) for name in SUMS),
+        sa.PrimaryKeyConstraint(*KEY, name=op.f("pk_usage_rollup")),
+    )
+    op.create_index(
+        "ix_usage_rollup_project_id_minute", "usage_rollup", ["project_id", "minute"], unique=False
+    )
+    minute = MINUTE[op.get_bind().dialect.name]
+    dimensions = ", ".join(KEY[1:-1])
+    op.execute(
+        f"INSERT INTO usage_rollup ({', '.join(KEY)}, {', '.join(SUMS)})"
+        f" SELECT {minute}, {dimensions}, {OUTCOME},"
+        " COUNT(*), SUM(input_tokens), SUM(output_tokens), SUM(cached_input_tokens),"
+        " COALESCE(SUM(cost_nanos), 0), COUNT(cost_nanos)"
+        f" FROM usage_events GROUP BY {minute}, {dimensions}, {OUTCOME}"
+    )
+
+
+def downgrade() -> None:
+    op.drop_index("ix_usage_rollup_project_id_minute", table_name="usage_rollup")
+    op.drop_table("usage_rollup")

@@ -1,0 +1,60 @@
+"""The usage rollup's table (SPEC §8 summaries, §16 overview): ``usage_rollup``, one row per UTC minute
+and combination of the dimensions the usage summaries group and filter by. Part of
+``relay.store.tables``' metadata (the Alembic target).
+
+Why these dimensions. Every ``group_by`` of the summary (source, model, project, team, policy, host,
+credential; day, hour and minute from the bucket) and every filter except ``batch_id`` (status,
+status class and ``error`` from ``status`` and ``outcome``; ``principal_id``, the self page's filter)
+can be answered from these rows. ``batch_id`` is left out on purpose: one key per batch would multiply
+the rows by the batches of each minute, and a batch's summary reads its events by the batch index
+anyway. ``outcome`` is what the summary counts apart: 0 an answer, 1 an error (``usage.is_error``),
+2 a cancelled batch item (``usage.is_cancelled``). Team, policy and principal follow from the
+credential almost always, so they add columns, not rows.
+
+Invariants. ``minute`` is whole minutes since 1970-01-01T00:00Z of the events' ``ts`` (floored, so
+negative before 1970). Each row holds the exact sums of the events it covers: the usage writers add
+to it and the retention sweep subtracts from it in the transactions that insert and delete those
+events (``relay.store.usage_rollup``), and a row whose ``requests`` reaches 0 is deleted. ``cost_nanos``
+sums the priced events only; ``priced`` counts them (0: the summary's cost is NULL).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import BigInteger, Column, Index, Integer, PrimaryKeyConstraint, SmallInteger, String, Table
+
+from relay.store.columns import ID, metadata
+
+KEY = (
+    "minute",
+    "source",
+    "project_id",
+    "team_id",
+    "policy_id",
+    "principal_id",
+    "credential_id",
+    "model",
+    "host",
+    "status",
+    "outcome",
+)
+SUMS = ("requests", "input_tokens", "output_tokens", "cached_input_tokens", "cost_nanos", "priced")
+
+usage_rollup = Table(
+    "usage_rollup",
+    metadata,
+    Column("minute", BigInteger, nullable=False),
+    Column("source", String(8), nullable=False),
+    Column("project_id", ID, nullable=False),
+    Column("team_id", ID, nullable=False),
+    Column("policy_id", ID, nullable=False),
+    Column("principal_id", ID, nullable=False),
+    Column("credential_id", String(64), nullable=False),
+    Column("model", String(200), nullable=False),
+    Column("host", String(63), nullable=False),
+    Column("status", Integer, nullable=False),
+    Column("outcome", SmallInteger, nullable=False),
+    *(Column(name, BigInteger, nullable=False) for name in SUMS),
+    PrimaryKeyConstraint(*KEY),
+    # A project's user reads the overview scoped to that project.
+    Index("ix_usage_rollup_project_id_minute", "project_id", "minute"),
+)

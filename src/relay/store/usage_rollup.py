@@ -1,0 +1,157 @@
+"""Keeping ``usage_rollup`` exact (SPEC §8, §16): what the usage writers add to it and what the retention
+sweep subtracts from it, each inside the transaction that inserts or deletes the events.
+
+Why. The overview's summaries over 14 days read every event of the range (seconds at 10 million
+events); the rollup holds the same sums per minute, so they read a few rows per minute instead
+(``relay.store.usage_summaries``). That is only right while every event is counted exactly once, so
+the rollup moves in the same transaction as the events, never later.
+
+How. :func:`aggregate` sums a flushed batch of event rows per rollup key in Python; :func:`add` writes
+them as one ``INSERT … ON CONFLICT DO UPDATE`` executemany (compiled once per dialect, positional, like
+the events' bulk insert), its rows sorted by key so two writers (replicas, the batch finalizer) lock
+shared rows in the same order and cannot deadlock. :func:`subtract` is the same upsert with the sums
+negated, then deletes the touched rows that reached zero requests, so a summary never shows an empty
+group. :func:`rebuild` recomputes the whole table from the events (tests, benchmarks, and an operator
+after old replicas wrote events without it: see docs/usage.md).
+
+What it deliberately does not know: how summaries read the rows, or event construction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+from sqlalchemy import delete
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import Dialect
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from relay.store.rollup_tables import KEY, SUMS, usage_rollup
+
+R = usage_rollup
+EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+MINUTE: Final = timedelta(minutes=1)
+ANSWERED, ERROR, CANCELLED = 0, 1, 2
+_CANCELLED_KIND: Final = "cancelled"  # relay.store.usage.CANCELLED_KIND (that module imports this one)
+
+# The events' minute and outcome in SQL, for :func:`rebuild` (the migration 0023 holds a frozen copy).
+_MINUTE_SQL: Final = {
+    "postgresql": "CAST(EXTRACT(EPOCH FROM date_trunc('minute', ts AT TIME ZONE 'UTC')) / 60 AS BIGINT)",
+    "sqlite": "CAST(strftime('%s', substr(ts, 1, 16)) AS INTEGER) / 60",
+}
+_OUTCOME_SQL: Final = (
+    "CASE WHEN error_kind = 'cancelled' THEN 2"
+    " WHEN status < 200 OR status >= 300 OR error_kind IS NOT NULL THEN 1 ELSE 0 END"
+)
+
+
+def minute_of(ts: datetime) -> int:
+    """Whole minutes since the epoch, floored (exact: timedelta arithmetic, no float)."""
+    return (ts.astimezone(UTC) - EPOCH) // MINUTE
+
+
+def minute_start(minute: int) -> datetime:
+    return EPOCH + minute * MINUTE
+
+
+def outcome(status: int, error_kind: str | None) -> int:
+    """``relay.store.usage.is_error`` / ``is_cancelled`` for one event: the two never overlap."""
+    if error_kind == _CANCELLED_KIND:
+        return CANCELLED
+    if status < 200 or status >= 300 or error_kind is not None:
+        return ERROR
+    return ANSWERED
+
+
+def aggregate(rows: Iterable[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
+    """Event rows (``UsageEvent.to_row``) summed per rollup key: ``KEY + SUMS`` tuples sorted by key."""
+    sums: dict[tuple[Any, ...], list[int]] = {}
+    for row in rows:
+        key = (
+            minute_of(row["ts"]),
+            row["source"],
+            row["project_id"],
+            row["team_id"],
+            row["policy_id"],
+            row["principal_id"],
+            row["credential_id"],
+            row["model"],
+            row["host"],
+            row["status"],
+            outcome(row["status"], row["error_kind"]),
+        )
+        found = sums.get(key)
+        if found is None:
+            found = sums[key] = [0, 0, 0, 0, 0, 0]
+        found[0] += 1
+        found[1] += row["input_tokens"]
+        found[2] += row["output_tokens"]
+        found[3] += row["cached_input_tokens"]
+        cost = row["cost_nanos"]
+        if cost is not None:
+            found[4] += cost
+            found[5] += 1
+    return [(*key, *sums[key]) for key in sorted(sums)]
+
+
+_UPSERTS: dict[tuple[str, str], str] = {}
+
+
+def _upsert_sql(dialect: Dialect) -> str:
+    sql = _UPSERTS.get((dialect.name, dialect.driver))
+    if sql is None:
+        make = pg_insert if dialect.name == "postgresql" else sqlite_insert
+        stmt = make(R)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=list(KEY), set_={name: R.c[name] + stmt.excluded[name] for name in SUMS}
+        )
+        compiled = stmt.compile(dialect=dialect)
+        if tuple(compiled.positiontup or ()) != (*KEY, *SUMS):
+            raise RuntimeError(
+                f"{dialect.name}+{dialect.driver}: rollup upsert parameters are not positional"
+            )
+        sql = _UPSERTS[(dialect.name, dialect.driver)] = str(compiled)
+    return sql
+
+
+async def add(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Add a batch of just-inserted events, in the caller's transaction."""
+    if rows:
+        await conn.exec_driver_sql(_upsert_sql(conn.dialect), aggregate(rows))
+
+
+async def add_on_driver(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]) -> None:
+    """:func:`add` on the SQLite driver itself (see ``usage.insert_events_on_driver``)."""
+    if rows:
+        raw = (await conn.get_raw_connection()).driver_connection
+        assert raw is not None
+        await raw.executemany(_upsert_sql(conn.dialect), aggregate(rows))
+
+
+async def subtract(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Take just-deleted events out, in the caller's transaction; rows left with no request go."""
+    if not rows:
+        return
+    found = aggregate(rows)
+    size = len(KEY)
+    negated = [(*row[:size], *(-value for value in row[size:])) for row in found]
+    await conn.exec_driver_sql(_upsert_sql(conn.dialect), negated)
+    first, last = found[0][0], found[-1][0]  # sorted by key: the minute comes first
+    await conn.execute(delete(R).where(R.c.minute.between(first, last), R.c.requests <= 0))
+
+
+async def rebuild(conn: AsyncConnection) -> None:
+    """Recompute every row from the events, in the caller's transaction."""
+    minute = _MINUTE_SQL[conn.dialect.name]
+    dimensions = ", ".join(KEY[1:-1])
+    await conn.execute(delete(R))
+    await conn.exec_driver_sql(
+        f"INSERT INTO usage_rollup ({', '.join(KEY)}, {', '.join(SUMS)})"
+        f" SELECT {minute}, {dimensions}, {_OUTCOME_SQL},"
+        " COUNT(*), SUM(input_tokens), SUM(output_tokens), SUM(cached_input_tokens),"
+        " COALESCE(SUM(cost_nanos), 0), COUNT(cost_nanos)"
+        f" FROM usage_events GROUP BY {minute}, {dimensions}, {_OUTCOME_SQL}"
+    )
