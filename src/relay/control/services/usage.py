@@ -53,7 +53,7 @@ FILTERS: Final = (
     "to",
 )
 EVENT_PARAMS: Final = frozenset({*FILTERS, "limit", "cursor"})
-SUMMARY_PARAMS: Final = frozenset({*FILTERS, "group_by"})
+SUMMARY_PARAMS: Final = frozenset({*FILTERS, "group_by", "percentiles"})
 GROUPS: Final = store.GROUPS
 BUCKET_SPANS: Final = {"minute": timedelta(days=1), "hour": timedelta(days=31)}
 DEFAULT_LIMIT: Final = 100
@@ -74,16 +74,23 @@ class UsageQueries:
         return {"events": [_event(r) for r in rows], "next_cursor": next_cursor}
 
     async def summary(self, params: Mapping[str, str], *, latency: bool = True) -> dict[str, Any]:
-        """``latency=False`` leaves out p50/p95 (the dashboard's overview shows none), which lets the
-        per-minute rollup answer (``relay.store.usage_summaries``)."""
+        """``latency=False`` (or ``percentiles=false``) leaves p50/p95 null (the dashboard's overview
+        shows none), which lets the per-minute rollup answer (``relay.store.usage_summaries``)."""
         group_by = params.get("group_by", "")
         if group_by not in store.GROUPS:
             choices = "|".join(store.GROUPS)
             raise InvalidRequest(f"group_by: must be one of {choices}, got {params.get('group_by')!r}")
+        percentiles = params.get("percentiles", "true")
+        if percentiles.lower() not in ("true", "false"):
+            raise InvalidRequest(f"percentiles: must be true or false, got {percentiles!r}")
+        latency = latency and percentiles.lower() == "true"
         async with self._engine.connect() as conn:
             filters = await _filters(conn, params)
             _check_bucket_span(group_by, filters)
             rows = await usage_summaries.summary(conn, group_by, filters, latency=latency)
+            if not latency:
+                for row in rows:
+                    row.update(p50_latency_ms=None, p95_latency_ms=None)
             if group_by in REFS or group_by == "credential":
                 # A credential group is named by its relay key's name; a token (jti) has no name.
                 table = t.relay_keys if group_by == "credential" else REFS[group_by]
