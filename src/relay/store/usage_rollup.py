@@ -2,11 +2,12 @@
 sweep subtracts from it, each inside the transaction that inserts or deletes the events.
 
 Why. The overview's summaries over 14 days read every event of the range (seconds at 10 million
-events); the rollup holds the same sums per minute, so they read a few rows per minute instead
-(``relay.store.usage_summaries``). That is only right while every event is counted exactly once, so
+events); the rollup holds the same sums per minute and per hour, so they read a few rows per hour
+instead (``relay.store.usage_summaries``). That is only right while every event is counted exactly once, so
 the rollup moves in the same transaction as the events, never later.
 
-How. :func:`aggregate` sums a flushed batch of event rows per rollup key in Python; :func:`add` writes
+How. :func:`aggregate` sums a flushed batch of event rows per rollup key (its minute row and its hour
+row) in Python; :func:`add` writes
 them as one ``INSERT … ON CONFLICT DO UPDATE`` executemany (compiled once per dialect, positional, like
 the events' bulk insert), its rows sorted by key so two writers (replicas, the batch finalizer) lock
 shared rows in the same order and cannot deadlock. :func:`subtract` is the same upsert with the sums
@@ -37,15 +38,17 @@ MINUTE: Final = timedelta(minutes=1)
 ANSWERED, ERROR, CANCELLED = 0, 1, 2
 _CANCELLED_KIND: Final = "cancelled"  # relay.store.usage.CANCELLED_KIND (that module imports this one)
 
-# The events' minute and outcome in SQL, for :func:`rebuild` (the migration 0023 holds a frozen copy).
-_MINUTE_SQL: Final = {
-    "postgresql": "CAST(EXTRACT(EPOCH FROM date_trunc('minute', ts AT TIME ZONE 'UTC')) / 60 AS BIGINT)",
-    "sqlite": "CAST(strftime('%s', substr(ts, 1, 16)) AS INTEGER) / 60",
+# The events' minute (hour) start and outcome in SQL, for :func:`rebuild` (0023 holds a frozen copy).
+_START_SQL: Final = {
+    "postgresql": "CAST(EXTRACT(EPOCH FROM date_trunc('{unit}', ts AT TIME ZONE 'UTC')) / 60 AS BIGINT)",
+    "sqlite": "CAST(strftime('%s', {prefix}) AS INTEGER) / 60",
 }
+_UNITS: Final = {1: ("minute", "substr(ts, 1, 16)"), 60: ("hour", "substr(ts, 1, 14) || '00'")}
 _OUTCOME_SQL: Final = (
     "CASE WHEN error_kind = 'cancelled' THEN 2"
     " WHEN status < 200 OR status >= 300 OR error_kind IS NOT NULL THEN 1 ELSE 0 END"
 )
+WIDTHS: Final = (1, 60)  # a minute row, an hour row
 
 
 def minute_of(ts: datetime) -> int:
@@ -67,11 +70,12 @@ def outcome(status: int, error_kind: str | None) -> int:
 
 
 def aggregate(rows: Iterable[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
-    """Event rows (``UsageEvent.to_row``) summed per rollup key: ``KEY + SUMS`` tuples sorted by key."""
+    """Event rows (``UsageEvent.to_row``) summed per rollup key, each into its minute row and its hour
+    row: ``KEY + SUMS`` tuples sorted by key."""
     sums: dict[tuple[Any, ...], list[int]] = {}
     for row in rows:
-        key = (
-            minute_of(row["ts"]),
+        minute = minute_of(row["ts"])
+        dimensions = (
             row["source"],
             row["project_id"],
             row["team_id"],
@@ -83,17 +87,18 @@ def aggregate(rows: Iterable[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
             row["status"],
             outcome(row["status"], row["error_kind"]),
         )
-        found = sums.get(key)
-        if found is None:
-            found = sums[key] = [0, 0, 0, 0, 0, 0]
-        found[0] += 1
-        found[1] += row["input_tokens"]
-        found[2] += row["output_tokens"]
-        found[3] += row["cached_input_tokens"]
         cost = row["cost_nanos"]
-        if cost is not None:
-            found[4] += cost
-            found[5] += 1
+        for key in ((1, minute, *dimensions), (60, minute - minute % 60, *dimensions)):
+            found = sums.get(key)
+            if found is None:
+                found = sums[key] = [0, 0, 0, 0, 0, 0]
+            found[0] += 1
+            found[1] += row["input_tokens"]
+            found[2] += row["output_tokens"]
+            found[3] += row["cached_input_tokens"]
+            if cost is not None:
+                found[4] += cost
+                found[5] += 1
     return [(*key, *sums[key]) for key in sorted(sums)]
 
 
@@ -139,19 +144,20 @@ async def subtract(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]) -> 
     size = len(KEY)
     negated = [(*row[:size], *(-value for value in row[size:])) for row in found]
     await conn.exec_driver_sql(_upsert_sql(conn.dialect), negated)
-    first, last = found[0][0], found[-1][0]  # sorted by key: the minute comes first
+    first, last = min(row[1] for row in found), max(row[1] for row in found)
     await conn.execute(delete(R).where(R.c.minute.between(first, last), R.c.requests <= 0))
 
 
 async def rebuild(conn: AsyncConnection) -> None:
     """Recompute every row from the events, in the caller's transaction."""
-    minute = _MINUTE_SQL[conn.dialect.name]
-    dimensions = ", ".join(KEY[1:-1])
+    dimensions = ", ".join(KEY[2:-1])
     await conn.execute(delete(R))
-    await conn.exec_driver_sql(
-        f"INSERT INTO usage_rollup ({', '.join(KEY)}, {', '.join(SUMS)})"
-        f" SELECT {minute}, {dimensions}, {_OUTCOME_SQL},"
-        " COUNT(*), SUM(input_tokens), SUM(output_tokens), SUM(cached_input_tokens),"
-        " COALESCE(SUM(cost_nanos), 0), COUNT(cost_nanos)"
-        f" FROM usage_events GROUP BY {minute}, {dimensions}, {_OUTCOME_SQL}"
-    )
+    for width, (unit, prefix) in _UNITS.items():
+        start = _START_SQL[conn.dialect.name].replace("{unit}", unit).replace("{prefix}", prefix)
+        await conn.exec_driver_sql(
+            f"INSERT INTO usage_rollup ({', '.join(KEY)}, {', '.join(SUMS)})"
+            f" SELECT {width}, {start}, {dimensions}, {_OUTCOME_SQL},"
+            " COUNT(*), SUM(input_tokens), SUM(output_tokens), SUM(cached_input_tokens),"
+            " COALESCE(SUM(cost_nanos), 0), COUNT(cost_nanos)"
+            f" FROM usage_events GROUP BY {start}, {dimensions}, {_OUTCOME_SQL}"
+        )

@@ -6,12 +6,14 @@ filters by nothing the rollup lacks (``batch_id``: see ``relay.store.rollup_tabl
 is covered: the dimensions directly, ``day``/``hour``/``minute`` from the bucket.
 
 How a range is split, exactly. ``from`` is inclusive and ``to`` exclusive, to the microsecond, while a
-rollup row covers one whole minute. So the whole minutes inside ``[from, to)`` are read from the rollup
-and the partial edge minutes, ``[from, the next whole minute)`` and ``[the last whole minute, to)``,
-from the events (by ``ix_usage_events_ts_id``; a minute's events at most). A range inside one minute
-is read from the events alone. The parts are one ``UNION ALL`` summed per group in SQL and ordered by
-the database, so the rows, their order and their NULLs (cost when nothing was priced) are those of
-the raw query (``relay.store.usage.summary``); ``tests/integration/usage/test_rollup.py`` proves it.
+rollup row covers one whole minute or hour. So the whole hours inside ``[from, to)`` are read from the
+rollup's hour rows, the whole minutes around them from its minute rows (a per-minute grouping reads
+minute rows only), and the partial edge minutes, ``[from, the next whole minute)`` and ``[the last whole
+minute, to)``, from the events (by ``ix_usage_events_ts_id``; a minute's events at most). A range inside
+one minute is read from the events alone. The parts are one ``UNION ALL`` summed per group in SQL and
+ordered by the database, so the rows, their order and their NULLs (cost when nothing was priced) are
+those of the raw query (``relay.store.usage.summary``); ``tests/integration/usage/test_rollup.py``
+proves it.
 
 Day, hour and minute groups are computed on integer buckets (whole minutes since the epoch, floored),
 and only the few summed rows are turned into the ``YYYY-MM-DD…`` labels the raw query makes.
@@ -115,7 +117,8 @@ def _combined(
     if lo is not None and hi is not None and lo >= hi:
         parts.append(_events(dialect, groups, keys, filters))  # no whole minute inside
     else:
-        parts.append(_rollup(dialect, groups, keys, filters, lo, hi))
+        for width, start, end in _spans(lo, hi, hours="minute" not in groups):
+            parts.append(_rollup(dialect, groups, keys, filters, width, start, end))
         if lo is not None and minute_start(lo) != filters.ts_from:
             parts.append(_events(dialect, groups, keys, replace(filters, ts_to=minute_start(lo))))
         if hi is not None and minute_start(hi) != filters.ts_to:
@@ -129,6 +132,23 @@ def _combined(
     if order:
         query = query.order_by(*(united.c[key] for key in keys))
     return query
+
+
+def _spans(lo: int | None, hi: int | None, *, hours: bool) -> list[tuple[int, int | None, int | None]]:
+    """``(width, from minute, to minute)`` rollup reads covering the whole minutes ``[lo, hi)``: hour
+    rows for the whole hours inside, minute rows around them (or minute rows only)."""
+    if not hours:
+        return [(1, lo, hi)]
+    first = None if lo is None else -(-lo // 60) * 60  # the first whole hour
+    last = None if hi is None else hi - hi % 60  # the end of the last whole hour
+    if first is not None and last is not None and first >= last:
+        return [(1, lo, hi)]
+    out: list[tuple[int, int | None, int | None]] = [(60, first, last)]
+    if lo is not None and lo != first:
+        out.append((1, lo, first))
+    if hi is not None and hi != last:
+        out.append((1, last, hi))
+    return out
 
 
 def _events(
@@ -156,12 +176,14 @@ def _rollup(
     groups: Sequence[str],
     keys: Sequence[str],
     filters: store.EventFilter,
+    width: int,
     lo: int | None,
     hi: int | None,
 ) -> Select[Any]:
-    """Summed per group on integer buckets first, then labelled (few rows by then)."""
+    """The rows of one width in ``[lo, hi)``, summed per group on integer buckets first, then
+    labelled (few rows by then)."""
     columns = [_bucket(SPANS[g]) if g in SPANS else R.c[store.GROUPS[g]] for g in groups]
-    where = _conditions(filters)
+    where = [R.c.width == width, *_conditions(filters)]
     if lo is not None:
         where.append(R.c.minute >= lo)
     if hi is not None:

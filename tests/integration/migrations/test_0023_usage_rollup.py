@@ -1,5 +1,5 @@
 """Migration 0023 (SPEC §8, §16): ``usage_rollup`` is created matching the metadata and filled from the
-events already written — per UTC minute (one before 1970 included: floored), outcome (answered,
+events already written — per UTC minute and hour (one before 1970 included: floored), outcome (answered,
 error, cancelled), priced and unpriced — exactly as the writers would have filled it; a downgrade drops
 only that table."""
 
@@ -65,14 +65,19 @@ async def test_0023_creates_and_fills_the_rollup_from_existing_events(engine: As
     minute = usage_rollup.minute_of(datetime(2026, 3, 1, 12, 0, tzinfo=UTC))
     # (minute, cost, priced, requests) in key order: at 12:00 the cancelled item (5, status 0), the
     # answers (1, 2), the error (4), another project's (6); at 12:01 the unpriced one (3).
-    assert [(r[0], r[-2], r[-1], r[len(KEY)]) for r in rows if r[0] >= minute] == [
+    assert [(r[1], r[-2], r[-1], r[len(KEY)]) for r in rows if r[0] == 1 and r[1] >= minute] == [
         (minute, 0, 0, 1),
         (minute, 30, 2, 2),
         (minute, 40, 1, 1),
         (minute, 60, 1, 1),
         (minute + 1, 0, 0, 1),
     ]
-    assert rows[0][0] == -1  # 1969-12-31T23:59:59 is in the minute before the epoch
+    # 1969-12-31T23:59:59 is in the minute (and the hour) before the epoch.
+    assert [r[:2] for r in rows if r[1] < 0] == [(1, -1), (60, -60)]
+    # The hour rows: 12:00 holds the five events of 12:00 and 12:01 in four combinations.
+    assert [(r[1], r[len(KEY)]) for r in rows if r[0] == 60 and r[1] >= 0] == [
+        (minute, n) for n in (1, 3, 1, 1)
+    ]
     assert by_minute == raw and len(raw) == 3
 
     await downgrade_to(engine, "0022")

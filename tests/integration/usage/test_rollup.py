@@ -1,6 +1,7 @@
 """``usage_rollup`` on real SQLite and Postgres: the summaries it answers are exactly the raw ones (every
-grouping, the filters, bucket boundaries, ranges starting and ending inside a minute, a session time
-zone that is not UTC), it is what is read, and every write path keeps it equal to the events' sums."""
+grouping, the filters, bucket boundaries, ranges starting and ending inside a minute or an hour, a
+session time zone that is not UTC), it is what is read, and every write path keeps it equal to the
+events' sums."""
 
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ def dataset() -> list[UsageEvent]:
         timedelta(minutes=2),  # midnight
         timedelta(minutes=2, seconds=1),
         timedelta(minutes=3, seconds=45),
+        timedelta(hours=2, minutes=30),  # inside whole hours: read from hour rows
         timedelta(hours=5, minutes=7, seconds=3),
     ]
     kinds: list[dict[str, Any]] = [
@@ -77,6 +79,9 @@ RANGES: list[tuple[datetime | None, datetime | None]] = [
     (T0 + timedelta(minutes=1) - US, T0 + timedelta(minutes=2) + US),  # edges one microsecond wide
     (datetime(1, 1, 1, tzinfo=UTC), datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)),
     (datetime(1969, 12, 31, 23, 59, 30, 1, tzinfo=UTC), T0 + timedelta(minutes=2, seconds=1)),
+    (T0 + timedelta(minutes=2), T0 + timedelta(hours=6)),  # whole hours, then whole minutes
+    (T0 + timedelta(minutes=1, seconds=1), T0 + timedelta(hours=5, minutes=9, seconds=30)),  # all four
+    (None, T0 + timedelta(hours=3, minutes=2)),  # hours up to 02:00, minutes to 02:00…02:02 (none)
 ]
 FILTERS: list[dict[str, Any]] = [
     {},
@@ -199,7 +204,7 @@ async def test_a_refused_batch_leaves_the_rollup_untouched(engine: AsyncEngine) 
     assert store.refused(refused.value)
     async with engine.connect() as conn:
         assert await rollup_rows(conn) == await expected_rows(conn)
-        assert [r[len(KEY)] for r in await rollup_rows(conn)] == [1]
+        assert [r[len(KEY)] for r in await rollup_rows(conn)] == [1, 1]  # its minute and its hour
 
 
 def test_relay_migrate_rebuilds_a_rollup_that_missed_events(migrated_url: str) -> None:
