@@ -204,7 +204,7 @@ async def insert_events(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]
     if rows:
         bulk = _bulk_insert(conn.dialect)
         await conn.exec_driver_sql(bulk.sql, [bulk.params(row) for row in rows])
-        await usage_rollup.add(conn, rows)  # the per-minute sums move with the events, same transaction
+        await usage_rollup.add(conn, rows)  # the rollup's sums move with the events, same transaction
 
 
 async def insert_events_on_driver(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]) -> None:

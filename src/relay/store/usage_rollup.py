@@ -122,10 +122,30 @@ def _upsert_sql(dialect: Dialect) -> str:
     return sql
 
 
+# Postgres: the same upsert as one statement over arrays (``unnest``), not one execution per row.
+_ARRAY_TYPES: Final = {"width": "smallint", "minute": "bigint", "status": "integer", "outcome": "smallint"}
+_PG_UPSERT: Final = (
+    f"INSERT INTO usage_rollup ({', '.join((*KEY, *SUMS))}) SELECT * FROM unnest("
+    + ", ".join(
+        f"${i}::{_ARRAY_TYPES.get(name, 'bigint' if name in SUMS else 'text')}[]"
+        for i, name in enumerate((*KEY, *SUMS), 1)
+    )
+    + f") ON CONFLICT ({', '.join(KEY)}) DO UPDATE SET "
+    + ", ".join(f"{name} = usage_rollup.{name} + excluded.{name}" for name in SUMS)
+)
+
+
+async def _upsert(conn: AsyncConnection, found: list[tuple[Any, ...]]) -> None:
+    if conn.dialect.name == "postgresql" and conn.dialect.driver == "asyncpg":
+        await conn.exec_driver_sql(_PG_UPSERT, tuple(list(column) for column in zip(*found, strict=True)))
+    else:
+        await conn.exec_driver_sql(_upsert_sql(conn.dialect), found)
+
+
 async def add(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]) -> None:
     """Add a batch of just-inserted events, in the caller's transaction."""
     if rows:
-        await conn.exec_driver_sql(_upsert_sql(conn.dialect), aggregate(rows))
+        await _upsert(conn, aggregate(rows))
 
 
 async def add_on_driver(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]) -> None:
@@ -143,7 +163,7 @@ async def subtract(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]) -> 
     found = aggregate(rows)
     size = len(KEY)
     negated = [(*row[:size], *(-value for value in row[size:])) for row in found]
-    await conn.exec_driver_sql(_upsert_sql(conn.dialect), negated)
+    await _upsert(conn, negated)
     first, last = min(row[1] for row in found), max(row[1] for row in found)
     await conn.execute(delete(R).where(R.c.minute.between(first, last), R.c.requests <= 0))
 

@@ -250,7 +250,7 @@ async def test_the_usage_sweep_deletes_old_events_and_captured_payloads(
     assert await setup.count(t.payloads) == 2
     assert await setup.count(t.batches, t.batches.c.id == old_batch) == 1  # batch retention is 0: kept
     assert (setup.deleted("usage_events"), setup.deleted("payloads")) == (9, 6)
-    # The per-minute rollup lost exactly what was deleted (three transactions of at most 4): its rows
+    # The usage rollup lost exactly what was deleted (three transactions of at most 4): its rows
     # are the remaining events' sums, and no emptied row is left behind.
     async with setup.engine.connect() as conn:
         kept = [dict(r._mapping) for r in await conn.execute(select(t.usage_events))]

@@ -201,7 +201,7 @@ def test_summary_for_every_group(relay: RelayProcess) -> None:
             "p95_latency_ms": 10.0,
         }
     }
-    # percentiles=false: the same rows (read from the per-minute rollup) with null percentiles.
+    # percentiles=false: the same rows (read from the usage rollup) with null percentiles.
     for group_by in store.GROUPS:
         timed = group_by in ("minute", "hour")  # these need a bounded range; this one ends mid-minute
         extra = {"from": "2026-03-01T00:00:00Z", "to": "2026-03-01T23:59:30Z"} if timed else {}

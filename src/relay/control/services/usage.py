@@ -75,7 +75,7 @@ class UsageQueries:
 
     async def summary(self, params: Mapping[str, str], *, latency: bool = True) -> dict[str, Any]:
         """``latency=False`` (or ``percentiles=false``) leaves p50/p95 null (the dashboard's overview
-        shows none), which lets the per-minute rollup answer (``relay.store.usage_summaries``)."""
+        shows none), which lets the usage rollup answer (``relay.store.usage_summaries``)."""
         group_by = params.get("group_by", "")
         if group_by not in store.GROUPS:
             choices = "|".join(store.GROUPS)
