@@ -13,7 +13,8 @@ Then, each ``--samples`` times, interleaved:
 
 - **rollup**: through ``UsageQueries`` exactly as the overview calls it: the summary by ``minute``
   over the last hour and the ``day``/``model``/``project`` breakdown of the last 14 days, without
-  percentiles (whole minutes from the rollup, the partial edge minutes from the events);
+  percentiles (whole hours from the rollup's hour rows, whole minutes from its minute rows, the
+  partial edge minutes from the events);
 - **events** (the baseline): the same two queries read from the events only (``rollup=False``);
 - **old** (only with ``--only old``): the overview before the one-scan breakdown: the newest 1 000
   events of the last hour, and the all-time summaries by ``day``, ``model``, ``project`` with p50/p95.

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from sqlalchemy import BigInteger, ColumnElement, Select, and_, case, func, literal_column, select, union_all
@@ -38,6 +39,7 @@ from relay.store.usage_rollup import CANCELLED, ERROR, minute_of, minute_start
 R = usage_rollup
 _E = t.usage_events
 SPANS: Final = {"minute": 1, "hour": 60, "day": 1440}  # a time group's width in minutes
+LAST_MINUTE: Final = minute_of(datetime.max.replace(tzinfo=UTC))  # 9999-12-31T23:59: none starts later
 MEASURES: Final = (
     "requests",
     "errors",
@@ -67,15 +69,7 @@ async def summary(
         raise ValueError(f"unknown group {group_by!r}")
     if not (rollup and covered(filters, latency=latency)):
         return await store.summary(conn, group_by, filters, latency=latency)
-    query = _combined(conn.dialect.name, (group_by,), filters, ("group",), order=True)
-    rows = []
-    for r in await conn.execute(query):
-        row = dict(r._mapping)
-        for key in MEASURES:
-            if row[key] is not None:
-                row[key] = int(row[key])  # Postgres sums bigint into numeric
-        rows.append(row)
-    return rows
+    return await _rows(conn, _combined(conn.dialect.name, (group_by,), filters, ("group",), order=True))
 
 
 async def by_day_model_project(
@@ -86,12 +80,16 @@ async def by_day_model_project(
     if not (rollup and covered(filters, latency=False)):
         return await usage_breakdown.by_day_model_project(conn, filters)
     query = _combined(conn.dialect.name, ("day", "model", "project"), filters, ("day", "model", "project_id"))
+    return await _rows(conn, query)
+
+
+async def _rows(conn: AsyncConnection, query: Select[Any]) -> list[Row]:
     out = []
     for r in await conn.execute(query):
         row = dict(r._mapping)
         for key in MEASURES:
             if row[key] is not None:
-                row[key] = int(row[key])
+                row[key] = int(row[key])  # Postgres sums bigint into numeric
         out.append(row)
     return out
 
@@ -114,7 +112,7 @@ def _combined(
             lo += 1
     if filters.ts_to is not None:
         hi = minute_of(filters.ts_to)
-    if lo is not None and hi is not None and lo >= hi:
+    if lo is not None and (lo > LAST_MINUTE or (hi is not None and lo >= hi)):
         parts.append(_events(dialect, groups, keys, filters))  # no whole minute inside
     else:
         for width, start, end in _spans(lo, hi, hours="minute" not in groups):

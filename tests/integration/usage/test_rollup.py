@@ -82,6 +82,8 @@ RANGES: list[tuple[datetime | None, datetime | None]] = [
     (T0 + timedelta(minutes=2), T0 + timedelta(hours=6)),  # whole hours, then whole minutes
     (T0 + timedelta(minutes=1, seconds=1), T0 + timedelta(hours=5, minutes=9, seconds=30)),  # all four
     (None, T0 + timedelta(hours=3, minutes=2)),  # hours up to 02:00, minutes to 02:00…02:02 (none)
+    (datetime(9999, 12, 31, 23, 59, 30, tzinfo=UTC), None),  # no whole minute can start after it
+    (datetime(9999, 12, 31, 23, 58, 30, tzinfo=UTC), None),
 ]
 FILTERS: list[dict[str, Any]] = [
     {},
