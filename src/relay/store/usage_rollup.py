@@ -1,14 +1,14 @@
 """Keeping ``usage_rollup`` exact (SPEC §8, §16): what the usage writers add to it and what the retention
 sweep subtracts from it, each inside the transaction that inserts or deletes the events.
 
-Why. The overview's summaries over 14 days read every event of the range (seconds at 10 million
-events); the rollup holds the same sums per minute and per hour, so they read a few rows per hour
-instead (``relay.store.usage_summaries``). That is only right while every event is counted exactly once, so
-the rollup moves in the same transaction as the events, never later.
+Why. The overview's summaries over 14 days read every event of the range (seconds at 10 million events);
+the rollup holds the same sums per minute and per hour, so they read a few rows per hour instead
+(``relay.store.usage_summaries``). That is only right while every event is counted exactly once, so the
+rollup moves in the same transaction as the events, never later.
 
-How. :func:`aggregate` sums a flushed batch of event rows per rollup key (its minute row and its hour
-row) in Python; :func:`add` writes
-them as one ``INSERT … ON CONFLICT DO UPDATE`` executemany (compiled once per dialect, positional, like
+How. :func:`aggregate` sums a flushed batch of event rows per rollup key (each event into its minute row
+and its hour row) in Python; :func:`add` writes them as one ``INSERT … ON CONFLICT DO UPDATE`` (on
+Postgres one statement over arrays, ``unnest``; on SQLite an executemany compiled once, positional, like
 the events' bulk insert), its rows sorted by key so two writers (replicas, the batch finalizer) lock
 shared rows in the same order and cannot deadlock. :func:`subtract` is the same upsert with the sums
 negated, then deletes the touched rows that reached zero requests, so a summary never shows an empty
@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-from sqlalchemy import delete
+from sqlalchemy import and_, delete, or_
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Dialect
@@ -48,7 +48,6 @@ _OUTCOME_SQL: Final = (
     "CASE WHEN error_kind = 'cancelled' THEN 2"
     " WHEN status < 200 OR status >= 300 OR error_kind IS NOT NULL THEN 1 ELSE 0 END"
 )
-WIDTHS: Final = (1, 60)  # a minute row, an hour row
 
 
 def minute_of(ts: datetime) -> int:
@@ -164,8 +163,11 @@ async def subtract(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]) -> 
     size = len(KEY)
     negated = [(*row[:size], *(-value for value in row[size:])) for row in found]
     await _upsert(conn, negated)
-    first, last = min(row[1] for row in found), max(row[1] for row in found)
-    await conn.execute(delete(R).where(R.c.minute.between(first, last), R.c.requests <= 0))
+    touched = []  # per width, the span of starts touched: a range of the primary key each
+    for width in (1, 60):
+        starts = [row[1] for row in found if row[0] == width]
+        touched.append(and_(R.c.width == width, R.c.minute.between(min(starts), max(starts))))
+    await conn.execute(delete(R).where(or_(*touched), R.c.requests <= 0))
 
 
 async def rebuild(conn: AsyncConnection) -> None:
