@@ -91,7 +91,7 @@ def migrate(
         False,
         "--rebuild-usage-rollup",
         help="Then recompute the usage rollup from the events, in one transaction (after replicas of a "
-        "release before 0023 wrote events without it: docs/usage.md)",
+        "release before 0024 wrote events without it: docs/usage.md)",
     ),
 ) -> None:
     """Run the database migrations to the newest schema, then exit."""

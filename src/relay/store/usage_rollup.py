@@ -38,7 +38,7 @@ MINUTE: Final = timedelta(minutes=1)
 ANSWERED, ERROR, CANCELLED = 0, 1, 2
 _CANCELLED_KIND: Final = "cancelled"  # relay.store.usage.CANCELLED_KIND (that module imports this one)
 
-# The events' minute (hour) start and outcome in SQL, for :func:`rebuild` (0023 holds a frozen copy).
+# The events' minute (hour) start and outcome in SQL, for :func:`rebuild` (0024 holds a frozen copy).
 _START_SQL: Final = {
     "postgresql": "CAST(EXTRACT(EPOCH FROM date_trunc('{unit}', ts AT TIME ZONE 'UTC')) / 60 AS BIGINT)",
     "sqlite": "CAST(strftime('%s', {prefix}) AS INTEGER) / 60",

@@ -1,4 +1,4 @@
-"""Migration 0023 (SPEC §8, §16): ``usage_rollup`` is created matching the metadata and filled from the
+"""Migration 0024 (SPEC §8, §16): ``usage_rollup`` is created matching the metadata and filled from the
 events already written — per UTC minute and hour (one before 1970 included: floored), outcome (answered,
 error, cancelled), priced and unpriced — exactly as the writers would have filled it; a downgrade drops
 only that table."""
@@ -44,9 +44,9 @@ EVENTS = [
 ]
 
 
-async def test_0023_creates_and_fills_the_rollup_from_existing_events(engine: AsyncEngine) -> None:
+async def test_0024_creates_and_fills_the_rollup_from_existing_events(engine: AsyncEngine) -> None:
     await upgrade_to_head(engine)
-    await downgrade_to(engine, "0022")
+    await downgrade_to(engine, "0023")
     assert "usage_rollup" not in await tables(engine)
     async with engine.begin() as conn:
         columns = ", ".join(EVENTS[0])
@@ -80,7 +80,7 @@ async def test_0023_creates_and_fills_the_rollup_from_existing_events(engine: As
     ]
     assert by_minute == raw and len(raw) == 3
 
-    await downgrade_to(engine, "0022")
+    await downgrade_to(engine, "0023")
     assert "usage_rollup" not in await tables(engine)
     async with engine.connect() as conn:
         assert (await conn.execute(text("SELECT count(*) FROM usage_events"))).scalar_one() == len(EVENTS)

@@ -1,8 +1,8 @@
 """The usage rollup: ``usage_rollup``, per-minute and per-hour sums of the usage events, filled from
 every event.
 
-Revision ID: 0023
-Revises: 0022
+Revision ID: 0024
+Revises: 0023
 Create Date: 2026-12-06
 
 Frozen copy of ``usage_rollup`` in ``relay/store/rollup_tables.py`` (why these dimensions: that
@@ -23,8 +23,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0023"
-down_revision: str | None = "0022"
+revision: str = "0024"
+down_revision: str | None = "0023"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
