@@ -1,23 +1,29 @@
 """The dashboard overview's queries at scale (SPEC §16 "every figure computed on the server from the
 whole data"): the time the overview's usage summaries take on a table of ``--events`` usage events
-(10 million by default), next to the old overview's queries measured the same way in the same run.
+(10 million by default), read from the per-minute rollup (``usage_rollup``) and, as the baseline in
+the same run, from the events themselves as the overview read them before the rollup.
 
 On a fresh database (Postgres through ``--postgres``, an admin URL, dropped at the end; or ``--sqlite``),
 migrated to head, filled in the database itself (``generate_series`` / a recursive CTE) with events
 spread over the last 14 days, a hundredth of them in the last hour (about ``events / 6 000`` a minute:
-1 667 a minute at 10 M, more than the old 1 000-event sample), 6 models and 50 projects. Then, each
-``--samples`` times, through ``UsageQueries`` exactly as the overview calls it:
+1 667 a minute at 10 M), 6 models and 50 projects (150 combinations, each active in every minute: a
+rollup-unfriendly spread). The rollup is then rebuilt from the events (``usage_rollup.rebuild``, the
+same ``INSERT … SELECT`` migration 0023 runs: its time is what that migration costs at this size).
+Then, each ``--samples`` times, interleaved:
 
-- **new**: summary by ``minute`` over the last hour, and the ``day``/``model``/``project`` breakdown of
-  the last 14 days in one scan, without percentiles (the overview shows none);
-- **old** (the baseline): the newest 1 000 events of the last hour, and the all-time summaries by
-  ``day``, ``model``, ``project`` with p50/p95.
+- **rollup**: through ``UsageQueries`` exactly as the overview calls it: the summary by ``minute``
+  over the last hour and the ``day``/``model``/``project`` breakdown of the last 14 days, without
+  percentiles (whole hours from the rollup's hour rows, whole minutes from its minute rows, the
+  partial edge minutes from the events);
+- **events** (the baseline): the same two queries read from the events only (``rollup=False``);
+- **old** (only with ``--only old``): the overview before the one-scan breakdown: the newest 1 000
+  events of the last hour, and the all-time summaries by ``day``, ``model``, ``project`` with p50/p95.
 
 It prints the median of each and the machine's load. A benchmark, not a test: it exits 0 once it has
 measured.
 
     .venv/bin/python bench/overview_at_scale.py [--events 10000000] [--samples 3]
-        [--postgres postgresql://postgres@127.0.0.1:5432/postgres | --sqlite]
+        [--postgres postgresql://postgres@127.0.0.1:5432/postgres | --sqlite] [--only rollup|events|old]
 """
 
 from __future__ import annotations
@@ -38,8 +44,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from batch_throughput import Databases
 from common import machine_line, markdown_table
 from relay.control.services.usage import UsageQueries
+from relay.store import usage_rollup, usage_summaries
 from relay.store.engine import create_engine
 from relay.store.migrate import upgrade_to_head
+from relay.store.usage import EventFilter
 
 CHUNK = 1_000_000
 DAY_S = 86_400
@@ -105,18 +113,25 @@ async def measure(url: str, samples: int, now: datetime, only: str | None = None
     since = (now - timedelta(minutes=59)).replace(second=0, microsecond=0).isoformat()
     first_day = (now - timedelta(days=13)).replace(hour=0, minute=0, second=0, microsecond=0).isoformat()
 
-    async def new() -> None:
+    async def rollup() -> None:
         await usage.summary({"group_by": "minute", "from": since}, latency=False)
-        await usage.breakdown({"from": first_day})  # day, model and project in one scan
+        await usage.breakdown({"from": first_day})  # day, model and project in one query
+
+    async def events() -> None:
+        async with engine.connect() as conn:
+            hour = EventFilter(ts_from=datetime.fromisoformat(since))
+            await usage_summaries.summary(conn, "minute", hour, latency=False, rollup=False)
+            days = EventFilter(ts_from=datetime.fromisoformat(first_day))
+            await usage_summaries.by_day_model_project(conn, days, rollup=False)
 
     async def old() -> None:
         await usage.events({"from": since, "limit": "1000"})
         for group in ("day", "model", "project"):
             await usage.summary({"group_by": group})
 
-    runs: dict[str, Callable[[], Awaitable[None]]] = {"new": new, "old": old}
+    runs: dict[str, Callable[[], Awaitable[None]]] = {"rollup": rollup, "events": events}
     if only is not None:
-        runs = {only: runs[only]}
+        runs = {only: {**runs, "old": old}[only]}
     found: dict[str, list[float]] = {name: [] for name in runs}
     try:
         for _ in range(samples):
@@ -133,9 +148,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=10_000_000)
     parser.add_argument("--samples", type=int, default=3)
-    parser.add_argument(
-        "--only", choices=("new", "old"), help="measure one side only (the old on SQLite is slow)"
-    )
+    parser.add_argument("--only", choices=("rollup", "events", "old"), help="measure one only (old: slow)")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--postgres", default="postgresql://postgres@127.0.0.1:5432/postgres")
     where.add_argument("--sqlite", action="store_true")
@@ -153,6 +166,7 @@ def main() -> int:
             asyncio.run(_migrate(engine))
             now = datetime.now(UTC)
             fill_s = asyncio.run(fill(url, args.events, now))
+            rebuild_s, rollup_rows = asyncio.run(rebuild(url))
             found = asyncio.run(measure(url, args.samples, now, args.only))
         finally:
             if not args.sqlite:
@@ -162,6 +176,7 @@ def main() -> int:
         for name, times in found.items()
     ]
     print(f"Overview queries on {databases.kind}, {args.events:,} usage events (filled in {fill_s:.0f} s)")
+    print(f"rollup rebuilt (migration 0023's backfill) in {rebuild_s:.1f} s: {rollup_rows:,} rows")
     print(machine_line())
     print(markdown_table(["queries", "median s", "min s", "max s"], rows, [False, True, True, True]))
     return 0
@@ -188,6 +203,23 @@ def measure_only(url: str, samples: int, only: str | None) -> int:
     print(machine_line())
     print(markdown_table(["queries", "median s", "min s", "max s"], rows, [False, True, True, True]))
     return 0
+
+
+async def rebuild(url: str) -> tuple[float, int]:
+    """``usage_rollup`` from the generated events (the fill bypasses the writer), timed."""
+    engine = create_engine(url, pool_size=1)
+    try:
+        started = time.perf_counter()
+        async with engine.begin() as conn:
+            await usage_rollup.rebuild(conn)
+        took = time.perf_counter() - started
+        async with engine.connect() as conn:
+            await conn.exec_driver_sql("ANALYZE usage_rollup")
+            await conn.commit()
+            rows = (await conn.exec_driver_sql("SELECT count(*) FROM usage_rollup")).scalar_one()
+    finally:
+        await engine.dispose()
+    return took, int(rows)
 
 
 async def _migrate(engine: Any) -> None:

@@ -86,10 +86,18 @@ def serve() -> None:
 
 
 @app.command()
-def migrate() -> None:
+def migrate(
+    rebuild_usage_rollup: bool = typer.Option(
+        False,
+        "--rebuild-usage-rollup",
+        help="Then recompute the usage rollup from the events, in one transaction (after replicas of a "
+        "release before 0024 wrote events without it: docs/usage.md)",
+    ),
+) -> None:
     """Run the database migrations to the newest schema, then exit."""
     from sqlalchemy.exc import DBAPIError
 
+    from relay.store import usage_rollup
     from relay.store.engine import create_engine, startup_problem
     from relay.store.migrate import current_revision, upgrade_to_head
 
@@ -99,6 +107,9 @@ def migrate() -> None:
         engine = create_engine(settings.database_url)
         try:
             await upgrade_to_head(engine)
+            if rebuild_usage_rollup:
+                async with engine.execution_options(sqlite_begin="IMMEDIATE").begin() as conn:
+                    await usage_rollup.rebuild(conn)
             return await current_revision(engine)
         finally:
             await engine.dispose()

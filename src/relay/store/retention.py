@@ -36,12 +36,31 @@ from sqlalchemy import ColumnElement, and_, delete, func, literal, not_, or_, se
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from relay.store import tables as t
+from relay.store import usage_rollup
 from relay.store.batch_tables import FINALIZE_API, FINALIZE_CLAIM_PREFIX, FINALIZE_WAITING_STATUS
 
 B = t.batches
 I = t.batch_items  # noqa: E741  (the item table, next to B)
 P = t.payload_chunks
 U = t.usage_events
+# What ``usage_rollup`` needs of a deleted event to take it out.
+ROLLED = (
+    "ts",
+    "source",
+    "project_id",
+    "team_id",
+    "policy_id",
+    "principal_id",
+    "credential_id",
+    "model",
+    "host",
+    "status",
+    "error_kind",
+    "input_tokens",
+    "output_tokens",
+    "cached_input_tokens",
+    "cost_nanos",
+)
 CAPTURED = t.payloads
 BODY_KINDS: Final = ("request", "response")  # a batch's own chunks (``file`` chunks are the Files API's)
 
@@ -161,11 +180,17 @@ async def delete_batch_row(
 
 
 async def delete_usage_before(engine: AsyncEngine, cutoff: datetime, limit: int) -> int:
-    """Up to ``limit`` usage events older than ``cutoff`` (``ix_usage_events_ts_id``), one transaction."""
+    """Up to ``limit`` usage events older than ``cutoff`` (``ix_usage_events_ts_id``), one transaction,
+    taken out of ``usage_rollup`` in that same transaction (the deleted rows come back by ``RETURNING``,
+    summed into one aggregated decrement)."""
     old = select(U.c.id).where(U.c.ts < literal(cutoff, t.UTCDateTime())).order_by(U.c.ts).limit(limit)
     async with _writer(engine).begin() as conn:
-        gone = await conn.execute(delete(U).where(U.c.id.in_(old.scalar_subquery())))
-    return int(gone.rowcount or 0)
+        gone = await conn.execute(
+            delete(U).where(U.c.id.in_(old.scalar_subquery())).returning(*(U.c[name] for name in ROLLED))
+        )
+        rows = [dict(row._mapping) for row in gone]
+        await usage_rollup.subtract(conn, rows)
+    return len(rows)
 
 
 async def delete_payloads_before(engine: AsyncEngine, cutoff: datetime, limit: int) -> int:

@@ -353,8 +353,8 @@ CATALOG_TABLES = (
 )
 
 
-# The batch engine's tables live in their own module (same metadata): imported here so that
-# ``tables.<name>`` and the Alembic target keep covering every table.
+# The batch engine's, audit log's, usage rollup's and webhooks' tables live in their own modules
+# (same metadata): imported here so that ``tables.<name>`` and the Alembic target cover every table.
 from relay.store.audit_tables import audit_entries  # noqa: E402
 from relay.store.batch_tables import (  # noqa: E402
     batch_counters,
@@ -366,6 +366,7 @@ from relay.store.batch_tables import (  # noqa: E402
     idempotency_keys,
     payload_chunks,
 )
+from relay.store.rollup_tables import usage_rollup  # noqa: E402
 from relay.store.webhook_tables import webhook_deliveries, webhook_events, webhooks  # noqa: E402
 
 __all__ = [
@@ -383,6 +384,7 @@ __all__ = [
     "idempotency_keys",
     "metadata",
     "payload_chunks",
+    "usage_rollup",
     "webhook_deliveries",
     "webhook_events",
     "webhooks",

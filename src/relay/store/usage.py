@@ -46,11 +46,13 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Dialect
-from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from relay.store import tables as t
+from relay.store import usage_rollup
 from relay.store.catalog import Row
+from relay.store.write_errors import describe_error as describe_error  # re-exported
+from relay.store.write_errors import refused as refused  # re-exported
 
 GROUPS: Final[Mapping[str, str]] = {
     "source": "source",
@@ -65,7 +67,7 @@ GROUPS: Final[Mapping[str, str]] = {
     "minute": "",  # the UTC minute, YYYY-MM-DDTHH:MM (the dashboard's last-hour charts)
 }
 # Time buckets: (Postgres to_char pattern, SQLite strftime pattern).
-_BUCKETS: Final[Mapping[str, tuple[str, str]]] = {
+BUCKETS: Final[Mapping[str, tuple[str, str]]] = {
     "day": ("YYYY-MM-DD", "%Y-%m-%d"),
     "hour": ('YYYY-MM-DD"T"HH24', "%Y-%m-%dT%H"),
     "minute": ('YYYY-MM-DD"T"HH24:MI', "%Y-%m-%dT%H:%M"),
@@ -148,34 +150,6 @@ def is_cancelled() -> ColumnElement[bool]:
     return _E.c.error_kind == CANCELLED_KIND
 
 
-def refused(exc: BaseException) -> bool:
-    """True for errors retrying cannot fix: the database refused the rows (a duplicate key, a value out
-    of range) or they could not even be bound. Anything else (connection lost, database restarting,
-    table missing mid-migration) is an outage worth retrying."""
-    if isinstance(exc, IntegrityError | DataError | OverflowError):  # sqlite3 raises OverflowError raw
-        return True
-    # A value no encoder can write (a lone surrogate: the drivers raise UnicodeEncodeError, raw or
-    # wrapped) or bind (a NUL in Postgres text, a wrong type) is this row's fault, not an outage: retrying
-    # it forever would stop every later event from being written (SPEC §8).
-    orig = getattr(exc, "orig", None)
-    if isinstance(exc, UnicodeError | ValueError | TypeError) or isinstance(orig, UnicodeError | ValueError):
-        return True
-    # asyncpg's data errors (value too long, out of range) arrive as plain DBAPIError: go by SQLSTATE
-    # class 22 (data exception) or 23 (integrity constraint violation).
-    sqlstate = str(getattr(getattr(exc, "orig", None), "sqlstate", None) or "")
-    if sqlstate[:2] in ("22", "23"):
-        return True
-    return isinstance(exc, StatementError) and not isinstance(exc, DBAPIError)
-
-
-def describe_error(exc: BaseException) -> str:
-    """A loggable description: the driver's error class and first line, never the SQL or its parameters
-    (which may hold captured bodies)."""
-    orig = getattr(exc, "orig", None) or exc
-    first_line = (str(orig).splitlines() or [""])[0][:200]
-    return f"{type(orig).__name__}: {first_line}"
-
-
 # -- writes --------------------------------------------------------------------------------------------
 
 
@@ -217,7 +191,8 @@ def _bulk_insert(dialect: Dialect) -> _BulkInsert:
 
 
 async def insert_events(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Insert events as one executemany in the caller's transaction (rows from ``UsageEvent.to_row``).
+    """Insert events as one executemany in the caller's transaction (rows from ``UsageEvent.to_row``),
+    and add them to ``usage_rollup`` in one aggregated upsert (``relay.store.usage_rollup``).
 
     Live traffic writes an event per request, and ``conn.execute(insert(...), dicts)`` spends ≈ 25 µs
     per row on the event loop's thread turning each dict into parameters, column by column: 55 rows
@@ -229,6 +204,7 @@ async def insert_events(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]
     if rows:
         bulk = _bulk_insert(conn.dialect)
         await conn.exec_driver_sql(bulk.sql, [bulk.params(row) for row in rows])
+        await usage_rollup.add(conn, rows)  # the rollup's sums move with the events, same transaction
 
 
 async def insert_events_on_driver(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]) -> None:
@@ -245,6 +221,7 @@ async def insert_events_on_driver(conn: AsyncConnection, rows: Sequence[Mapping[
     raw = (await conn.get_raw_connection()).driver_connection
     assert raw is not None
     await raw.executemany(bulk.sql, [bulk.params(row) for row in rows])
+    await usage_rollup.add_on_driver(conn, rows)
 
 
 async def insert_payloads(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]) -> None:
@@ -340,7 +317,7 @@ def group_column(dialect: str, group_by: str) -> ColumnElement[Any]:
         return _E.c[column]
     # Literal SQL, not bind parameters: Postgres only matches the GROUP BY expression to the SELECT one
     # when both are textually identical, and two bind parameters ($1, $2) are not.
-    pg_pattern, sqlite_pattern = _BUCKETS[group_by]
+    pg_pattern, sqlite_pattern = BUCKETS[group_by]
     if dialect == "postgresql":
         utc = func.timezone(literal_column("'UTC'"), _E.c.ts)
         return func.to_char(utc, literal_column(f"'{pg_pattern}'"))

@@ -25,6 +25,7 @@ async def engine(migrated_url: str) -> AsyncIterator[AsyncEngine]:
         migrated_url,
         (
             t.usage_events,
+            t.usage_rollup,
             t.batch_items,
             t.batches,
             t.batch_workers,

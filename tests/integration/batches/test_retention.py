@@ -29,7 +29,7 @@ from relay.domain.ids import mint_id
 from relay.payloads.base import PayloadStores
 from relay.payloads.database import DatabaseStore
 from relay.payloads.files import FileStore
-from relay.store import idempotency
+from relay.store import idempotency, usage_rollup
 from relay.store import retention as retention_store
 from relay.store import tables as t
 from relay.store.usage import insert_events
@@ -41,6 +41,7 @@ from tests.integration.batches.queue_helpers import KEY_HASH, batch_row, item_ev
 OLD = timedelta(days=10)
 TABLES = (
     t.usage_events,
+    t.usage_rollup,
     t.payloads,
     t.batch_items,
     t.batches,
@@ -249,6 +250,12 @@ async def test_the_usage_sweep_deletes_old_events_and_captured_payloads(
     assert await setup.count(t.payloads) == 2
     assert await setup.count(t.batches, t.batches.c.id == old_batch) == 1  # batch retention is 0: kept
     assert (setup.deleted("usage_events"), setup.deleted("payloads")) == (9, 6)
+    # The usage rollup lost exactly what was deleted (three transactions of at most 4): its rows
+    # are the remaining events' sums, and no emptied row is left behind.
+    async with setup.engine.connect() as conn:
+        kept = [dict(r._mapping) for r in await conn.execute(select(t.usage_events))]
+        found = await conn.execute(select(t.usage_rollup).order_by(*t.usage_rollup.primary_key.columns))
+        assert [tuple(r) for r in found] == usage_rollup.aggregate(kept) != []
 
 
 async def test_one_replica_sweeps_at_a_time(setup: Setup, migrated_url: str) -> None:

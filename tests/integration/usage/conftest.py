@@ -19,5 +19,7 @@ from tests.fixtures.databases import emptied_engine
 
 @pytest.fixture
 async def engine(migrated_url: str) -> AsyncIterator[AsyncEngine]:
-    async with emptied_engine(migrated_url, (t.usage_events, t.payloads, t.settings)) as engine:
+    async with emptied_engine(
+        migrated_url, (t.usage_events, t.usage_rollup, t.payloads, t.settings)
+    ) as engine:
         yield engine

@@ -201,6 +201,17 @@ def test_summary_for_every_group(relay: RelayProcess) -> None:
             "p95_latency_ms": 10.0,
         }
     }
+    # percentiles=false: the same rows (read from the usage rollup) with null percentiles.
+    for group_by in store.GROUPS:
+        timed = group_by in ("minute", "hour")  # these need a bounded range; this one ends mid-minute
+        extra = {"from": "2026-03-01T00:00:00Z", "to": "2026-03-01T23:59:30Z"} if timed else {}
+        with_percentiles = summary(group_by, **extra)
+        without = summary(group_by, percentiles="false", **extra)
+        assert without == {
+            group: {**row, "p50_latency_ms": None, "p95_latency_ms": None}
+            for group, row in with_percentiles.items()
+        }, group_by
+        assert without, group_by
 
 
 def test_summary_by_credential_names_relay_keys(relay: RelayProcess) -> None:
@@ -237,7 +248,12 @@ def test_summary_by_credential_names_relay_keys(relay: RelayProcess) -> None:
 
 @pytest.mark.parametrize(
     ("params", "named"),
-    [({}, "group_by"), ({"group_by": "user"}, "group_by"), ({"group_by": "day", "limit": "5"}, "limit")],
+    [
+        ({}, "group_by"),
+        ({"group_by": "user"}, "group_by"),
+        ({"group_by": "day", "limit": "5"}, "limit"),
+        ({"group_by": "day", "percentiles": "no"}, "percentiles"),
+    ],
 )
 def test_bad_summary_queries(relay: RelayProcess, params: dict[str, str], named: str) -> None:
     message = error_of(relay.control.get("/api/usage/summary", params=params))

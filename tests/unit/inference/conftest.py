@@ -92,7 +92,7 @@ def usage_database(tmp_path_factory: pytest.TempPathFactory) -> str:
 async def plane(fake: FakeUpstream, usage_database: str) -> AsyncIterator[LivePlane]:
     catalog = plane_catalog(fake.base_url)
     async with (
-        emptied_engine(usage_database, (t.payloads, t.usage_events)) as engine,
+        emptied_engine(usage_database, (t.payloads, t.usage_events, t.usage_rollup)) as engine,
         request_core() as core,
     ):
         writer = UsageWriter(engine, core.registry, flush_interval_s=0.01)

@@ -109,6 +109,7 @@ _DESCRIPTIONS: Final[Mapping[str, str]] = {
     "to": "RFC 3339, exclusive",
     "limit": f"1–{MAX_LIMIT}, default {DEFAULT_LIMIT}",
     "cursor": "next_cursor of the previous page",
+    "percentiles": "true | false (default true): false leaves p50/p95 null and reads the usage rollup",
     "group_by": "|".join(GROUPS) + " (UTC; minute needs from within 1 day of to, hour within 31 days)",
 }
 

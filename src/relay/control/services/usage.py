@@ -30,7 +30,7 @@ from relay.errors import InvalidRequest, NotFound
 from relay.store import catalog as catalog_store
 from relay.store import tables as t
 from relay.store import usage as store
-from relay.store import usage_breakdown
+from relay.store import usage_breakdown, usage_summaries
 from relay.store.catalog import Row, utcnow
 from relay.usage.capture import SETTING_KEY, current_setting
 
@@ -53,7 +53,7 @@ FILTERS: Final = (
     "to",
 )
 EVENT_PARAMS: Final = frozenset({*FILTERS, "limit", "cursor"})
-SUMMARY_PARAMS: Final = frozenset({*FILTERS, "group_by"})
+SUMMARY_PARAMS: Final = frozenset({*FILTERS, "group_by", "percentiles"})
 GROUPS: Final = store.GROUPS
 BUCKET_SPANS: Final = {"minute": timedelta(days=1), "hour": timedelta(days=31)}
 DEFAULT_LIMIT: Final = 100
@@ -74,15 +74,23 @@ class UsageQueries:
         return {"events": [_event(r) for r in rows], "next_cursor": next_cursor}
 
     async def summary(self, params: Mapping[str, str], *, latency: bool = True) -> dict[str, Any]:
-        """``latency=False`` leaves out p50/p95 (the dashboard's overview shows none)."""
+        """``latency=False`` (or ``percentiles=false``) leaves p50/p95 null (the dashboard's overview
+        shows none), which lets the usage rollup answer (``relay.store.usage_summaries``)."""
         group_by = params.get("group_by", "")
         if group_by not in store.GROUPS:
             choices = "|".join(store.GROUPS)
             raise InvalidRequest(f"group_by: must be one of {choices}, got {params.get('group_by')!r}")
+        percentiles = params.get("percentiles", "true")
+        if percentiles.lower() not in ("true", "false"):
+            raise InvalidRequest(f"percentiles: must be true or false, got {percentiles!r}")
+        latency = latency and percentiles.lower() == "true"
         async with self._engine.connect() as conn:
             filters = await _filters(conn, params)
             _check_bucket_span(group_by, filters)
-            rows = await store.summary(conn, group_by, filters, latency=latency)
+            rows = await usage_summaries.summary(conn, group_by, filters, latency=latency)
+            if not latency:
+                for row in rows:
+                    row.update(p50_latency_ms=None, p95_latency_ms=None)
             if group_by in REFS or group_by == "credential":
                 # A credential group is named by its relay key's name; a token (jti) has no name.
                 table = t.relay_keys if group_by == "credential" else REFS[group_by]
@@ -93,11 +101,12 @@ class UsageQueries:
 
     async def breakdown(self, params: Mapping[str, str]) -> dict[str, list[Row]]:
         """The dashboard overview's figures per UTC day, per model and per project over the same
-        filters, read in one scan (``relay.store.usage_breakdown``), each equal to the summary's rows
-        for that grouping (project rows carry ``name`` as the summary's do); no percentiles."""
+        filters, read in one query (from the rollup: ``relay.store.usage_summaries``), each equal to
+        the summary's rows for that grouping (project rows carry ``name`` as the summary's do); no
+        percentiles."""
         async with self._engine.connect() as conn:
             filters = await _filters(conn, params)
-            rows = await usage_breakdown.by_day_model_project(conn, filters)
+            rows = await usage_summaries.by_day_model_project(conn, filters)
             projects = usage_breakdown.roll_up(rows, "project_id")
             names = await catalog_store.names(conn, t.projects, [r["group"] for r in projects])
         for row in projects:
