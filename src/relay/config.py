@@ -393,7 +393,7 @@ SETTING_HELP: dict[str, str] = {
     "batch_rescue_after_s": "an item running this long on a silent replica is taken over",
     "batch_heartbeat_s": "how often a replica says it is alive",
     "batch_expiry_sweep_s": "how often every replica cancels the open items of batches past expires_at",
-    "offload_poll_s": "how often an offloaded batch is polled at its provider (SPEC §22, every replica)",
+    "offload_poll_s": "how often every replica polls the provider batches it runs offloaded",
     "batch_finalize_poll_s": "how often every replica looks for OpenAI-API batches whose files to write",
     "batch_payload_dir": "where batch request and response bodies are kept (shared by replicas)",
     "batch_payload_group_readable": "payload directories 0750 and files 0640 instead of 0700/0600 "
