@@ -123,30 +123,36 @@ async def _settle_postgres(
     await conn.execute(
         update(I)
         .where(I.c.batch_id == bindparam("b_batch_id"), I.c.idx == bindparam("b_idx"))
-        .values(
-            state=bindparam("b_state"),
-            finished_at=db_now(conn),
-            status=bindparam("b_status"),
-            error=bindparam("b_error"),
-            response_file=bindparam("b_file"),
-            response_offset=bindparam("b_offset"),
-            response_length=bindparam("b_length"),
-        ),
-        [
-            {
-                "b_batch_id": f.batch_id,
-                "b_idx": f.idx,
-                "b_state": f.state,
-                "b_status": f.status,
-                "b_error": f.error,
-                "b_file": f.response.file if f.response else None,
-                "b_offset": f.response.offset if f.response else None,
-                "b_length": f.response.length if f.response else None,
-            }
-            for f in done
-        ],
+        .values(final_values(conn)),
+        [{"b_batch_id": f.batch_id, **final_params(f)} for f in done],
     )
     return mine
+
+
+def final_values(conn: AsyncConnection) -> dict[str, Any]:
+    """The columns an item's final state sets, bound per item by :func:`final_params`."""
+    return {
+        "state": bindparam("b_state"),
+        "finished_at": db_now(conn),
+        "status": bindparam("b_status"),
+        "error": bindparam("b_error"),
+        "response_file": bindparam("b_file"),
+        "response_offset": bindparam("b_offset"),
+        "response_length": bindparam("b_length"),
+    }
+
+
+def final_params(final: FinalItem) -> dict[str, Any]:
+    response = final.response
+    return {
+        "b_idx": final.idx,
+        "b_state": final.state,
+        "b_status": final.status,
+        "b_error": final.error,
+        "b_file": response.file if response else None,
+        "b_offset": response.offset if response else None,
+        "b_length": response.length if response else None,
+    }
 
 
 # SQLite: the whole settle as ONE conditional statement, its text on the driver itself (as the start's,

@@ -17,7 +17,7 @@ from sqlalchemy import bindparam, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from relay.domain.batches import AVAILABLE
-from relay.store.batch_queue._finish import FinalItem, SaveResponses, check_final
+from relay.store.batch_queue._finish import FinalItem, SaveResponses, check_final, final_params, final_values
 from relay.store.batch_queue._rows import I, in_state
 from relay.store.batch_queue._tally import FinalTally
 from relay.store.batch_queue._txn import (
@@ -25,7 +25,6 @@ from relay.store.batch_queue._txn import (
     check_events,
     complete_if_done,
     connection,
-    db_now,
     lock_batches,
     write_txn,
 )
@@ -55,27 +54,8 @@ async def settle_offloaded(
             await conn.execute(
                 update(I)
                 .where(I.c.batch_id == batch_id, I.c.idx == bindparam("b_idx"), in_state(AVAILABLE))
-                .values(
-                    state=bindparam("b_state"),
-                    finished_at=db_now(conn),
-                    status=bindparam("b_status"),
-                    error=bindparam("b_error"),
-                    response_file=bindparam("b_file"),
-                    response_offset=bindparam("b_offset"),
-                    response_length=bindparam("b_length"),
-                ),
-                [
-                    {
-                        "b_idx": f.idx,
-                        "b_state": f.state,
-                        "b_status": f.status,
-                        "b_error": f.error,
-                        "b_file": f.response.file if f.response else None,
-                        "b_offset": f.response.offset if f.response else None,
-                        "b_length": f.response.length if f.response else None,
-                    }
-                    for f in done
-                ],
+                .values(final_values(conn)),
+                [final_params(f) for f in done],
             )
             await insert_events(conn, [f.event.to_row() for f in done])
             if save_responses is not None:
