@@ -112,16 +112,16 @@ class RedisState:
         self._bf = prefix + "bf:"
         self._rr = prefix + "rr:"
         self._lru = prefix + "lru:"
-        self._reserve = self._redis.register_script(scripts.RESERVE)
-        self._reserve_many = self._redis.register_script(scripts.RESERVE_MANY)
-        self._commit = self._redis.register_script(scripts.COMMIT)
-        self._refund = self._redis.register_script(scripts.REFUND)
-        self._renew = self._redis.register_script(scripts.RENEW)
-        self._trip = self._redis.register_script(scripts.TRIP)
-        self._reset = self._redis.register_script(scripts.RESET)
-        self._pick = self._redis.register_script(scripts.PICK)
-        self._probe = self._redis.register_script(scripts.PROBE)
-        self._release_probe = self._redis.register_script(scripts.RELEASE_PROBE)
+        self._reserve = scripts.Script(self._redis, scripts.RESERVE)
+        self._reserve_many = scripts.Script(self._redis, scripts.RESERVE_MANY)
+        self._commit = scripts.Script(self._redis, scripts.COMMIT)
+        self._refund = scripts.Script(self._redis, scripts.REFUND)
+        self._renew = scripts.Script(self._redis, scripts.RENEW)
+        self._trip = scripts.Script(self._redis, scripts.TRIP)
+        self._reset = scripts.Script(self._redis, scripts.RESET)
+        self._pick = scripts.Script(self._redis, scripts.PICK)
+        self._probe = scripts.Script(self._redis, scripts.PROBE)
+        self._release_probe = scripts.Script(self._redis, scripts.RELEASE_PROBE)
 
     # -- failures ------------------------------------------------------------------------------------
 

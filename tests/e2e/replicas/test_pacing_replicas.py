@@ -130,21 +130,27 @@ def test_three_replicas_hold_the_batch_share_and_live_keeps_the_rest(
     assert_run_by_several_replicas(three_replicas, started_before, BATCH_ITEMS)
 
 
+# More items than two replicas claim ahead (at most eight per worker slot each), so the third replica
+# holds items too and its worker meets the two leases taken by the others.
+CONCURRENCY_ITEMS = 30
+
+
 def test_max_concurrency_holds_across_three_replicas(
     three_replicas: list[Gateway], fake: FakeUpstream
 ) -> None:
     paced = paced_policy(three_replicas, {"pacing": "wait", "max_concurrency": 2}, [])
-    items = [chat_item(i, model=paced.model, fake={"latency_ms": 300}) for i in range(12)]
+    items = [chat_item(i, model=paced.model, fake={"latency_ms": 300}) for i in range(CONCURRENCY_ITEMS)]
     started_before = items_started(three_replicas)
     batch_id = submit(three_replicas[0], "openai", items, key=paced.key)
     view = wait_finished(three_replicas[1], batch_id, key=paced.key, timeout=60.0)
-    assert view["counts"] == {"completed": 12}, results(three_replicas[0], batch_id, key=paced.key)[:2]
+    first = results(three_replicas[0], batch_id, key=paced.key)[:2]
+    assert view["counts"] == {"completed": CONCURRENCY_ITEMS}, first
 
     sent = [r for r in fake.requests(limit=500) if r["key"] == paced.upstream_key]
-    assert len(sent) == 12 and all(r["answered"] is not None for r in sent)
+    assert len(sent) == CONCURRENCY_ITEMS and all(r["answered"] is not None for r in sent)
     assert most_in_flight([(r["ts"], r["answered"]) for r in sent]) == 2  # never more, and reached
     waits = total_metric(
         three_replicas, "relay_batch_pacing_waits_total", policy=paced.policy_id, meter="max_concurrency"
     )
     assert waits >= 1  # a replica's only worker found the two leases taken by the others
-    assert_run_by_several_replicas(three_replicas, started_before, 12)
+    assert_run_by_several_replicas(three_replicas, started_before, CONCURRENCY_ITEMS)

@@ -13,6 +13,7 @@ import pytest
 from redis.asyncio import Redis
 
 from relay.state import LimitCheck, RedisState, StateUnavailable
+from relay.state.scripts import Script
 from tests.fixtures.databases import REDIS_URL
 
 pytestmark = pytest.mark.redis
@@ -71,6 +72,37 @@ async def test_scripts_survive_script_flush(
     assert (await state.trip("k", reason="r", version="v")).failures == 1
     await admin.script_flush()
     assert set((await state.pick_state(["k"], "rr"))[0]) == {"k"}
+
+
+class _FlushedAgainAfterLoad(Redis):
+    """A real client whose next ``SCRIPT LOAD`` is followed by a real ``SCRIPT FLUSH``: what a second
+    flush (or a second restart) landing between a reload and its retry does to the script cache."""
+
+    flushes_left = 1
+
+    async def script_load(self, script):  # type: ignore[no-untyped-def, override]
+        sha = await super().script_load(script)
+        if self.flushes_left:
+            self.flushes_left -= 1
+            await self.script_flush()
+        return sha
+
+
+async def test_a_script_outlasts_a_flush_between_its_reload_and_its_retry(
+    redis_admin: tuple[str, Redis],
+) -> None:
+    """NOSCRIPT means the script did not run: ``Script`` loads and tries again (redis-py's own retry is
+    once, and a second flush then fails the call)."""
+    prefix, admin = redis_admin
+    client = _FlushedAgainAfterLoad.from_url(REDIS_URL)
+    try:
+        script = Script(client, "return redis.call('INCR', KEYS[1])")
+        await admin.script_flush()
+        assert await script(keys=[prefix + "flushes"]) == 1
+        assert client.flushes_left == 0  # the flush after the reload did happen
+        assert await script(keys=[prefix + "flushes"]) == 2  # and the key was incremented once per call
+    finally:
+        await client.aclose()
 
 
 async def test_every_key_is_prefixed_and_expires(
