@@ -51,8 +51,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from relay.store import tables as t
 from relay.store import usage_rollup
 from relay.store.catalog import Row
-from relay.store.write_errors import describe_error as describe_error  # re-exported
-from relay.store.write_errors import refused as refused  # re-exported
 
 GROUPS: Final[Mapping[str, str]] = {
     "source": "source",

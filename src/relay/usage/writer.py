@@ -29,6 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.background import DONE, Backoff, Loop
 from relay.store import usage as store
+from relay.store.write_errors import describe_error, refused
 from relay.usage.capture import PayloadRecord
 from relay.usage.event import UsageEvent
 
@@ -212,7 +213,7 @@ class UsageWriter:
         try:
             await self._insert(batch)
         except Exception as exc:
-            if not store.refused(exc):
+            if not refused(exc):
                 raise
             await self._write_one_by_one(batch)  # isolate the row(s) the database refuses
             return
@@ -244,12 +245,10 @@ class UsageWriter:
         try:
             await self._insert([(event, payload)])
         except Exception as exc:
-            if not store.refused(exc):
+            if not refused(exc):
                 raise
             with_payload = " with its payload" if payload is not None else ""
-            log.warning(
-                "database refused usage event %s%s (%s)", event.id, with_payload, store.describe_error(exc)
-            )
+            log.warning("database refused usage event %s%s (%s)", event.id, with_payload, describe_error(exc))
             return False
         self._written.inc()
         return True
@@ -270,7 +269,7 @@ class UsageWriter:
             self._failure_logged = now
             log.warning(
                 "usage events cannot be written yet (%s); %d queued, retrying in %.1f s",
-                store.describe_error(exc),
+                describe_error(exc),
                 len(self._queue),
                 delay,
             )

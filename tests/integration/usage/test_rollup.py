@@ -22,6 +22,7 @@ from relay.store import usage as store
 from relay.store import usage_rollup, usage_summaries
 from relay.store.engine import create_engine
 from relay.store.rollup_tables import KEY
+from relay.store.write_errors import refused as refused_error
 from relay.usage.event import UsageEvent
 from tests.fixtures.relay_server import MASTER_KEY
 from tests.integration.usage.helpers import batch_event, make_event
@@ -203,7 +204,7 @@ async def test_a_refused_batch_leaves_the_rollup_untouched(engine: AsyncEngine) 
     with pytest.raises(Exception) as refused:
         async with engine.begin() as conn:
             await store.insert_events(conn, [make_event(ts=T0).to_row(), first.to_row()])
-    assert store.refused(refused.value)
+    assert refused_error(refused.value)
     async with engine.connect() as conn:
         assert await rollup_rows(conn) == await expected_rows(conn)
         assert [r[len(KEY)] for r in await rollup_rows(conn)] == [1, 1]  # its minute and its hour

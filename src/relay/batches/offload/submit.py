@@ -6,12 +6,12 @@ claims an item of a batch that is offloaded.
 
 What it does. :meth:`OffloadAtSubmit.watch` answers None (nothing to do: not a §14/§15 batch, or no
 binding of the catalog is ``native``, so a deployment without offload pays one scan of its bindings
-per create and nothing per item); else a :class:`Watch` that the create runs its bodies through and
-then asks for the row's columns (:meth:`Watch.columns`). The estimate, per item: its body's bytes / 4
-as input tokens, its ``max_tokens`` (``max_completion_tokens``, ``max_output_tokens``; else
-``RELAY_TRANSLATE_DEFAULT_MAX_TOKENS``) as output tokens, priced at the binding's ``pricing`` times its
-``discount``. A budget that cannot take it raises ``BudgetExceeded`` (the façade renders it as it
-renders a live refusal) and the create writes nothing.
+per catalog snapshot and nothing per create or item); else a :class:`Watch` that the create runs its
+bodies through and then asks for the row's columns (:meth:`Watch.columns`). The estimate, per item:
+its body's bytes / 4 as input tokens, its ``max_tokens`` (``max_completion_tokens``,
+``max_output_tokens``; else ``RELAY_TRANSLATE_DEFAULT_MAX_TOKENS``) as output tokens, priced at the
+binding's ``pricing`` times its ``discount``. A budget that cannot take it raises ``BudgetExceeded``
+(the façade renders it as it renders a live refusal) and the create writes nothing.
 
 What it deliberately does not know: HTTP, SQL, the provider APIs (the poller sends the batch).
 
@@ -106,11 +106,16 @@ class OffloadAtSubmit:
         self._snapshot = snapshot
         self._budget = budget
         self._max_tokens = default_max_tokens
+        self._native: tuple[Snapshot | None, bool] = (None, False)  # has_native, once per snapshot
 
     def watch(self, principal: Principal, api: str) -> Watch | None:
         if api not in APIS:
             return None
         snapshot = self._snapshot()
-        if not has_native(snapshot):
+        seen, native = self._native
+        if seen is not snapshot:
+            native = has_native(snapshot)
+            self._native = (snapshot, native)
+        if not native:
             return None
         return Watch(principal, snapshot, self._budget, self._max_tokens)
