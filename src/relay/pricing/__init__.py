@@ -85,3 +85,12 @@ def cost_from_prices(prices: NanoPrices, usage: Usage) -> int:
     uncached = max(0, usage.input_tokens - cached)
     total = uncached * prices[0] + cached * prices[2] + usage.output_tokens * prices[1]
     return (total + 500_000) // 1_000_000
+
+
+def binding_cost(pricing: Mapping[str, object] | None, prices: NanoPrices | None, usage: Usage) -> int | None:
+    """A binding's cost of ``usage``: from its integer ``prices`` (:func:`nano_prices`, worked out once
+    per snapshot) when it has them, else :func:`cost_nanos` — the same number either way, paid once
+    per request by the usage event and the budget commit alike."""
+    if prices is not None:
+        return cost_from_prices(prices, usage)
+    return cost_nanos(pricing, usage)

@@ -165,11 +165,23 @@ def _checked_key(key_hash: str, snapshot: Snapshot, now: float) -> RelayKey:
     return key
 
 
+PRINCIPAL_MEMO_SIZE = 100_000
+"""Relay keys whose principal is remembered per snapshot (``Snapshot.principals``); past that, each
+further key is worked out on every request."""
+
+
 def _from_key(key_hash: str, snapshot: Snapshot, now: float) -> Principal:
+    """The key's principal. Everything it depends on is in the snapshot but the clock, so an admitted
+    key's principal is remembered per snapshot until the first moment a check could change its answer
+    (its expiry, or the end of its rotation grace): a repeat caller costs the hash and one lookup."""
+    memo = snapshot.principals
+    hit = memo.get(key_hash)
+    if hit is not None and now < hit[1]:
+        return hit[0]  # type: ignore[no-any-return]
     key = _checked_key(key_hash, snapshot, now)
     project_id, principal_id = _key_scope(key, snapshot)
     policy = resolve_policy(snapshot, key.policy_id, key.principal_kind, principal_id, project_id)
-    return build_principal(
+    principal = build_principal(
         policy,
         key_hash=key_hash,
         credential_id=key.id,
@@ -179,6 +191,17 @@ def _from_key(key_hash: str, snapshot: Snapshot, now: float) -> Principal:
         team_id=snapshot.projects[project_id].team_id,
         key_payload_logging=key.payload_logging,
     )
+    if len(memo) < PRINCIPAL_MEMO_SIZE:
+        memo[key_hash] = (principal, _admitted_until(key, rotated=_find_key(key_hash, snapshot)[1]))
+    return principal
+
+
+def _admitted_until(key: RelayKey, *, rotated: bool) -> float:
+    """When an admitted key's §3.1 answer can next change with the clock alone."""
+    until = _ts(key.expires_at) if key.expires_at is not None else float("inf")
+    if rotated and key.grace_until is not None:
+        until = min(until, _ts(key.grace_until))
+    return until
 
 
 def key_problem(key: RelayKey, snapshot: Snapshot, now: float, *, presented_previous: bool) -> str | None:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from relay.adapters import StreamTap, Usage, build_upstream_request, usage_from_response
 from relay.errors import RelayError, Unavailable
-from relay.pricing import cost_from_prices, cost_nanos
+from relay.pricing import binding_cost
 from relay.request.auth import Principal
 from relay.request.fallbacks import Fallbacks, Route, is_trigger
 from relay.request.keypool import MAX_ATTEMPTS, Failure, KeyPool, classify
@@ -127,10 +127,7 @@ def _cost(reservation: Reservation, plan: Plan, usage: Usage) -> int | None:
     """The call's priced cost in nano-USD, computed only when a budget will count it (SPEC §5, §8)."""
     if not reservation.needs_cost or not (usage.input_tokens or usage.output_tokens):
         return None
-    binding = plan.binding
-    if binding.prices is not None:
-        return cost_from_prices(binding.prices, usage)
-    return cost_nanos(binding.pricing, usage)
+    return binding_cost(plan.binding.pricing, plan.binding.prices, usage)
 
 
 class Pipeline:

@@ -51,8 +51,27 @@ class Plan:
         return self.binding.upstream_name or self.model.name
 
 
+PLAN_MEMO_SIZE = 4096
+"""Plans remembered per snapshot (``Snapshot.plans``); past that, each is worked out again."""
+
+
 def resolve(policy: Policy, requested: str, snapshot: Snapshot) -> Plan:
-    """SPEC §4: model (or ``model@host``) under ``policy`` → plan, or the exact §4 error."""
+    """SPEC §4: model (or ``model@host``) under ``policy`` → plan, or the exact §4 error.
+
+    A plan depends on the snapshot alone (breakers are the key pool's), so a routed one is
+    remembered per snapshot: every request after a policy's first for a model costs one dict lookup.
+    Errors are worked out each time (their messages are built per request)."""
+    memo = snapshot.plans
+    hit = memo.get((policy.id, requested))
+    if hit is not None and hit[0] is policy:
+        return hit[1]  # type: ignore[no-any-return]
+    plan = _resolve(policy, requested, snapshot)
+    if len(memo) < PLAN_MEMO_SIZE:
+        memo[(policy.id, requested)] = (policy, plan)
+    return plan
+
+
+def _resolve(policy: Policy, requested: str, snapshot: Snapshot) -> Plan:
     name, _, pinned = requested.strip().partition("@")
     model = snapshot.model_by_name.get(name)
     if model is None or (pinned and pinned not in snapshot.host_by_name):

@@ -79,6 +79,12 @@ class Snapshot:
     # routing's "did you mean" per (policy id, unknown model name), worked out once per snapshot: a
     # batch of 50 000 items naming one mistyped model compares names once, not 50 000 times.
     suggestions: dict[tuple[str, str], str | None] = field(default_factory=dict, compare=False, repr=False)
+    # The hot path's answers that depend on this snapshot alone, worked out on a credential's or a
+    # model's first request and reused until the catalog changes: routing's plan per (policy id,
+    # requested model) and a relay key's principal per key hash (``relay.request.routing``,
+    # ``relay.request.auth``). Bounded there; a new snapshot starts empty.
+    plans: dict[tuple[str, str], tuple[Any, Any]] = field(default_factory=dict, compare=False, repr=False)
+    principals: dict[str, tuple[Any, float]] = field(default_factory=dict, compare=False, repr=False)
 
     def counts(self) -> dict[str, int]:
         return {

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from relay.domain.batch_record import CANCELLED_ERROR
 from relay.domain.ids import mint_id
-from relay.pricing import cost_nanos
+from relay.pricing import binding_cost
 
 if TYPE_CHECKING:  # types only: the pipeline never imports this module
     from relay.domain.batch_record import BatchRecord
@@ -137,7 +137,7 @@ def _outcome_fields(
         "cached_input_tokens": usage.cached_input_tokens if usage else 0,
         "reasoning_tokens": usage.reasoning_tokens if usage else None,
         "cost_nanos": (
-            cost_nanos(plan.binding.pricing, usage)
+            binding_cost(plan.binding.pricing, plan.binding.prices, usage)
             if priced and plan and usage
             else (0 if outcome is not None and outcome.cache_hit else None)
         ),

@@ -287,3 +287,40 @@ def test_a_disabled_project_or_a_left_membership_is_403_project_unavailable(
     catalog.build.change(catalog.build.users[member], memberships={catalog.project.id: None})
     catalog.build.change(catalog.project, enabled=False)
     expect(refused(catalog, token), 403, "project_unavailable", "project unavailable")
+
+
+def test_an_admitted_key_is_remembered_per_snapshot_until_its_expiry(catalog: CoreCatalog) -> None:
+    """The principal memo (``Snapshot.principals``) answers what the checks would: the same principal
+    while the key is admitted, the §3.1 refusal from the moment it expires, and a new snapshot (a
+    catalog change) is judged afresh."""
+    expires = float(int(time.time()) + 3600)
+    catalog.build.change(catalog.relay_key, expires_at=datetime.fromtimestamp(expires, UTC))
+    snapshot = catalog.snapshot()
+    first = authenticate(catalog.key, snapshot, now=expires - 10)
+    assert authenticate(catalog.key, snapshot, now=expires - 1) is first  # remembered
+    assert snapshot.principals[hash_key(catalog.key)][1] == expires
+    with pytest.raises(RelayError) as expired:
+        authenticate(catalog.key, snapshot, now=expires)
+    expect(expired.value, 401, "unauthenticated", "api key expired")
+    catalog.build.change(catalog.relay_key, enabled=False)  # a catalog change is a new snapshot
+    with pytest.raises(RelayError) as disabled:
+        authenticate(catalog.key, catalog.snapshot(), now=expires - 10)
+    expect(disabled.value, 401, "unauthenticated", "api key disabled")
+
+
+def test_a_rotated_keys_previous_value_is_remembered_only_until_its_grace_ends(catalog: CoreCatalog) -> None:
+    grace = float(int(time.time()) + 600)
+    catalog.build.change(
+        catalog.relay_key,
+        key_hash=hash_key("sk-relay-core-rotated-new-value"),
+        previous_key_hash=hash_key(catalog.key),
+        grace_until=datetime.fromtimestamp(grace, UTC),
+    )
+    snapshot = catalog.snapshot()
+    assert authenticate(catalog.key, snapshot, now=grace - 5).credential_id == catalog.relay_key.id
+    with pytest.raises(RelayError) as rotated:
+        authenticate(catalog.key, snapshot, now=grace)
+    expect(rotated.value, 401, "unauthenticated", "api key rotated")
+    # the new value has no grace to outlive: remembered without an end
+    authenticate("sk-relay-core-rotated-new-value", snapshot, now=grace - 5)
+    assert snapshot.principals[hash_key("sk-relay-core-rotated-new-value")][1] == float("inf")

@@ -3,6 +3,8 @@ refusal with its exact status and code, aliases and pins, binding order, and whi
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from relay.errors import RelayError
@@ -163,3 +165,25 @@ def test_the_listing_shows_granted_models_with_a_usable_binding_sorted(catalog: 
     assert [m.name for m in granted_models(catalog.policy, snapshot)] == ["a-listed", CHAT_MODEL]
     narrow = catalog.build.policy("narrow", models=(CHAT_ALIAS,))
     assert [m.name for m in granted_models(narrow, catalog.snapshot())] == [CHAT_MODEL]
+
+
+def test_a_routed_plan_is_remembered_per_snapshot_and_policy(catalog: CoreCatalog) -> None:
+    """``Snapshot.plans``: the second request for a model under a policy gets the first one's plan;
+    another policy object (even with the same id) and a new snapshot are routed afresh, and a refusal
+    is never remembered."""
+    snapshot = catalog.snapshot()
+    plan = resolve(catalog.policy, CHAT_MODEL, snapshot)
+    assert resolve(catalog.policy, CHAT_MODEL, snapshot) is plan
+    assert snapshot.plans[(catalog.policy.id, CHAT_MODEL)] == (catalog.policy, plan)
+    narrowed = replace(catalog.policy, grants=())  # same id, other grants: never served the memo
+    with pytest.raises(RelayError) as refused:
+        resolve(narrowed, CHAT_MODEL, snapshot)
+    assert refused.value.code == "model_not_allowed"
+    assert (narrowed.id, "core-missing") not in snapshot.plans
+    with pytest.raises(RelayError):
+        resolve(catalog.policy, "core-missing", snapshot)
+    assert (catalog.policy.id, "core-missing") not in snapshot.plans
+    catalog.build.change(catalog.model, enabled=False)
+    with pytest.raises(RelayError) as disabled:
+        resolve(catalog.policy, CHAT_MODEL, catalog.snapshot())
+    assert disabled.value.code == "model_disabled"
