@@ -113,6 +113,7 @@ def main() -> None:
     parser.add_argument("--log-level", default="info")
     parser.add_argument("--redis", default=None)
     parser.add_argument("--src", type=Path, default=None, help="run relay from this src/ (another build)")
+    parser.add_argument("--keep", type=Path, default=None, help="keep py-spy's raw stacks in this directory")
     args = parser.parse_args()
     print(machine_line())
     body = json.dumps(CHAT_BODY, separators=(",", ":")).encode()
@@ -142,6 +143,9 @@ def main() -> None:
             spy.wait()
             cpu_ms = meter.seconds["relay"] * 1000 / (result.requests or 1)
             counts, unclaimed = breakdown(raw)
+            if args.keep:
+                args.keep.mkdir(parents=True, exist_ok=True)
+                shutil.copy(raw, args.keep / raw.name)
             total = sum(counts.values()) or 1
             print(
                 f"\n{name}: {result.rps:,.0f} req/s, relay CPU {cpu_ms:.3f} ms/req (py-spy attached; "

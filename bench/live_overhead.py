@@ -147,7 +147,8 @@ def start_relay(
     port, control_port = free_port(), free_port()
     while control_port == port:
         control_port = free_port()
-    admin_token = "bench-admin-" + secrets.token_urlsafe(24)
+    # the caller may name the token (replicas of one deployment share it)
+    admin_token = (extra_env or {}).get("RELAY_ADMIN_TOKEN") or "bench-admin-" + secrets.token_urlsafe(24)
     env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}  # no Redis, no stray config
     env.update(
         PYTHONPATH=str(src),

@@ -13,7 +13,12 @@ run:
    policy and, while it runs, the same live load again → the same figures, plus the batch's items/s
    over that time against its share per second (``floor(limit × (1 − reserve))``).
 
-The batch is cancelled at the end and the relay stopped. ``--rounds N`` repeats both phases on a fresh
+``--batch-replica`` (Postgres and Redis only) runs the deployment docs/batches.md recommends for an
+untouched live tail: the measured relay serves live traffic with ``RELAY_BATCH_WORKERS=0``, and a
+second ``relay serve`` on the same database, Redis and payload directory runs the 16 batch workers
+(the batch is submitted to the first; the share is kept across both by the one limiter).
+
+The batch is cancelled at the end and the relays stopped. ``--rounds N`` repeats both phases on a fresh
 relay; ``--compare-src DIR`` (another checkout's ``src/``, e.g. a worktree of the base commit) runs the
 same rounds on that code too, interleaved round by round (this checkout, then that one), so a change is
 judged against a baseline measured in the same run on the same noisy machine. A benchmark, not a test:
@@ -22,12 +27,15 @@ it prints, and exits 0 once it measured.
     .venv/bin/python bench/paced_batch.py [--items 50000] [--rate 100] [--limit 400] [--reserve 0.5]
                                           [--duration 10] [--redis URL] [--postgres ADMIN_URL]
                                           [--rounds 1] [--compare-src ../base/src]
+                                          [--batch-replica]
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import math
+import secrets
 import sys
 import tempfile
 import time
@@ -73,7 +81,15 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--compare-src", type=Path, default=None, help="another checkout's src/ to interleave with"
     )
-    return parser.parse_args()
+    parser.add_argument(
+        "--batch-replica",
+        action="store_true",
+        help="live on a relay without batch workers, the batch on a second relay (needs --postgres, --redis)",
+    )
+    args = parser.parse_args()
+    if args.batch_replica and not (args.postgres and args.redis):
+        parser.error("--batch-replica needs --postgres and --redis (two replicas share them)")
+    return args
 
 
 def batch_counts(client: httpx.Client, base: str, batch_id: str, key: str) -> dict[str, int]:
@@ -100,8 +116,19 @@ def measure(
     }
     if args.redis:
         env["RELAY_REDIS_URL"] = args.redis
-    relay = start_relay(procs, workdir, database_url=dbs.fresh(workdir), extra_env=env)
+    database_url = dbs.fresh(workdir)
+    worker = None
+    if args.batch_replica:  # the replicas share the database, Redis, the master key and the admin token
+        env["RELAY_MASTER_KEY"] = base64.b64encode(secrets.token_bytes(32)).decode()
+        env["RELAY_ADMIN_TOKEN"] = "bench-admin-" + secrets.token_urlsafe(24)
+        env["RELAY_BATCH_PAYLOAD_DIR"] = str(workdir / "shared-batch-payloads")  # the shared volume
+        live_env = dict(env, RELAY_BATCH_WORKERS="0")
+        relay = start_relay(procs, workdir / "live", database_url=database_url, extra_env=live_env)
+    else:
+        relay = start_relay(procs, workdir, database_url=database_url, extra_env=env)
     try:
+        if args.batch_replica:
+            worker = start_relay(procs, workdir / "batch", database_url=database_url, extra_env=env)
         key = configure(relay, upstream)
         with httpx.Client(timeout=120) as client:
             policy: dict[str, Any] = {
@@ -138,9 +165,18 @@ def measure(
             beside = run_async(paced(url, body, headers, args.rate, args.duration))
             elapsed = time.monotonic() - started
             after = batch_counts(client, relay.base_url, batch_id, key)
+            if after.get("discarded", 0):  # say why, so a broken run is not read as a slow one
+                results = client.get(
+                    f"{relay.base_url}/v1/batches/{batch_id}/results?format=jsonl",
+                    headers={"Authorization": f"Bearer {key}"},
+                )
+                failed = [line for line in results.text.splitlines() if '"error"' in line][:1]
+                print(f"first discarded item: {failed[0][:300] if failed else results.text[:300]}")
             client.post(relay.base_url + f"/v1/batches/{batch_id}/cancel", headers=headers)
     finally:
         procs.stop(relay.process)
+        if worker is not None:
+            procs.stop(worker.process)
     done = after.get("completed", 0) - before.get("completed", 0)
     return Measured(alone, beside, done / elapsed, after.get("discarded", 0))
 
@@ -186,7 +222,9 @@ def main() -> None:
             dbs.drop_all()
     print(machine_line())
     print(
-        f"{dbs.kind}{', Redis' if args.redis else ''}; policy: {args.limit} requests/s, live_reserve "
+        f"{dbs.kind}{', Redis' if args.redis else ''}"
+        f"{'; live on a relay without batch workers, the batch on a second' if args.batch_replica else ''}"
+        f"; policy: {args.limit} requests/s, live_reserve "
         f"{args.reserve:g} → batch share {share}/s, live keeps {args.limit - share}/s; live load "
         f"{args.rate:g} req/s for {args.duration:g} s per phase; batch of {args.items} items"
     )
