@@ -35,13 +35,8 @@ import orjson
 from relay.batch_apis.anthropic_create import StreamedCreate, validate_create
 from relay.batch_apis.idempotency import IdempotencyClaim
 from relay.batches.deleter import BatchDeleter, BatchNotFinished
-from relay.batches.service import (
-    Answer,
-    BatchNotFound,
-    BatchService,
-    CreatedBatch,
-    NewBatch,
-)
+from relay.batches.new_batch import Answer, CreatedBatch, NewBatch
+from relay.batches.service import BatchNotFound, BatchService
 from relay.batches.submission import load_batch_body
 from relay.domain.batch_record import BatchRecord
 from relay.domain.message_batches import result_line

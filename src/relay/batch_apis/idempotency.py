@@ -5,7 +5,7 @@ naming ``Idempotency-Key``) and makes an :class:`IdempotencyClaim` of the owner,
 fingerprint of the route and the request body. A create first calls :func:`replay`: a first answer of
 the same owner and key within 24 h is answered again verbatim (same status and body), or, for a
 different fingerprint, refused with 409 ``idempotency_key_reused``. Otherwise the façade hands the
-claim to the engine's create as its :class:`~relay.batches.service.IdempotencyHook`: the engine runs
+claim to the engine's create as its :class:`~relay.batches.new_batch.IdempotencyHook`: the engine runs
 :meth:`IdempotencyClaim.writer` (with its answer) inside ``BatchStore.insert_batch``, so the row is
 written in the SAME transaction as the batch: a repeat creates nothing, and a concurrent duplicate
 fails that transaction (nothing written) and resolves to the first answer with
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
-from relay.batches.service import Answer
+from relay.batches.new_batch import Answer
 from relay.errors import Conflict, InvalidRequest
 from relay.http.spool import SpooledBody
 from relay.store import idempotency as store

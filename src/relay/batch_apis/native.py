@@ -28,8 +28,9 @@ from starlette.types import Scope, Send
 from relay.adapters import OPENAI
 from relay.batch_apis.idempotency import IdempotencyClaim
 from relay.batch_apis.router import ApiCall, ApiRoute, RoutedApp, create_once
+from relay.batches.new_batch import Answer
 from relay.batches.retry import BatchRetries
-from relay.batches.service import Answer, BatchService
+from relay.batches.service import BatchService
 from relay.domain.batches import BatchRejected
 from relay.errors import InvalidRequest, RelayError
 from relay.http.errors import relay_error_body

@@ -38,7 +38,8 @@ import orjson
 from relay.batch_apis.files_service import FileService
 from relay.batch_apis.idempotency import IdempotencyClaim
 from relay.batch_apis.openai_create import ChunkReader, LinesRefused, StreamedLines
-from relay.batches.service import Answer, BatchNotFound, BatchService, CreatedBatch, NewBatch
+from relay.batches.new_batch import Answer, CreatedBatch, NewBatch
+from relay.batches.service import BatchNotFound, BatchService
 from relay.domain.batches import CANCELLED as ITEM_CANCELLED
 from relay.domain.batches import COMPLETED as ITEM_COMPLETED
 from relay.domain.batches import DISCARDED as ITEM_DISCARDED

@@ -42,7 +42,7 @@ from starlette.types import Receive, Scope, Send
 
 from relay.batch_apis import idempotency
 from relay.batch_apis.idempotency import IdempotencyClaim
-from relay.batches.service import Answer
+from relay.batches.new_batch import Answer
 from relay.domain.credentials import read_credential
 from relay.errors import NotFound, RelayError
 from relay.http.errors import error_headers, escaped, relay_error_body

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from relay.batches.holds import MIN_HOLD_S
 from relay.request.auth import Principal
 from relay.request.pipeline import Pipeline
-from relay.request.ratelimit import EMPTY_RESERVATION, BatchRefused, Reservation
+from relay.request.reservations import EMPTY_RESERVATION, BatchRefused, Reservation
 from relay.snapshot import Policy
 
 #: A granted admission is used only while this much of its window is left (the start and the send).

@@ -34,7 +34,8 @@ from typing import Final
 import orjson
 
 from relay.adapters.json_codec import JsonRefused, loads_input
-from relay.batches.service import Answer, BatchService, IdempotencyHook, NewBatch, batch_row
+from relay.batches.new_batch import Answer, IdempotencyHook, NewBatch, batch_row
+from relay.batches.service import BatchService
 from relay.domain.batch_retry import BatchNotFinished, NothingToRetry, RetrySelection, parse_retry_body
 from relay.domain.batches import mint_batch_id
 from relay.errors import InvalidRequest, Unavailable

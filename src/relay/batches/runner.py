@@ -50,7 +50,7 @@ from relay.request.cache.step import HIT, CacheStep, Entry, Lookup
 from relay.request.guardrails.step import BLOCKED, Asked, GuardrailStep, check_body
 from relay.request.keypool import PROBE_RECHECK_S
 from relay.request.pipeline import Call, Outcome, Pipeline, UpstreamUnavailable
-from relay.request.ratelimit import BatchRefused, Reservation
+from relay.request.reservations import BatchRefused, Reservation
 from relay.request.routing import Plan
 from relay.snapshot import Snapshot
 from relay.store.batch_queue import ClaimedItem

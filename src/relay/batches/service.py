@@ -20,23 +20,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, replace
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 
 from relay.adapters.json_codec import DEFAULT_MAX_DEPTH
+from relay.batches.new_batch import Answer, CreatedBatch, IdempotencyHook, NewBatch, batch_row
 from relay.batches.offload.submit import OffloadAtSubmit
 from relay.batches.results import render_result, result_pages, status_view
-from relay.batches.submission import ItemStream, StreamedSubmission, load_batch_body
+from relay.batches.submission import StreamedSubmission, load_batch_body
 from relay.domain.batch_record import BatchRecord, ItemState, ResultRow
 from relay.domain.batches import (
     APIS,
     ENGINE_SHAPES,
     ITEM_STATES,
-    Api,
     mint_batch_id,
     validate_submission,
 )
@@ -46,87 +46,16 @@ from relay.http.spool import SpooledBody
 from relay.payloads.base import PayloadStore, PayloadStores
 from relay.request.auth import Principal
 from relay.store.batch_queue import BatchStore, InTransaction
-from relay.store.engine import Connection, DuplicateRow, Engine
+from relay.store.engine import DuplicateRow
 from relay.telemetry.tracing import batch_created
 from relay.usage.event import cancelled_event
 
 log = logging.getLogger("relay.batches")
 
 
-@dataclass(frozen=True, slots=True)
-class Answer:
-    """A create's answer as sent: status code and body bytes (what an idempotent repeat gets again)."""
-
-    status_code: int
-    body: bytes
-
-
-class IdempotencyHook(Protocol):
-    """An idempotent create's claim (``relay.batch_apis.idempotency.IdempotencyClaim``; SPEC §10.10),
-    opaque to the engine: its row is written in the create's own transaction, and when a concurrent
-    duplicate committed first, the first answer is what this create answers."""
-
-    def writer(self, answer: Answer, created_at: datetime) -> Callable[[Connection], Awaitable[None]]: ...
-
-    async def first_answer(self, engine: Engine) -> Answer | None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class NewBatch:
-    """What an API submits to the engine (:meth:`BatchService.create`)."""
-
-    api: Api  # "relay" | "openai" | "anthropic": which id prefix, and which API lists it as its own
-    shape: str  # the items' shape, one of ENGINE_SHAPES (the runner's shape rule, §10.4)
-    requests: Sequence[Any]  # item bodies: JSON objects, or their JSON bytes as they are
-    custom_ids: Sequence[str | None] | None = None  # one per item (§14/§15), else none at all
-    expires_at: datetime | None = None  # items not final by then are cancelled with "expired: "
-    api_status: str | None = None  # the façade's own state (``validating``, ``failed``, …)
-    api_data: dict[str, Any] | None = None  # the façade's own fields (endpoint, metadata, …)
-    # Items read while they are written (a spooled create, a §14 input file): ``requests`` and
-    # ``custom_ids`` are then empty, and ``shape`` and ``custom_ids`` are the stream's once read whole.
-    streamed: ItemStream | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class CreatedBatch:
-    """What a create's ``render`` gets to build its answer from."""
-
-    id: str
-    created_at: datetime
-    total_items: int
-
-
 class BatchNotFound(NotFound):
     def __init__(self) -> None:
         super().__init__("batch not found")
-
-
-def batch_row(
-    principal: Principal, batch_id: str, created_at: datetime, new: NewBatch, store_name: str
-) -> dict[str, Any]:
-    """The ``batches`` row of a new batch (a create's or a retry's): the caller's attribution and the
-    policy governing the credential now (SPEC §10.1), the items' shape and where their bodies are."""
-    return {
-        "id": batch_id,
-        "created_at": created_at,
-        "owner": principal.owner,
-        "key_hash": principal.key_hash if principal.credential_kind == "key" else None,
-        "token_claims": asdict(principal.token) if principal.token is not None else None,
-        "policy_id": principal.policy.id,
-        "policy_name": principal.policy.name,
-        "project_id": principal.project_id,
-        "team_id": principal.team_id,
-        "principal_kind": principal.principal_kind,
-        "principal_id": principal.principal_id,
-        "credential_kind": principal.credential_kind,
-        "credential_id": principal.credential_id,
-        "inbound_shape": new.shape,
-        "payload_store": store_name,
-        "api": new.api,
-        "expires_at": new.expires_at,
-        "api_status": new.api_status,
-        "api_data": new.api_data,
-    }
 
 
 class BatchService:

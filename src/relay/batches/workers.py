@@ -57,6 +57,7 @@ from relay.batches.ready import Body, ReadyQueue
 from relay.batches.rooms import ROOM_CLAIM_STEP, WindowRooms
 from relay.batches.runner import ItemRunner, Prepared
 from relay.batches.starter import Starter
+from relay.batches.waiting import WaitingItems
 from relay.request.limit_plans import MAX_CONCURRENCY_METER
 from relay.store.batch_queue import BatchStore, ClaimedItem
 from relay.store.held import Turns
@@ -90,7 +91,7 @@ class WorkerPool:
         self._metrics = metrics
         self._pacer = ClaimPacer(size)
         self._holds = PolicyHolds()  # policies held back by pacing (SPEC §17): not claimed meanwhile
-        self._waiting: dict[str, set[_Key]] = {}  # policy id → items put back for room, not run since
+        self._waiting = WaitingItems(metrics)  # items put back for room, not run since
         self._preparing: dict[str, int] = {}  # policy id → its items taken from ready, not admitted yet
         self._unadmitted: dict[_Key, str] = {}  # those items → their policy id
         self._claiming = asyncio.Lock()  # held from a claim until its items are registered
@@ -266,7 +267,7 @@ class WorkerPool:
                 self._prepared(key)
                 if self._ready:  # a block it asked for may let the policy's next items start
                     self._start_ready()
-            self._admitted(key, item.batch.policy_id)
+            self._waiting.admitted(key, item.batch.policy_id)
             if not await self._starter.start(key):
                 # Cancelled (on any replica) or taken by another replica since we reserved it.
                 self._executing.discard(key)
@@ -318,25 +319,11 @@ class WorkerPool:
             self._items.pop(key, None)
             self._executing.discard(key)
         if waiting_policy is not None:
-            self._waiting.setdefault(waiting_policy, set()).update(keys)
-            self._waiting_changed(waiting_policy)
+            self._waiting.add(waiting_policy, keys)
         try:
             await self._store.put_back(self._instance_id, keys, events_for=put_back_events)
         except Exception as exc:  # the orphan check puts them back once the database answers
             log_database_failure("putting paced batch items back failed; the orphan check will", exc)
-
-    def _admitted(self, key: _Key, policy_id: str) -> None:
-        waiting = self._waiting.get(policy_id)
-        if waiting is not None and key in waiting:
-            waiting.discard(key)
-            self._waiting_changed(policy_id)
-
-    def _waiting_changed(self, policy_id: str) -> None:
-        waiting = self._waiting.get(policy_id, set())
-        if self._metrics is not None:
-            self._metrics.waiting.labels(policy_id).set(len(waiting))
-        if not waiting:
-            self._waiting.pop(policy_id, None)
 
     async def cancel_batch(self, batch_id: str, error: str | None = None) -> int:
         """After ``BatchStore.cancel`` (or an expiry) committed: stop this replica's running items of
@@ -344,10 +331,7 @@ class WorkerPool:
         forget its reserved ones (the cancel cancelled them, and their start would fail anyway).
         Returns how many were stopped or forgotten."""
         stopped = 0
-        for policy_id, waiting in list(self._waiting.items()):
-            if any(key[0] == batch_id for key in waiting):
-                waiting.difference_update([key for key in waiting if key[0] == batch_id])
-                self._waiting_changed(policy_id)
+        self._waiting.forget_batch(batch_id)
         for item in self._ready.drop_batch(batch_id):  # reserved, not started
             self._items.pop((item.batch_id, item.idx), None)
             stopped += 1

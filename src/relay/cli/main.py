@@ -24,9 +24,10 @@ import yaml
 from relay.cli.accounts import tokens_app, users_app
 from relay.cli.audit import audit_app
 from relay.cli.batch import batch_app
+from relay.cli.settings_help import settings_help
 from relay.cli.support import admin_call as _call
 from relay.cli.support import err, fail, out, print_table
-from relay.config import ConfigError, Settings, load_settings, settings_help
+from relay.config import ConfigError, Settings, load_settings
 from relay.yaml_documents import DocumentsRefused, load_documents_with_lines, yaml_problem
 
 app = typer.Typer(

@@ -27,7 +27,8 @@ from relay.control.routes.docs import mount_docs
 from relay.control.routes.metrics import metrics_routes
 from relay.control.routes.table import mount
 from relay.control.services.apply import ApplyService
-from relay.control.services.catalog import UNPROCESSABLE_FIELDS, CatalogService
+from relay.control.services.catalog import CatalogService
+from relay.control.services.validation import UNPROCESSABLE_FIELDS
 from relay.crypto.sealing import constant_time_equal
 from relay.errors import RateLimited, RelayError, Unauthenticated
 from relay.http.errors import control_error, error_headers, escaped, retry_after

@@ -27,7 +27,7 @@ from relay.http.wire import head, send_bytes
 from relay.inference.recording import LiveRecorder
 from relay.request.cache.step import BYPASS, HIT, MISS, CacheStep, Entry
 from relay.request.pipeline import Outcome, Pipeline
-from relay.request.ratelimit import Reservation
+from relay.request.reservations import Reservation
 from relay.snapshot import Snapshot
 
 if TYPE_CHECKING:

@@ -5,7 +5,7 @@ result is mapped.
 Why not ``RateLimiter.reserve``: an offloaded batch is paced by the provider, so its items take no
 ``requests``, token or concurrency admission (rate limits do not apply); only the spend counters the
 live plane keeps are read and added to, under the same state keys (``limit_plans.state_key`` and
-``ratelimit.caller_key``), so a live request and an offloaded item spend one budget.
+``limit_plans.caller_key``), so a live request and an offloaded item spend one budget.
 
 What it deliberately does not know: how the estimate is made, HTTP, the database.
 
@@ -20,8 +20,7 @@ import time
 from dataclasses import dataclass
 
 from relay.errors import BudgetExceeded
-from relay.request.limit_plans import CompiledRule, compile_rules
-from relay.request.ratelimit import caller_key
+from relay.request.limit_plans import CompiledRule, caller_key, compile_rules
 from relay.snapshot import Policy
 from relay.state import SharedState, StateUnavailable
 

@@ -13,6 +13,9 @@ always finds ``limit − share`` of each window. Budgets (``cost_usd``) keep the
 ``pol:{id}:batchlease``: a lease per running batch item, across replicas with Redis, taken in the same
 atomic step as the other checks.
 
+It also spells what the plans name: counter keys (``state_key``, and ``caller_key`` for a rule counted
+per credential, project or team) and nano-USD amounts (``usd`` in messages, ``json_usd`` in answers).
+
 Invariants: counter keys are ``policy id + short hash of (meter, window seconds, per)`` (see
 ``relay.request.ratelimit``); a policy whose batch block is the default has a batch plan equal to its
 live plan.
@@ -82,9 +85,25 @@ def batch_lease_key(policy_id: str) -> str:
     return f"pol:{policy_id}:batchlease"
 
 
+def caller_key(rule: CompiledRule, credential_id: str, project_id: str, team_id: str) -> str:
+    if rule.per == "credential":
+        return f"{rule.key}:{credential_id}"
+    if rule.per == "project":
+        return f"{rule.key}:{project_id}"
+    return f"{rule.key}:{team_id}"
+
+
 def usd(nanos: int) -> str:
     """Nano-USD as a plain decimal string of dollars (``12500000000`` → ``12.5``)."""
     return format((Decimal(nanos) / NANOS_PER_USD).normalize(), "f")
+
+
+def json_usd(nanos: int) -> int | float:
+    """Nano-USD as a JSON number of dollars: an int when whole, else the float of the exact decimal
+    (JSON has no decimal type; its shortest repr prints the exact digits for any amount ≤ 2**53 nanos)."""
+    if nanos % 1_000_000_000 == 0:
+        return nanos // 1_000_000_000
+    return float(Decimal(nanos) / NANOS_PER_USD)
 
 
 def compile_rules(policy: Policy) -> tuple[CompiledRule, ...]:

@@ -26,7 +26,8 @@ from relay.pricing import binding_cost
 from relay.request.auth import Principal
 from relay.request.fallbacks import Fallbacks, Route, is_trigger
 from relay.request.keypool import MAX_ATTEMPTS, Failure, KeyPool, classify
-from relay.request.ratelimit import BlockGrant, RateLimiter, Reservation
+from relay.request.ratelimit import RateLimiter
+from relay.request.reservations import BlockGrant, Reservation
 from relay.request.routing import Plan
 from relay.request.spans import attempt_attributes, read_answer, span_name, usage_attributes
 from relay.snapshot import Host, HostKey, Policy

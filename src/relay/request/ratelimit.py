@@ -31,7 +31,9 @@ current window holds, for ``GET /api/policies/{ref}/spend`` (control plane, not 
 
 Batch items (SPEC §17) are admitted by :meth:`RateLimiter.reserve_batch` against the policy's batch
 plan (``relay.request.limit_plans``): each limit at its batch share on the live counters, plus the
-``batch.max_concurrency`` lease; its refusal is :class:`BatchRefused`. Live admission is unchanged.
+``batch.max_concurrency`` lease; its refusal is :class:`relay.request.reservations.BatchRefused`. Live
+admission is unchanged. What an admission hands back (``Reservation``, ``BlockGrant``) is
+``relay.request.reservations``.
 """
 
 from __future__ import annotations
@@ -41,9 +43,7 @@ import logging
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from decimal import Decimal
 from typing import Any
 
 from relay.adapters.base import Usage
@@ -52,14 +52,16 @@ from relay.domain.times import rfc3339
 from relay.errors import BudgetExceeded, RateLimited
 from relay.request.fail_open import FailOpen
 from relay.request.limit_plans import (
-    NANOS_PER_USD,
     CompiledRule,
     LimitPlan,
     assemble,
     batch_rules,
+    caller_key,
     compile_rules,
+    json_usd,
     state_key,
 )
+from relay.request.reservations import EMPTY_RESERVATION, BatchRefused, BlockGrant, Reservation
 from relay.snapshot import Policy
 from relay.state import ADMITTED, SharedState, StateUnavailable
 from relay.state.leases import LeaseRenewer
@@ -72,57 +74,6 @@ LEASE_MARGIN_S = 5.0
 #: Compiled plans are cached per policy object; a snapshot reload makes new objects, so the cache is
 #: simply dropped when it grows past this (old snapshots' policies are then released).
 MAX_CACHED_PLANS = 4096
-
-
-class BatchRefused(RateLimited):
-    """A batch item found its policy's batch share of a rule spent, or ``batch.max_concurrency``
-    reached (SPEC §17). A ``RateLimited``, so ``pacing: fail`` fails the item ``rate limit exceeded: ``
-    as §10.4 says; under ``pacing: wait`` the batch engine holds the item back for ``retry_after``
-    seconds. ``meter``: the refusing rule's meter (``max_concurrency`` for the lease)."""
-
-    def __init__(
-        self, message: str, *, retry_after: float, meter: str, share: int | None = None, exact: bool = False
-    ) -> None:
-        super().__init__(message, retry_after=retry_after)
-        self.meter = meter
-        self.share = share  # a ``requests`` rule's batch share: how many items its next window admits
-        # ``retry_after`` is already at least 100 ms after the last try (SPEC §17), so it may be kept
-        # as is: the batch engine knew the share was spent without asking again.
-        self.exact = exact
-
-
-@dataclass(frozen=True, slots=True)
-class BlockGrant:
-    """Batch items admitted together (:meth:`RateLimiter.reserve_batch_block`): ``granted`` of them,
-    each to be sent before ``until`` (epoch seconds: the end of the plan's shortest window; an admission
-    not used by then is void, since its window's count is spent)."""
-
-    granted: int
-    until: float
-    full: bool = False  # the window's share is spent with this block (fewer than asked, or all of it)
-    share: int = 0  # the tightest rule's batch share (items per window)
-
-
-@dataclass(frozen=True, slots=True)
-class Reservation:
-    """What :meth:`RateLimiter.commit` needs: the lease to release and where to add tokens."""
-
-    lease_id: str
-    token_windows: tuple[tuple[str, int, str], ...]  # (state key, window_s, meter) for token meters
-    concurrency_keys: tuple[str, ...]
-    needs_cost: bool = False  # some window is a cost_usd budget: commit needs the call's priced cost
-
-
-#: The reservation of every request that has nothing to commit (shared: the fast path allocates nothing).
-EMPTY_RESERVATION = Reservation("", (), ())
-
-
-def caller_key(rule: CompiledRule, credential_id: str, project_id: str, team_id: str) -> str:
-    if rule.per == "credential":
-        return f"{rule.key}:{credential_id}"
-    if rule.per == "project":
-        return f"{rule.key}:{project_id}"
-    return f"{rule.key}:{team_id}"
 
 
 def _tokens(meter: str, usage: Usage, cost: int) -> int:
@@ -141,14 +92,6 @@ def _until_reset(rule: CompiledRule, reported: float) -> float:
     if rule.kind == "concurrency":
         return reported
     return min(reported, rule.window_s - time.time() % rule.window_s)
-
-
-def _json_usd(nanos: int) -> int | float:
-    """Nano-USD as a JSON number of dollars: an int when whole, else the float of the exact decimal
-    (JSON has no decimal type; its shortest repr prints the exact digits for any amount ≤ 2**53 nanos)."""
-    if nanos % 1_000_000_000 == 0:
-        return nanos // 1_000_000_000
-    return float(Decimal(nanos) / NANOS_PER_USD)
 
 
 class RateLimiter:
@@ -400,8 +343,8 @@ class RateLimiter:
             entries = [
                 {
                     "key": suffix or policy.id,
-                    "spent_usd": _json_usd(spent),
-                    "remaining_usd": _json_usd(max(0, limit - spent)),
+                    "spent_usd": json_usd(spent),
+                    "remaining_usd": json_usd(max(0, limit - spent)),
                     "resets_at": resets_at,
                 }
                 for suffix, spent in sorted(used.items())
@@ -411,7 +354,7 @@ class RateLimiter:
                     "index": index,
                     "window": rule.window,
                     "per": rule.per,
-                    "limit_usd": _json_usd(limit),
+                    "limit_usd": json_usd(limit),
                     "entries": entries,
                 }
             )

@@ -23,6 +23,10 @@ does it at boot), a :class:`relay.state.watch.BreakerWatch` subscribes to the ch
 reset publishes on, and ``breakers`` answers from a :class:`relay.state.mirror.BreakerMirror` of what
 it read while that subscription holds (see that module for the rules). Without ``start`` (tests,
 tools) every read is a round trip, as before.
+
+What the operations stand on (the pool, the gate, the mirror and its watch, the registered scripts, and
+how a driver error becomes ``StateUnavailable``) is :class:`relay.state.redis_connection.RedisConnection`,
+which ``RedisState`` inherits.
 """
 
 from __future__ import annotations
@@ -32,10 +36,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from redis.asyncio import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from relay.domain.breaker import DEFAULT_TUNING, BreakerTuning
 from relay.state import scripts
@@ -46,14 +47,9 @@ from relay.state.base import (
     PERMANENT_BREAKER_TTL_S,
     BreakerRecord,
     LimitCheck,
-    StateUnavailable,
     Verdict,
 )
-from relay.state.gate import OutageGate
-from relay.state.mirror import BreakerMirror
-from relay.state.pool import DEFAULT_MAX_CONNECTIONS, PoolWaitTimeout, WaitingConnectionPool
-from relay.state.releases import PendingReleases
-from relay.state.watch import BreakerWatch
+from relay.state.redis_connection import RedisConnection, _unavailable
 
 _SLACK_MS = EXPIRY_SLACK_S * 1000
 _TTL_AFTER_OPEN_MS = BREAKER_TTL_AFTER_OPEN_S * 1000
@@ -62,23 +58,12 @@ _PERMANENT_TTL_MS = PERMANENT_BREAKER_TTL_S * 1000
 log = logging.getLogger("relay.state")
 
 
-def _unavailable(exc: RedisError) -> StateUnavailable:
-    # The message names the failure, never the URL (it may carry a password).
-    return StateUnavailable(f"shared state (Redis) failed: {type(exc).__name__}: {exc}")
-
-
 def _glob_escape(text: str) -> str:
     """``text`` as a literal inside a SCAN MATCH pattern."""
     return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
 
-def _no_answer(exc: RedisError) -> bool:
-    """Did Redis fail to answer (down, frozen, unreachable), as opposed to answering with an error? A
-    checkout that waited past the pool's safety net is not counted: busy is not down."""
-    return isinstance(exc, (RedisConnectionError, RedisTimeoutError)) and not isinstance(exc, PoolWaitTimeout)
-
-
-class RedisState:
+class RedisState(RedisConnection):
     """Shared state in Redis under ``prefix``. Implements :class:`relay.state.base.SharedState`.
 
     ``url`` is a redis-py URL (``redis://``, ``rediss://``, ``unix://``); its query options, such as
@@ -87,64 +72,6 @@ class RedisState:
     instead of failing (:mod:`relay.state.pool`). Replicas share state iff they use the same Redis,
     database and prefix. Construction does no I/O; the first operation connects.
     """
-
-    def __init__(
-        self,
-        url: str,
-        prefix: str = "relay:",
-        *,
-        timeout_s: float = 2.0,
-        max_connections: int = DEFAULT_MAX_CONNECTIONS,
-    ) -> None:
-        self._pool = pool = WaitingConnectionPool.for_url(url, timeout_s, max_connections)
-        self._redis: Redis = Redis.from_pool(pool)
-        # Lease releases that failed, re-sent when Redis answers again.
-        self._unreleased = PendingReleases(self._redis)
-        # After an operation got no answer, the next ones fail at once until a probe is answered.
-        self._gate = OutageGate(self._redis.ping, self._unreleased.flush)
-        self._channel = prefix + "breakers"
-        self._mirror = BreakerMirror()
-        self._watch = BreakerWatch(url, self._channel, self._mirror, prefix=prefix, timeout_s=timeout_s)
-        self.prefix = prefix
-        self._rl = prefix + "rl:"
-        self._cc = prefix + "cc:"
-        self._br = prefix + "br:"
-        self._bf = prefix + "bf:"
-        self._rr = prefix + "rr:"
-        self._lru = prefix + "lru:"
-        self._reserve = scripts.Script(self._redis, scripts.RESERVE)
-        self._reserve_many = scripts.Script(self._redis, scripts.RESERVE_MANY)
-        self._commit = scripts.Script(self._redis, scripts.COMMIT)
-        self._refund = scripts.Script(self._redis, scripts.REFUND)
-        self._renew = scripts.Script(self._redis, scripts.RENEW)
-        self._trip = scripts.Script(self._redis, scripts.TRIP)
-        self._reset = scripts.Script(self._redis, scripts.RESET)
-        self._pick = scripts.Script(self._redis, scripts.PICK)
-        self._probe = scripts.Script(self._redis, scripts.PROBE)
-        self._release_probe = scripts.Script(self._redis, scripts.RELEASE_PROBE)
-
-    # -- failures ------------------------------------------------------------------------------------
-
-    def _failed(self, exc: RedisError) -> StateUnavailable:
-        if _no_answer(exc):
-            reason = f"{type(exc).__name__}: {exc}"
-            if not self._gate.down:
-                self._gate.close_gate(reason)
-                self._pool.fail_waiters(f"Redis did not answer ({reason})")  # queued callers: at once
-        return _unavailable(exc)
-
-    def _skipped(self) -> StateUnavailable:
-        return StateUnavailable("shared state (Redis) did not answer; not asking again until a probe does")
-
-    @property
-    def answering(self) -> bool:
-        """False from an unanswered operation until the background probe gets an answer."""
-        return not self._gate.down
-
-    @property
-    def unreleased(self) -> int:
-        """Lease releases waiting to be re-sent (Redis did not answer when they were due)."""
-        return len(self._unreleased)
 
     # -- rate limits ---------------------------------------------------------------------------------
 
@@ -406,26 +333,3 @@ class RedisState:
         }
         self._mirror.store(key_ids, found, generation)
         return found, int(values[-1])
-
-    # -- the breaker watch ---------------------------------------------------------------------------
-
-    async def start(self) -> None:
-        self._watch.start()
-
-    @property
-    def mirroring(self) -> bool:
-        """True while breaker reads may be answered from this replica's mirror."""
-        return self._mirror.live
-
-    # -- lifecycle -----------------------------------------------------------------------------------
-
-    async def ping(self) -> bool:
-        try:
-            return bool(await self._redis.ping())
-        except (RedisError, OSError):
-            return False
-
-    async def close(self) -> None:
-        await self._watch.close()
-        await self._gate.close()
-        await self._redis.aclose()

@@ -1,29 +1,24 @@
 """SQL for usage events, captured payloads and the settings rows the usage API writes.
 
 What it does. Inserts events and payloads in bulk (one ``executemany`` per table, inside the caller's
-transaction), reads events newest first with keyset pagination, aggregates them per group, and reads
-and upserts ``settings`` rows. Every SQLite/Postgres difference of these queries lives here: the UTC
-day of a timestamp, percentiles, and the settings upsert.
+transaction), aggregates them per group, and reads and upserts ``settings`` rows (reading events newest
+first, a page at a time, is ``relay.store.usage_pagination``). Every SQLite/Postgres difference of these
+queries lives here: the UTC day of a timestamp, percentiles, and the settings upsert.
 
 What it deliberately does not know. Event construction, pricing and queueing (``relay.usage.event``,
 ``relay.usage.writer``), HTTP parameter parsing (``relay.control.services.usage``), names of
 catalog objects (callers resolve names to ids first: events record ids only, and keep them after the
 objects are deleted).
 
-Invariants. Pagination is newest first by ``(ts, id)`` descending, a total order even when timestamps
-tie, so walking pages never shows an event twice or skips one that existed when the walk began.
-Percentiles are ``percentile_cont`` (linear interpolation) on both backends: Postgres computes them in
-SQL; SQLite has no percentile aggregate, so they are computed here from the group's latencies, which
-is linear in the number of matching events — fine at the embedded (single-process) scale SQLite serves,
-and the reason production deployments (Postgres) never pull rows into Python.
+Invariants. Percentiles are ``percentile_cont`` (linear interpolation) on both backends: Postgres
+computes them in SQL; SQLite has no percentile aggregate, so they are computed here from the group's
+latencies, which is linear in the number of matching events — fine at the embedded (single-process)
+scale SQLite serves, and the reason production deployments (Postgres) never pull rows into Python.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import operator
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -36,12 +31,10 @@ from sqlalchemy import (
     case,
     func,
     insert,
-    literal,
     literal_column,
     not_,
     or_,
     select,
-    tuple_,
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -250,60 +243,6 @@ async def put_setting(conn: AsyncConnection, key: str, value: Any, at: datetime)
         await conn.execute(
             lite.on_conflict_do_update(index_elements=["key"], set_={"value": value, "updated_at": at})
         )
-
-
-# -- events, newest first --------------------------------------------------------------------------------
-
-
-_EVENT_ID = re.compile(r"^[0-9A-Za-z_-]{1,64}$")
-
-
-def encode_cursor(ts: datetime, event_id: str) -> str:
-    """An opaque page cursor: urlsafe base64 of the last event's (ts, id)."""
-    raw = f"{ts.astimezone(UTC).isoformat()}|{event_id}".encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[datetime, str]:
-    """The (ts, id) inside a cursor; ValueError for anything this module did not make."""
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        stamp, event_id = raw.split("|", 1)
-        ts = datetime.fromisoformat(stamp)
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        raise ValueError("not a cursor this API returned") from None
-    if ts.tzinfo is None or not _EVENT_ID.fullmatch(event_id):
-        raise ValueError("not a cursor this API returned")
-    try:
-        # Only the exact text encode_cursor writes is one (an edge offset like 0001-01-01T00:00+14:00
-        # has no UTC form and would fail in the query; other forms were never issued).
-        canonical = encode_cursor(ts, event_id)
-    except (OverflowError, ValueError):
-        raise ValueError("not a cursor this API returned") from None
-    if canonical != cursor.rstrip("="):
-        raise ValueError("not a cursor this API returned")
-    return ts, event_id
-
-
-async def query_events(
-    conn: AsyncConnection, filters: EventFilter, *, limit: int, cursor: str | None = None
-) -> tuple[list[Row], str | None]:
-    """One page of events (newest first) and the cursor of the next page (None at the end).
-
-    Reads ``limit + 1`` rows so the last page is known without a second query."""
-    query = select(_E).where(*filters.conditions())
-    if cursor is not None:
-        ts, event_id = decode_cursor(cursor)
-        ts = ts.astimezone(UTC)
-        query = query.where(
-            tuple_(_E.c.ts, _E.c.id) < tuple_(literal(ts, t.UTCDateTime()), literal(event_id, _E.c.id.type))
-        )
-    query = query.order_by(_E.c.ts.desc(), _E.c.id.desc()).limit(limit + 1)
-    rows = [dict(r._mapping) for r in await conn.execute(query)]
-    if len(rows) <= limit:
-        return rows, None
-    rows = rows[:limit]
-    return rows, encode_cursor(rows[-1]["ts"], rows[-1]["id"])
 
 
 # -- summary -----------------------------------------------------------------------------------------------

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select, update
 
-from relay.batches.service import Answer, BatchService, CreatedBatch, NewBatch
+from relay.batches.new_batch import Answer, CreatedBatch, NewBatch
+from relay.batches.service import BatchService
 from relay.payloads.base import PayloadStores
 from relay.payloads.database import DatabaseStore
 from relay.payloads.files import FileStore

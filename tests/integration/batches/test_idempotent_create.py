@@ -15,7 +15,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.batch_apis.idempotency import WINDOW, IdempotencyClaim, purge_expired
 from relay.batches.expiry import ExpirySweeper
-from relay.batches.service import Answer, BatchService, CreatedBatch, NewBatch
+from relay.batches.new_batch import Answer, CreatedBatch, NewBatch
+from relay.batches.service import BatchService
 from relay.payloads.base import PayloadStores
 from relay.payloads.database import DatabaseStore
 from relay.payloads.files import FileStore

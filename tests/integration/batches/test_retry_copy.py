@@ -13,8 +13,9 @@ import pytest
 from sqlalchemy import delete, func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from relay.batches.new_batch import NewBatch
 from relay.batches.retry import COPY_PAGE, BatchRetries
-from relay.batches.service import BatchService, NewBatch
+from relay.batches.service import BatchService
 from relay.domain.batch_retry import RetrySelection
 from relay.errors import Unavailable
 from relay.payloads.base import PayloadStores

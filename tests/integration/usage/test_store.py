@@ -1,5 +1,5 @@
-"""``relay.store.usage`` on real SQLite and Postgres: inserts, keyset pagination, filters, summaries,
-the one-event-per-batch-item invariant, settings and payloads."""
+"""``relay.store.usage`` and ``usage_pagination`` on real SQLite and Postgres: inserts, keyset
+pagination, filters, summaries, the one-event-per-batch-item invariant, settings and payloads."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.store import tables as t
 from relay.store import usage as store
+from relay.store import usage_pagination
 from relay.store.catalog import utcnow
 from relay.usage.event import UsageEvent
 from tests.integration.usage.helpers import BASE_TS, batch_event, make_event
@@ -31,7 +32,7 @@ async def insert(engine: AsyncEngine, events: list[UsageEvent]) -> None:
 
 async def query(engine: AsyncEngine, **filters: Any) -> list[str]:
     async with engine.connect() as conn:
-        rows, _ = await store.query_events(conn, store.EventFilter(**filters), limit=1000)
+        rows, _ = await usage_pagination.query_events(conn, store.EventFilter(**filters), limit=1000)
     return [r["id"] for r in rows]
 
 
@@ -82,7 +83,9 @@ async def test_pages_are_newest_first_without_gaps_or_duplicates_even_when_times
     pages = 0
     async with engine.connect() as conn:
         while True:
-            rows, cursor = await store.query_events(conn, store.EventFilter(), limit=5, cursor=cursor)
+            rows, cursor = await usage_pagination.query_events(
+                conn, store.EventFilter(), limit=5, cursor=cursor
+            )
             seen += [r["id"] for r in rows]
             pages += 1
             if cursor is None:
@@ -94,7 +97,7 @@ async def test_pages_are_newest_first_without_gaps_or_duplicates_even_when_times
 async def test_an_exactly_full_last_page_has_no_next_cursor(engine: AsyncEngine) -> None:
     await insert(engine, [make_event(minutes=i) for i in range(4)])
     async with engine.connect() as conn:
-        rows, cursor = await store.query_events(conn, store.EventFilter(), limit=4)
+        rows, cursor = await usage_pagination.query_events(conn, store.EventFilter(), limit=4)
     assert len(rows) == 4 and cursor is None
 
 
@@ -111,7 +114,7 @@ async def test_rows_round_trip_every_field(engine: AsyncEngine) -> None:
     )
     await insert(engine, [event])
     async with engine.connect() as conn:
-        rows, _ = await store.query_events(conn, store.EventFilter(), limit=10)
+        rows, _ = await usage_pagination.query_events(conn, store.EventFilter(), limit=10)
     assert rows == [event.to_row()]
 
 
@@ -289,8 +292,8 @@ async def test_payloads(engine: AsyncEngine) -> None:
 
 
 def test_cursor_round_trip_and_junk() -> None:
-    cursor = store.encode_cursor(BASE_TS, "ue_1")
-    assert store.decode_cursor(cursor) == (BASE_TS, "ue_1")
+    cursor = usage_pagination.encode_cursor(BASE_TS, "ue_1")
+    assert usage_pagination.decode_cursor(cursor) == (BASE_TS, "ue_1")
     assert "=" not in cursor and "+" not in cursor and "/" not in cursor
     crafted = [
         base64.urlsafe_b64encode(raw).decode()
@@ -301,9 +304,9 @@ def test_cursor_round_trip_and_junk() -> None:
             b"2026-01-01|ue_1",
         )
     ]
-    for junk in ("", "!!!", "bm90IGEgY3Vyc29y", store.encode_cursor(BASE_TS, ""), *crafted):
+    for junk in ("", "!!!", "bm90IGEgY3Vyc29y", usage_pagination.encode_cursor(BASE_TS, ""), *crafted):
         with pytest.raises(ValueError):
-            store.decode_cursor(junk)
+            usage_pagination.decode_cursor(junk)
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ from relay.batches.admissions import SEND_MARGIN_S, BlockAdmissions
 from relay.domain.batch_policy import BatchPolicy
 from relay.errors import RateLimited
 from relay.request.auth import Principal, build_principal
-from relay.request.ratelimit import EMPTY_RESERVATION, BatchRefused
+from relay.request.reservations import EMPTY_RESERVATION, BatchRefused
 from relay.snapshot import Policy
 from tests.fixtures.planes import RequestCore, request_core
 from tests.unit.request.limit_records import policy, rule

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from relay.control.services.catalog import shown_batch_block, stored_batch_block, validated
+from relay.control.kinds import shown_batch_block, stored_batch_block
+from relay.control.services.validation import validated
 from relay.domain.batch_policy import DEFAULT_BATCH_POLICY, BatchPolicy
 from relay.domain.kind_specs import PolicySpec
 from relay.errors import InvalidRequest

@@ -15,7 +15,8 @@ import pytest
 
 from relay.domain.batch_policy import BatchPolicy
 from relay.errors import RateLimited
-from relay.request.ratelimit import BatchRefused, RateLimiter
+from relay.request.ratelimit import RateLimiter
+from relay.request.reservations import BatchRefused
 from relay.snapshot import Policy
 from relay.state import RedisState, SharedState
 from tests.unit.request.limit_records import policy, rule

@@ -17,7 +17,8 @@ import pytest
 from relay.adapters.base import Usage
 from relay.domain.batch_policy import BatchPolicy
 from relay.errors import BudgetExceeded, RateLimited
-from relay.request.ratelimit import BatchRefused, RateLimiter, Reservation
+from relay.request.ratelimit import RateLimiter
+from relay.request.reservations import BatchRefused, Reservation
 from relay.snapshot import Policy
 from relay.state import RedisState, SharedState
 from tests.unit.request.limit_records import policy, rule

@@ -9,7 +9,8 @@ import pytest
 from relay.adapters.base import Usage
 from relay.domain.ratelimits import RateLimitRule
 from relay.errors import RateLimited
-from relay.request.ratelimit import EMPTY_RESERVATION, RateLimiter
+from relay.request.ratelimit import RateLimiter
+from relay.request.reservations import EMPTY_RESERVATION
 from relay.state import SharedState
 from tests.unit.request.limit_records import policy
 

@@ -17,7 +17,8 @@ import pytest
 
 from relay.adapters.base import Usage
 from relay.errors import RateLimited
-from relay.request.ratelimit import EMPTY_RESERVATION, RateLimiter, Reservation
+from relay.request.ratelimit import RateLimiter
+from relay.request.reservations import EMPTY_RESERVATION, Reservation
 from relay.snapshot import Policy
 from relay.state import RedisState, SharedState
 from tests.unit.request.limit_records import CountingState, policy, rule

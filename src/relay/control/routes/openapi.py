@@ -38,7 +38,8 @@ ERROR_SCHEMA = {
 }
 OPEN = ("/api/openapi.json", "/api/docs")
 #: Fields a kind's create answer adds to its object, once: a webhook created without a ``secret`` is
-#: answered with the generated one (``relay.control.services.catalog.with_generated_secret``, SPEC §10.10).
+#: answered with the generated one (``relay.control.services.webhook_secrets.with_generated_secret``,
+#: SPEC §10.10).
 CREATE_EXTRAS: dict[str, dict[str, Any]] = {
     "Webhook": {
         "secret": {

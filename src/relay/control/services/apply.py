@@ -25,7 +25,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from relay.control.audit.context import current
 from relay.control.audit.views import audit_view
 from relay.control.kinds import BY_NAME, KINDS, Kind
-from relay.control.services.catalog import CatalogService, with_generated_secret
+from relay.control.services.catalog import CatalogService
+from relay.control.services.webhook_secrets import with_generated_secret
 from relay.crypto.passwords import verify_password
 from relay.crypto.sealing import SecretBox
 from relay.domain.batch_policy import BatchPolicy

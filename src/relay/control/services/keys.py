@@ -14,7 +14,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from relay.control.services.catalog import CatalogService, validated
+from relay.control.services.catalog import CatalogService
+from relay.control.services.validation import validated
 from relay.domain.credentials import new_relay_key
 from relay.domain.ids import NAME_PATTERN, mint_id
 from relay.domain.times import rfc3339

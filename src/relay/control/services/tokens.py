@@ -21,7 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from relay.control.audit.context import Actor
-from relay.control.services.catalog import CatalogService, validated
+from relay.control.services.catalog import CatalogService
+from relay.control.services.validation import validated
 from relay.crypto.passwords import hash_password, verify_password
 from relay.crypto.sealing import SecretBox
 from relay.crypto.tokens import DEFAULT_TTL_S, MAX_TTL_S, TokenSigner, generate_private_key

@@ -30,7 +30,7 @@ from relay.errors import InvalidRequest, NotFound
 from relay.store import catalog as catalog_store
 from relay.store import tables as t
 from relay.store import usage as store
-from relay.store import usage_breakdown, usage_summaries
+from relay.store import usage_breakdown, usage_pagination, usage_summaries
 from relay.store.catalog import Row, utcnow
 from relay.usage.capture import SETTING_KEY, current_setting
 
@@ -67,10 +67,10 @@ class UsageQueries:
     async def events(self, params: Mapping[str, str]) -> dict[str, Any]:
         limit = _limit(params.get("limit"))
         cursor = params.get("cursor")
-        check_cursor(cursor, store.decode_cursor)
+        check_cursor(cursor, usage_pagination.decode_cursor)
         async with self._engine.connect() as conn:
             filters = await _filters(conn, params)
-            rows, next_cursor = await store.query_events(conn, filters, limit=limit, cursor=cursor)
+            rows, next_cursor = await usage_pagination.query_events(conn, filters, limit=limit, cursor=cursor)
         return {"events": [_event(r) for r in rows], "next_cursor": next_cursor}
 
     async def summary(self, params: Mapping[str, str], *, latency: bool = True) -> dict[str, Any]:
