@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
+import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -145,3 +146,22 @@ async def test_a_claim_passes_over_the_batches_of_held_policies(engine: AsyncEng
 
     claimed = await queue_ops.claim(engine, "r1", 10)
     assert {(c.batch_id, c.idx) for c in claimed} == {(held, 0), (held, 1), (held, 2)}
+
+
+async def test_a_claim_in_its_callers_transaction_rolls_back_with_it(engine: AsyncEngine) -> None:
+    """A claim on a connection already in a transaction joins it (a SQLite write group's turn). On
+    Postgres its statements run on the driver itself, before SQLAlchemy has sent anything on that
+    transaction: they still roll back with it (``relay.store.driver``), reserving nothing."""
+    batch_id = await submit(engine, 3)
+    async with engine.connect() as conn:
+        with pytest.raises(RuntimeError, match="the caller failed"):
+            async with conn.begin():
+                claimed = await queue_ops.claim(conn, "r1", 2)
+                assert [(c.batch_id, c.idx) for c in claimed] == [(batch_id, 0), (batch_id, 1)]
+                raise RuntimeError("the caller failed")
+
+    assert [r["claimed_by"] for r in await items(engine, batch_id)] == [None, None, None]
+    async with engine.connect() as conn:
+        assert (await conn.execute(select(t.batch_workers.c.instance_id))).all() == []
+        assert (await conn.execute(select(t.batch_project_turns.c.project_id))).all() == []
+    assert [c.idx for c in await queue_ops.claim(engine, "r1", 2)] == [0, 1]
