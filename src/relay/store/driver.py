@@ -15,14 +15,16 @@ Invariants. SQLAlchemy's asyncpg adapter sends ``BEGIN`` lazily, with its first 
 statement sent to the driver before any other would run outside the transaction, in autocommit.
 :func:`pg_driver` therefore begins the adapter's transaction itself when the SQLAlchemy connection is
 in one and the driver is not, and refuses to hand the driver out otherwise, so a driver statement is
-never committed apart from its transaction. Errors the driver raises are asyncpg's own
-(``relay.store.engine.is_transient`` knows them); the transaction still rolls back as a whole.
+never committed apart from its transaction. A failed ``BEGIN`` raises SQLAlchemy's error, as its own
+would; errors the driver's statements raise are asyncpg's own (``relay.store.engine.is_transient``
+knows them); the transaction still rolls back as a whole.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 
@@ -41,7 +43,13 @@ async def pg_driver(conn: AsyncConnection) -> Any:
         # transaction's first statement, under the same mutex.
         async with adapter._execute_mutex:
             if adapter._transaction is None:
-                await adapter._start_transaction()
+                try:
+                    await adapter._start_transaction()
+                except conn.dialect.loaded_dbapi.Error as exc:
+                    # The adapter raised its DBAPI error (connection closed, database restarting):
+                    # wrap it as SQLAlchemy would have around its own BEGIN, so callers (and
+                    # ``relay.store.engine.is_transient``) see the error a statement would raise.
+                    raise DBAPIError.instance("BEGIN", None, exc, conn.dialect.loaded_dbapi.Error) from exc
         if not raw.is_in_transaction():
             raise RuntimeError("pg_driver: SQLAlchemy began no transaction on the driver (autocommit?)")
     return raw

@@ -9,9 +9,11 @@ from collections import Counter
 
 import pytest
 from sqlalchemy import select
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.store import tables as t
+from relay.store.engine import is_transient
 from tests.integration.batches import queue_ops
 from tests.integration.batches.queue_helpers import (
     KEY_HASH,
@@ -164,4 +166,22 @@ async def test_a_claim_in_its_callers_transaction_rolls_back_with_it(engine: Asy
     async with engine.connect() as conn:
         assert (await conn.execute(select(t.batch_workers.c.instance_id))).all() == []
         assert (await conn.execute(select(t.batch_project_turns.c.project_id))).all() == []
+    assert [c.idx for c in await queue_ops.claim(engine, "r1", 2)] == [0, 1]
+
+
+async def test_a_claim_on_a_connection_the_database_closed_fails_as_an_outage(engine: AsyncEngine) -> None:
+    """On Postgres a claim begins its transaction on the driver itself (``relay.store.driver``): a
+    connection closed under it fails with the error SQLAlchemy's own BEGIN would raise, which the batch
+    loops take for an outage and retry (``is_transient``), not for a bug that drops the work."""
+    if engine.dialect.name != "postgresql":
+        pytest.skip("the driver path is Postgres's")
+    await submit(engine, 2)
+    async with engine.connect() as conn:
+        raw = (await conn.get_raw_connection()).driver_connection
+        assert raw is not None
+        await raw.close()
+        with pytest.raises(DBAPIError) as failed:
+            await queue_ops.claim(conn, "r1", 2)
+        await conn.invalidate()
+    assert is_transient(failed.value), failed.value
     assert [c.idx for c in await queue_ops.claim(engine, "r1", 2)] == [0, 1]
