@@ -105,11 +105,11 @@ async def _finalize_postgres(
     hooks: RunsFinishHooks,
 ) -> set[tuple[str, int]]:
     """:func:`finalize_many`'s transaction on Postgres, its statements as text on the driver
-    (``relay.store.driver``: under ``conn``'s transaction), in the order and with the locks of the
-    SQLite path's functions: items (locked in key order), events and rollup, responses, the batches'
-    advisory locks (ascending), counters (batch id order), the completion check. A finalize runs once
-    per group of finished items; through SQLAlchemy's per-execution machinery its seven statements
-    cost the process more CPU than the item's whole claim and start (docs/benchmarks.md)."""
+    (``relay.store.driver``: under ``conn``'s transaction), with the locks and in the order of
+    :func:`lock_batches`, :meth:`FinalTally.write` and :func:`complete_if_done`: items (locked in key
+    order), events and rollup, responses, the batches' advisory locks (ascending), counters (batch id
+    order), the completion check. Through SQLAlchemy's per-execution work these statements cost the
+    process about three times the CPU of the item's claim and start (docs/benchmarks.md)."""
     raw = await pg_driver(conn)
     mine = await _settle_postgres(raw, instance_id, keys, finals)
     done = [f for f in finals if (f.batch_id, f.idx) in mine]
@@ -138,9 +138,10 @@ def check_final(final: FinalItem) -> None:
 
 # Postgres: lock the items still running for the finalizer, in key order (the order put back and
 # rescue use; rows a concurrent rescue holds are waited for, then seen as no longer running): one
-# statement per batch, in batch id order, its idxs as one array (an index probe of the batch's range
-# whatever the group's size, and one prepared statement), then give those their final states in one
-# statement over arrays.
+# statement per batch, in batch id order (Python's order of the ids: the database's under C collation,
+# and under the usual ones for the ids Relay mints, ASCII of one shape), its idxs as one array (an
+# index probe of the batch's running items whatever the group's size, and one prepared statement);
+# then give those their final states in one statement over arrays.
 _PG_LOCK_RUNNING: Final = (
     "SELECT idx FROM batch_items"
     " WHERE batch_id = $1::varchar AND idx = ANY($2::integer[])"
