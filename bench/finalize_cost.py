@@ -1,4 +1,4 @@
-"""What does settling a batch item cost the process on SQLite? (SPEC §13's W/L target at many workers.)
+"""What does settling a batch item cost the process, on SQLite or Postgres? (SPEC §13's W/L target.)
 
 On SQLite the batch engine's finalizer settles every finished item in the process: its statements run
 in aiosqlite's thread, which shares the GIL with the event loop, so each hop to that thread and each
@@ -9,6 +9,12 @@ of ``--group`` items through ``BatchStore.finalize_many``, each in a turn of the
 the worker pool runs it), with its usage event. Reported: CPU time of the process (``process_time``:
 the loop's thread and aiosqlite's together) per item settled, and the wall time per group.
 
+``--postgres ADMIN_URL`` measures on Postgres instead: a fresh database per run (created through
+``ADMIN_URL``, dropped after), the items claimed and started as above, then settled in groups through
+``finalize_many`` on one connection the task holds (as the finalizer holds its own). The CPU is Relay's
+(this process's), not the database server's. It also reports the claims' CPU per item claimed (claim
+and start, groups of ``--group``): the other statements of a batch item's hot loop.
+
 ``--compare-src DIR`` (another checkout's ``src/``, e.g. a worktree of the base commit) runs the same
 measurement on that code too, in a fresh process per run, interleaved run by run (this checkout, then
 that one), so a change is judged against a baseline measured in the same run. The table shows medians
@@ -16,6 +22,7 @@ that one), so a change is judged against a baseline measured in the same run. Th
 
     .venv/bin/python bench/finalize_cost.py [--items 4000] [--group 64] [--rounds 5]
                                             [--compare-src ../base/src]
+                                            [--postgres postgresql://postgres@127.0.0.1:5432/postgres]
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -100,6 +108,60 @@ async def measure(items: int, group: int) -> dict[str, float]:
     return {"cpu_us_per_item": cpu / len(running) * 1e6, "wall_ms_per_group": wall / groups * 1000}
 
 
+def measure_postgres(admin_url: str, items: int, group: int) -> dict[str, float]:
+    """One run on a fresh Postgres database (dropped after)."""
+    from batch_throughput import _pg_admin, _with_database
+
+    name = f"relay_bench_{uuid.uuid4().hex[:12]}"
+    _pg_admin(admin_url, f'CREATE DATABASE "{name}"')
+    try:
+        return asyncio.run(measure_on_postgres(_with_database(admin_url, name), items, group))
+    finally:
+        _pg_admin(admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+async def measure_on_postgres(url: str, items: int, group: int) -> dict[str, float]:
+    """Claims (and starts) in groups of ``group`` on one held connection, then settles."""
+    from relay.domain.ids import mint_id
+    from relay.store.batch_queue import BatchStore, FinalItem
+    from relay.store.engine import create_engine
+    from relay.store.migrate import upgrade_to_head
+    from relay.usage.event import UsageEvent
+
+    engine = create_engine(url)
+    try:
+        await upgrade_to_head(engine)
+        store = BatchStore(engine)
+        batch_id = mint_id("b")
+        await store.insert_batch(batch_row(batch_id), items)
+        running: list[int] = []
+        async with engine.connect() as held:  # one connection the task keeps, as the batch loops do
+            cpu0 = time.process_time()
+            while claimed := await store.claim("bench", group, db=held):
+                started = await store.start("bench", [(c.batch_id, c.idx) for c in claimed], db=held)
+                running += sorted(idx for _, idx in started)
+            claim_cpu = time.process_time() - cpu0
+            cpu0, wall0, groups = time.process_time(), time.perf_counter(), 0
+            for start in range(0, len(running), group):
+                finals = [
+                    FinalItem(
+                        batch_id, idx, "completed", 200, None, event(UsageEvent, mint_id, batch_id, idx)
+                    )
+                    for idx in running[start : start + group]
+                ]
+                done = await store.finalize_many("bench", finals, db=held)
+                assert len(done) == len(finals)
+                groups += 1
+            cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+    finally:
+        await engine.dispose()
+    return {
+        "cpu_us_per_item": cpu / len(running) * 1e6,
+        "wall_ms_per_group": wall / groups * 1000,
+        "claim_cpu_us_per_item": claim_cpu / len(running) * 1e6,
+    }
+
+
 def event(cls: Any, mint_id: Any, batch_id: str, idx: int) -> Any:
     return cls(
         id=mint_id("ue"),
@@ -132,6 +194,7 @@ def run_child(src: Path, args: argparse.Namespace) -> dict[str, float]:
             str(args.items),
             "--group",
             str(args.group),
+            *(["--postgres", args.postgres] if args.postgres else []),
         ],
         env=env,
         check=True,
@@ -151,10 +214,17 @@ def main() -> None:
     parser.add_argument("--group", type=int, default=64, help="items per finalize_many")
     parser.add_argument("--rounds", type=int, default=5, help="runs per code under test")
     parser.add_argument("--compare-src", type=Path, help="another checkout's src/ to interleave with")
+    parser.add_argument(
+        "--postgres", metavar="ADMIN_URL", help="measure on a fresh Postgres database per run"
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(asyncio.run(measure(args.items, args.group))))
+        if args.postgres:
+            result = measure_postgres(args.postgres, args.items, args.group)
+        else:
+            result = asyncio.run(measure(args.items, args.group))
+        print(json.dumps(result))
         return
     from common import machine_line, markdown_table
 
@@ -168,24 +238,29 @@ def main() -> None:
             results[name].append(result)
             print(
                 f"round {round_no + 1} · {name}: {result['cpu_us_per_item']:.1f} µs CPU per item, "
-                f"{result['wall_ms_per_group']:.2f} ms per group",
+                f"{result['wall_ms_per_group']:.2f} ms per group"
+                + (
+                    f", claims {result['claim_cpu_us_per_item']:.1f} µs CPU per item" if args.postgres else ""
+                ),
                 flush=True,
             )
     print()
     print(machine_line())
+    where = "Postgres, one held connection" if args.postgres else "SQLite, one write group"
     print(
-        f"{args.items} items settled in groups of {args.group}, SQLite, one write group;"
+        f"{args.items} items settled in groups of {args.group}, {where};"
         f" median (min–max) of {args.rounds} runs"
     )
+    headers = ["code", "CPU µs per item settled", "wall ms per group"]
+    keys = ["cpu_us_per_item", "wall_ms_per_group"]
+    if args.postgres:
+        headers.append("CPU µs per item claimed (claim + start)")
+        keys.append("claim_cpu_us_per_item")
     rows = [
-        [
-            f"{name} ({src})",
-            summary([r["cpu_us_per_item"] for r in results[name]]),
-            summary([r["wall_ms_per_group"] for r in results[name]]),
-        ]
+        [f"{name} ({src})", *(summary([r[key] for r in results[name]]) for key in keys)]
         for name, src in trees.items()
     ]
-    print(markdown_table(["code", "CPU µs per item settled", "wall ms per group"], rows, [False, True, True]))
+    print(markdown_table(headers, rows, [False, *(True for _ in keys)]))
 
 
 if __name__ == "__main__":

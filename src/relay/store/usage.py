@@ -44,6 +44,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from relay.store import tables as t
 from relay.store import usage_rollup
 from relay.store.catalog import Row
+from relay.store.driver import pg_driver
 
 GROUPS: Final[Mapping[str, str]] = {
     "source": "source",
@@ -199,20 +200,28 @@ async def insert_events(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]
 
 
 async def insert_events_on_driver(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]) -> None:
-    """:func:`insert_events` with the statement on the driver itself, for a caller inside a SQLite
-    write transaction (the batch finalizer): one hop to aiosqlite's thread instead of three (cursor,
-    executemany, close), each waiting for the GIL while the event loop is busy. Elsewhere it is
-    :func:`insert_events`."""
+    """:func:`insert_events` with the statements on the driver itself, for a caller inside a write
+    transaction (the batch finalizer). SQLite: one hop to aiosqlite's thread instead of three (cursor,
+    executemany, close), each waiting for the GIL while the event loop is busy. Postgres: asyncpg's
+    ``executemany`` under the caller's transaction (``relay.store.driver``), without SQLAlchemy's
+    per-execution work; the parameters are those ``conn.execute`` would give the driver (the same
+    compiled text and bind steps). Outside a transaction it is :func:`insert_events`."""
     if not rows:
         return
-    if conn.dialect.name != "sqlite" or not conn.in_transaction():
+    if not conn.in_transaction() or (conn.dialect.name, conn.dialect.driver) not in _ON_DRIVER:
         await insert_events(conn, rows)
         return
     bulk = _bulk_insert(conn.dialect)
-    raw = (await conn.get_raw_connection()).driver_connection
-    assert raw is not None
+    if conn.dialect.name == "postgresql":
+        raw = await pg_driver(conn)
+    else:
+        raw = (await conn.get_raw_connection()).driver_connection
+        assert raw is not None
     await raw.executemany(bulk.sql, [bulk.params(row) for row in rows])
     await usage_rollup.add_on_driver(conn, rows)
+
+
+_ON_DRIVER: Final = {("sqlite", "aiosqlite"), ("postgresql", "asyncpg")}
 
 
 async def insert_payloads(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]) -> None:

@@ -30,6 +30,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from relay.store.driver import pg_driver
 from relay.store.rollup_tables import KEY, SUMS, usage_rollup
 
 R = usage_rollup
@@ -148,11 +149,17 @@ async def add(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]) -> None:
 
 
 async def add_on_driver(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]) -> None:
-    """:func:`add` on the SQLite driver itself (see ``usage.insert_events_on_driver``)."""
-    if rows:
-        raw = (await conn.get_raw_connection()).driver_connection
-        assert raw is not None
-        await raw.executemany(_upsert_sql(conn.dialect), aggregate(rows))
+    """:func:`add` on the driver itself (see ``usage.insert_events_on_driver``): SQLite's executemany,
+    or Postgres' one ``unnest`` upsert under ``conn``'s transaction (``relay.store.driver``)."""
+    if not rows:
+        return
+    if conn.dialect.name == "postgresql":
+        raw = await pg_driver(conn)
+        await raw.execute(_PG_UPSERT, *(list(column) for column in zip(*aggregate(rows), strict=True)))
+        return
+    raw = (await conn.get_raw_connection()).driver_connection
+    assert raw is not None
+    await raw.executemany(_upsert_sql(conn.dialect), aggregate(rows))
 
 
 async def subtract(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]) -> None:

@@ -7,10 +7,13 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
+import pytest
 from sqlalchemy import select
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.store import tables as t
+from relay.store.engine import is_transient
 from tests.integration.batches import queue_ops
 from tests.integration.batches.queue_helpers import (
     KEY_HASH,
@@ -145,3 +148,40 @@ async def test_a_claim_passes_over_the_batches_of_held_policies(engine: AsyncEng
 
     claimed = await queue_ops.claim(engine, "r1", 10)
     assert {(c.batch_id, c.idx) for c in claimed} == {(held, 0), (held, 1), (held, 2)}
+
+
+async def test_a_claim_in_its_callers_transaction_rolls_back_with_it(engine: AsyncEngine) -> None:
+    """A claim on a connection already in a transaction joins it (a SQLite write group's turn). On
+    Postgres its statements run on the driver itself, before SQLAlchemy has sent anything on that
+    transaction: they still roll back with it (``relay.store.driver``), reserving nothing."""
+    batch_id = await submit(engine, 3)
+    async with engine.connect() as conn:
+        with pytest.raises(RuntimeError, match="the caller failed"):
+            async with conn.begin():
+                claimed = await queue_ops.claim(conn, "r1", 2)
+                assert [(c.batch_id, c.idx) for c in claimed] == [(batch_id, 0), (batch_id, 1)]
+                raise RuntimeError("the caller failed")
+
+    assert [r["claimed_by"] for r in await items(engine, batch_id)] == [None, None, None]
+    async with engine.connect() as conn:
+        assert (await conn.execute(select(t.batch_workers.c.instance_id))).all() == []
+        assert (await conn.execute(select(t.batch_project_turns.c.project_id))).all() == []
+    assert [c.idx for c in await queue_ops.claim(engine, "r1", 2)] == [0, 1]
+
+
+async def test_a_claim_on_a_connection_the_database_closed_fails_as_an_outage(engine: AsyncEngine) -> None:
+    """On Postgres a claim begins its transaction on the driver itself (``relay.store.driver``): a
+    connection closed under it fails with the error SQLAlchemy's own BEGIN would raise, which the batch
+    loops take for an outage and retry (``is_transient``), not for a bug that drops the work."""
+    if engine.dialect.name != "postgresql":
+        pytest.skip("the driver path is Postgres's")
+    await submit(engine, 2)
+    async with engine.connect() as conn:
+        raw = (await conn.get_raw_connection()).driver_connection
+        assert raw is not None
+        await raw.close()
+        with pytest.raises(DBAPIError) as failed:
+            await queue_ops.claim(conn, "r1", 2)
+        await conn.invalidate()
+    assert is_transient(failed.value), failed.value
+    assert [c.idx for c in await queue_ops.claim(engine, "r1", 2)] == [0, 1]

@@ -4,10 +4,13 @@ transaction, concurrent finishers completing a batch once) and cancel.
 
 from __future__ import annotations
 
-import pytest
-from sqlalchemy import update
-from sqlalchemy.ext.asyncio import AsyncEngine
+from collections.abc import Sequence
 
+import pytest
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from relay.batches.hooks import FinishedBatch, FinishHooks
 from relay.domain.batches import ResponseRef
 from relay.store import tables as t
 from relay.usage.event import UsageEvent
@@ -56,6 +59,33 @@ async def test_finalize_writes_one_event_and_completes_the_batch_at_the_end(engi
     # A second finalize of a finished item writes nothing.
     assert not await complete(engine, "r1", first)
     assert len(await events(engine, batch_id)) == 2
+
+
+async def test_a_finalize_failing_at_its_last_step_writes_nothing(engine: AsyncEngine) -> None:
+    """Every statement of a finalize commits with its transaction or not at all (on Postgres they run
+    on the driver itself, ``relay.store.driver``): a finish hook that raises, the last step, leaves the
+    items running with no event, no counter, no rollup row and no completion; the retry settles them."""
+    batch_id = await submit(engine, 2)
+    claimed = await claim_run(engine, "r1", 2)
+    finals = [
+        queue_ops.FinalItem(c.batch_id, c.idx, "completed", 200, None, item_event(c.batch_id, c.idx))
+        for c in claimed
+    ]
+
+    async def failing(conn: AsyncConnection, batches: Sequence[FinishedBatch]) -> None:
+        raise RuntimeError("the hook failed")
+
+    with pytest.raises(RuntimeError, match="the hook failed"):
+        await queue_ops.finalize_many(engine, "r1", finals, hooks=FinishHooks(failing))
+
+    assert [r["state"] for r in await items(engine, batch_id)] == ["running", "running"]
+    assert await events(engine, batch_id) == []
+    assert await completed_at(engine, batch_id) is None
+    async with engine.connect() as conn:
+        assert (await conn.execute(select(t.batch_counters.c.batch_id))).all() == []
+        assert (await conn.execute(select(t.usage_rollup.c.requests))).all() == []
+    assert await queue_ops.finalize_many(engine, "r1", finals) == {(batch_id, 0), (batch_id, 1)}
+    assert await completed_at(engine, batch_id) is not None
 
 
 async def test_finalize_by_another_replica_or_after_rescue_writes_nothing(engine: AsyncEngine) -> None:

@@ -23,13 +23,13 @@ I = t.batch_items  # noqa: E741  (the item table, next to B)
 W = t.batch_workers
 T = t.batch_project_turns  # when a claim last served each project (fair share, SPEC §17)
 
-_RECORD_FIELDS = tuple(f.name for f in fields(BatchRecord))
-_RECORD_COLUMNS = tuple(B.c[name] for name in _RECORD_FIELDS)
+RECORD_FIELDS = tuple(f.name for f in fields(BatchRecord))
+_RECORD_COLUMNS = tuple(B.c[name] for name in RECORD_FIELDS)
 
 
 def record_from_row(row: Mapping[Any, Any]) -> BatchRecord:
     """A :class:`BatchRecord` from a row holding (at least) the ``batches`` columns."""
-    return BatchRecord(**{name: row[name] for name in _RECORD_FIELDS})
+    return BatchRecord(**{name: row[name] for name in RECORD_FIELDS})
 
 
 def in_state(state: str) -> ColumnElement[bool]:

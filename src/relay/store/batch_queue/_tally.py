@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
+from typing import Any
 
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -68,6 +69,15 @@ class FinalTally:
             )
         self._counts.clear()
 
+    async def write_on_driver(self, raw: Any) -> None:
+        """:meth:`write` on Postgres with its upsert on the driver (``relay.store.driver``): the same
+        statement per batch, in batch id order (one executemany keeps its order)."""
+        batch_ids = sorted(self._counts)
+        if batch_ids:
+            rows = [(b, *(self._counts[b].get(state, 0) for state in _COUNTED)) for b in batch_ids]
+            await raw.executemany(_PG_UPSERT, rows)
+        self._counts.clear()
+
     async def _write_sqlite(self, conn: AsyncConnection) -> None:
         """SQLite: every batch's upsert in one statement, its text on the driver (one hop to aiosqlite's
         thread instead of four per batch, each waiting for the GIL while the event loop is busy). SQLite
@@ -93,5 +103,11 @@ _SQLITE_UPSERT = (
     "INSERT INTO batch_counters (batch_id, completed, discarded, cancelled) VALUES {rows}"
     " ON CONFLICT (batch_id) DO UPDATE SET completed = completed + excluded.completed,"
     " discarded = discarded + excluded.discarded, cancelled = cancelled + excluded.cancelled"
+)
+_PG_UPSERT = (
+    "INSERT INTO batch_counters (batch_id, completed, discarded, cancelled) VALUES ($1, $2, $3, $4)"
+    " ON CONFLICT (batch_id) DO UPDATE SET completed = batch_counters.completed + excluded.completed,"
+    " discarded = batch_counters.discarded + excluded.discarded,"
+    " cancelled = batch_counters.cancelled + excluded.cancelled"
 )
 _SQLITE_UPSERT_ROWS = 1000  # batches per statement: 4 parameters each, far below SQLite's 32 766

@@ -126,6 +126,16 @@ async def lock_batches(conn: AsyncConnection, batch_ids: Iterable[str]) -> None:
         await conn.execute(select(func.pg_advisory_xact_lock(_LOCK_NAMESPACE, key)))
 
 
+_PG_LOCK: Final = "SELECT pg_advisory_xact_lock($1, $2)"
+
+
+async def lock_batches_on_driver(raw: Any, batch_ids: Iterable[str]) -> None:
+    """:func:`lock_batches` on Postgres with its statement on the driver (``relay.store.driver``):
+    the same locks, in the same ascending order."""
+    for key in sorted({_lock_key(batch_id) for batch_id in batch_ids}):
+        await raw.execute(_PG_LOCK, _LOCK_NAMESPACE, key)
+
+
 def item_in(batch_id: Any, state: str) -> ColumnElement[bool]:
     return exists().where(I.c.batch_id == batch_id, in_state(state))
 
@@ -163,19 +173,60 @@ async def complete_if_done(
             _expired_item_in(B.c.id).label("has_expired"),
         )
     )
-    rows = sorted(done.all(), key=lambda row: row.id)
+    return await _finished(conn, [row._mapping for row in done], hooks)
+
+
+def _expired_like() -> str:
+    """``startswith(EXPIRED_PREFIX, autoescape=True)``'s pattern, for ``LIKE … ESCAPE '/'``."""
+    escaped = EXPIRED_PREFIX.replace("/", "//").replace("%", "/%").replace("_", "/_")
+    return escaped + "%"
+
+
+# Postgres: :func:`complete_if_done`'s statement as text for the driver, the same conditions and clock.
+_PG_COMPLETE: Final = (
+    "UPDATE batches SET completed_at = now()"
+    " WHERE batches.id = ANY($1::varchar[]) AND batches.completed_at IS NULL"
+    " AND NOT EXISTS (SELECT 1 FROM batch_items"
+    " WHERE batch_items.batch_id = batches.id AND batch_items.state = 'available')"
+    " AND NOT EXISTS (SELECT 1 FROM batch_items"
+    " WHERE batch_items.batch_id = batches.id AND batch_items.state = 'running')"
+    " RETURNING batches.id, batches.api, batches.project_id, batches.status,"
+    " batches.cancel_requested_at, batches.api_status,"
+    " EXISTS (SELECT 1 FROM batch_items WHERE batch_items.batch_id = batches.id"
+    " AND batch_items.error LIKE $2::varchar ESCAPE '/') AS has_expired"
+)
+
+
+async def complete_if_done_on_driver(
+    conn: AsyncConnection, raw: Any, batch_ids: Iterable[str], hooks: RunsFinishHooks
+) -> list[FinishedBatch]:
+    """:func:`complete_if_done` on Postgres with its UPDATE on the driver (``relay.store.driver``);
+    the counts and the finish hooks of a batch it finishes run on ``conn``, in the same transaction."""
+    ids = sorted(set(batch_ids))
+    if not ids:
+        return []
+    rows = await raw.fetch(_PG_COMPLETE, ids, _expired_like())
+    return await _finished(conn, rows, hooks)
+
+
+async def _finished(
+    conn: AsyncConnection, done: Sequence[Any], hooks: RunsFinishHooks
+) -> list[FinishedBatch]:
+    """The batches a completion check finished (rows of its RETURNING, as mappings), with their counts;
+    their finish hooks run in this transaction."""
+    rows = sorted(done, key=lambda row: row["id"])
     if not rows:
         return []
-    counts = await item_counts(conn, [row.id for row in rows])  # one GROUP BY, in this transaction
+    counts = await item_counts(conn, [row["id"] for row in rows])  # one GROUP BY, in this transaction
     finished = [
         FinishedBatch(
-            id=row.id,
-            api=row.api,
-            project_id=row.project_id,
-            counts={state: counts[row.id][state] for state in ITEM_STATES if state in counts[row.id]},
-            cancelled=row.status == "cancelled" or row.cancel_requested_at is not None,
-            expired=bool(row.has_expired) and row.status != "cancelled",
-            api_status=row.api_status,
+            id=row["id"],
+            api=row["api"],
+            project_id=row["project_id"],
+            counts={state: counts[row["id"]][state] for state in ITEM_STATES if state in counts[row["id"]]},
+            cancelled=row["status"] == "cancelled" or row["cancel_requested_at"] is not None,
+            expired=bool(row["has_expired"]) and row["status"] != "cancelled",
+            api_status=row["api_status"],
         )
         for row in rows
     ]
