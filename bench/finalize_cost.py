@@ -68,10 +68,9 @@ def batch_row(batch_id: str) -> dict[str, Any]:
 async def measure(items: int, group: int) -> dict[str, float]:
     """One run in this process, on whichever ``relay`` PYTHONPATH gives it."""
     from relay.domain.ids import mint_id
-    from relay.store.batch_queue import BatchStore, FinalItem
+    from relay.store.batch_queue import BatchStore
     from relay.store.engine import create_engine
     from relay.store.migrate import upgrade_to_head
-    from relay.usage.event import UsageEvent
 
     with tempfile.TemporaryDirectory() as tmp:
         engine = create_engine(f"sqlite+aiosqlite:///{tmp}/relay.db")
@@ -90,12 +89,7 @@ async def measure(items: int, group: int) -> dict[str, float]:
             try:
                 cpu0, wall0, groups = time.process_time(), time.perf_counter(), 0
                 for start in range(0, len(running), group):
-                    finals = [
-                        FinalItem(
-                            batch_id, idx, "completed", 200, None, event(UsageEvent, mint_id, batch_id, idx)
-                        )
-                        for idx in running[start : start + group]
-                    ]
+                    finals = completed(batch_id, running[start : start + group])
                     async with write_group.use() as conn:
                         done = await store.finalize_many("bench", finals, db=conn)
                     assert len(done) == len(finals)
@@ -106,6 +100,18 @@ async def measure(items: int, group: int) -> dict[str, float]:
         finally:
             await engine.dispose()
     return {"cpu_us_per_item": cpu / len(running) * 1e6, "wall_ms_per_group": wall / groups * 1000}
+
+
+def completed(batch_id: str, idxs: list[int]) -> list[Any]:
+    """These items' final states: completed, each with its usage event (what a 200 answer settles)."""
+    from relay.domain.ids import mint_id
+    from relay.store.batch_queue import FinalItem
+    from relay.usage.event import UsageEvent
+
+    return [
+        FinalItem(batch_id, idx, "completed", 200, None, event(UsageEvent, mint_id, batch_id, idx))
+        for idx in idxs
+    ]
 
 
 def measure_postgres(admin_url: str, items: int, group: int) -> dict[str, float]:
@@ -123,10 +129,9 @@ def measure_postgres(admin_url: str, items: int, group: int) -> dict[str, float]
 async def measure_on_postgres(url: str, items: int, group: int) -> dict[str, float]:
     """Claims (and starts) in groups of ``group`` on one held connection, then settles."""
     from relay.domain.ids import mint_id
-    from relay.store.batch_queue import BatchStore, FinalItem
+    from relay.store.batch_queue import BatchStore
     from relay.store.engine import create_engine
     from relay.store.migrate import upgrade_to_head
-    from relay.usage.event import UsageEvent
 
     engine = create_engine(url)
     try:
@@ -143,12 +148,7 @@ async def measure_on_postgres(url: str, items: int, group: int) -> dict[str, flo
             claim_cpu = time.process_time() - cpu0
             cpu0, wall0, groups = time.process_time(), time.perf_counter(), 0
             for start in range(0, len(running), group):
-                finals = [
-                    FinalItem(
-                        batch_id, idx, "completed", 200, None, event(UsageEvent, mint_id, batch_id, idx)
-                    )
-                    for idx in running[start : start + group]
-                ]
+                finals = completed(batch_id, running[start : start + group])
                 done = await store.finalize_many("bench", finals, db=held)
                 assert len(done) == len(finals)
                 groups += 1
