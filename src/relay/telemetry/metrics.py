@@ -263,14 +263,18 @@ class BatchMetrics:
     """Batch items by state and the worker pool's use (SPEC §12), registered only on replicas that run
     a worker pool. ``open`` (available/running, every replica's items) is read from the database by
     the batch liveness loop (``relay.batches.liveness``); ``finished`` counts the final states this
-    replica wrote; ``started`` the items it started per project (SPEC §17's fair share, made visible)."""
+    replica wrote; ``started`` the items it started per project (SPEC §17's fair share, made visible).
+    The families touched per item (finished, started, duration, the worker gauges) keep their children
+    in a dict (:class:`Children`), as the live path's do."""
 
     def __init__(self, registry: CollectorRegistry, size: int) -> None:
-        self.finished = Counter(
-            "relay_batch_items_finished_total",
-            "Batch items this replica gave a final state (rescues of lost replicas' items included)",
-            ["state"],
-            registry=registry,
+        self.finished = Children(
+            Counter(
+                "relay_batch_items_finished_total",
+                "Batch items this replica gave a final state (rescues of lost replicas' items included)",
+                ["state"],
+                registry=registry,
+            )
         )
         self.open = Gauge(
             "relay_batch_items",
@@ -278,11 +282,13 @@ class BatchMetrics:
             ["state"],
             registry=registry,
         )
-        self.started = Counter(
-            "relay_batch_items_started_total",
-            "Batch items this replica started running, by the submitting project's id (fair share)",
-            ["project"],
-            registry=registry,
+        self.started = Children(
+            Counter(
+                "relay_batch_items_started_total",
+                "Batch items this replica started running, by the submitting project's id (fair share)",
+                ["project"],
+                registry=registry,
+            )
         )
         self.workers = Gauge(
             "relay_batch_workers",
@@ -304,13 +310,15 @@ class BatchMetrics:
             ["policy", "meter"],
             registry=registry,
         )
-        self.duration = Histogram(
-            "relay_batch_item_duration_seconds",
-            "How long batch items this replica finished ran (claim to answer: routing, rate-limit "
-            "waits, every upstream attempt), by final state (completed, discarded)",
-            ["state"],
-            buckets=_ITEM_BUCKETS,
-            registry=registry,
+        self.duration = Children(
+            Histogram(
+                "relay_batch_item_duration_seconds",
+                "How long batch items this replica finished ran (claim to answer: routing, rate-limit "
+                "waits, every upstream attempt), by final state (completed, discarded)",
+                ["state"],
+                buckets=_ITEM_BUCKETS,
+                registry=registry,
+            )
         )
         self.size = size
         for state in ("completed", "discarded", "cancelled"):
@@ -319,11 +327,13 @@ class BatchMetrics:
             self.open.labels(state)
         for state in ("completed", "discarded"):
             self.duration.labels(state)
+        self._busy_slots = self.workers.labels("busy")
+        self._idle_slots = self.workers.labels("idle")
         self.busy(0)
 
     def busy(self, running: int) -> None:
-        self.workers.labels("busy").set(running)
-        self.workers.labels("idle").set(max(self.size - running, 0))
+        self._busy_slots.set(running)
+        self._idle_slots.set(max(self.size - running, 0))
 
 
 class WebhookMetrics:
