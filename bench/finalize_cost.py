@@ -67,7 +67,6 @@ def batch_row(batch_id: str) -> dict[str, Any]:
 
 async def measure(items: int, group: int) -> dict[str, float]:
     """One run in this process, on whichever ``relay`` PYTHONPATH gives it."""
-    from relay.domain.ids import mint_id
     from relay.store.batch_queue import BatchStore
     from relay.store.engine import create_engine
     from relay.store.migrate import upgrade_to_head
@@ -77,12 +76,7 @@ async def measure(items: int, group: int) -> dict[str, float]:
         try:
             await upgrade_to_head(engine)
             store = BatchStore(engine)
-            batch_id = mint_id("b")
-            await store.insert_batch(batch_row(batch_id), items)
-            running: list[int] = []
-            while claimed := await store.claim("bench", 500):
-                started = await store.start("bench", [(c.batch_id, c.idx) for c in claimed])
-                running += sorted(idx for _, idx in started)
+            batch_id, running, _ = await submitted_and_started(store, items, 500)
             write_group = store.write_group()
             assert write_group is not None
             write_group.open()
@@ -100,6 +94,25 @@ async def measure(items: int, group: int) -> dict[str, float]:
         finally:
             await engine.dispose()
     return {"cpu_us_per_item": cpu / len(running) * 1e6, "wall_ms_per_group": wall / groups * 1000}
+
+
+async def submitted_and_started(
+    store: Any, items: int, group: int, db: Any = None
+) -> tuple[str, list[int], float]:
+    """A new batch of ``items`` items, all claimed and started in groups of ``group`` (on ``db``, a
+    held connection, when given): its id, its running idxs and the CPU seconds the claims and starts
+    took."""
+    from relay.domain.ids import mint_id
+
+    batch_id = mint_id("b")
+    await store.insert_batch(batch_row(batch_id), items)
+    running: list[int] = []
+    held = {} if db is None else {"db": db}
+    cpu0 = time.process_time()
+    while claimed := await store.claim("bench", group, **held):
+        started = await store.start("bench", [(c.batch_id, c.idx) for c in claimed], **held)
+        running += sorted(idx for _, idx in started)
+    return batch_id, running, time.process_time() - cpu0
 
 
 def completed(batch_id: str, idxs: list[int]) -> list[Any]:
@@ -128,7 +141,6 @@ def measure_postgres(admin_url: str, items: int, group: int) -> dict[str, float]
 
 async def measure_on_postgres(url: str, items: int, group: int) -> dict[str, float]:
     """Claims (and starts) in groups of ``group`` on one held connection, then settles."""
-    from relay.domain.ids import mint_id
     from relay.store.batch_queue import BatchStore
     from relay.store.engine import create_engine
     from relay.store.migrate import upgrade_to_head
@@ -137,15 +149,8 @@ async def measure_on_postgres(url: str, items: int, group: int) -> dict[str, flo
     try:
         await upgrade_to_head(engine)
         store = BatchStore(engine)
-        batch_id = mint_id("b")
-        await store.insert_batch(batch_row(batch_id), items)
-        running: list[int] = []
         async with engine.connect() as held:  # one connection the task keeps, as the batch loops do
-            cpu0 = time.process_time()
-            while claimed := await store.claim("bench", group, db=held):
-                started = await store.start("bench", [(c.batch_id, c.idx) for c in claimed], db=held)
-                running += sorted(idx for _, idx in started)
-            claim_cpu = time.process_time() - cpu0
+            batch_id, running, claim_cpu = await submitted_and_started(store, items, group, held)
             cpu0, wall0, groups = time.process_time(), time.perf_counter(), 0
             for start in range(0, len(running), group):
                 finals = completed(batch_id, running[start : start + group])

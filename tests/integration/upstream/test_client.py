@@ -93,6 +93,15 @@ async def wait_for_hangup(reader: asyncio.StreamReader) -> None:
         pass
 
 
+async def one_chunk_then_silence(
+    head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> None:
+    """A chunked answer that sends ``hello`` and then nothing, until the client hangs up."""
+    writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+    await writer.drain()
+    await wait_for_hangup(reader)
+
+
 async def test_sends_what_it_is_given_and_passes_the_answer_through(
     server: RawServer, upstream: Upstream
 ) -> None:
@@ -156,12 +165,7 @@ async def test_stream_chunks_arrive_as_they_are_sent(server: RawServer, upstream
 
 
 async def test_a_stream_left_midway_closes_its_connection(server: RawServer, upstream: Upstream) -> None:
-    async def endless(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
-        await writer.drain()
-        await wait_for_hangup(reader)
-
-    server.handlers["/endless"] = endless
+    server.handlers["/endless"] = one_chunk_then_silence
     response = await upstream.post(server.url + "/endless", {}, b"{}")
 
     async def consume() -> None:
@@ -223,12 +227,7 @@ async def test_errors_name_the_failure_never_the_url(upstream: Upstream, server:
     assert broken.value.message.startswith("upstream connection failed while reading: ")
     assert "sk-secret" not in refused.value.message + silent_head.value.message + broken.value.message
 
-    async def stalls(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
-        await writer.drain()
-        await wait_for_hangup(reader)
-
-    server.handlers["/stalls"] = stalls
+    server.handlers["/stalls"] = one_chunk_then_silence
     response = await upstream.post(server.url + "/stalls", {}, b"{}")
     seen = []
     with pytest.raises(UpstreamTimeout, match="upstream timed out while streaming"):

@@ -7,7 +7,8 @@ reserved items stay ``available``. :func:`start` makes reserved items ``running`
 statement per group (``relay.batches.starter`` groups the calls). Both are built once per dialect and
 run on a connection the calling task holds (``relay.store.held``) where it keeps one. On Postgres both
 run as text on the asyncpg driver itself (``relay.store.driver``): SQLAlchemy's per-execution work cost
-more of Relay's CPU than the statements; ``_claim_sql``'s Postgres form serves :func:`upsert_worker`.
+more of Relay's CPU than the statements. The SQLAlchemy forms of the claim are SQLite's; the heartbeat's
+serves :func:`upsert_worker` on both.
 """
 
 from __future__ import annotations
@@ -77,27 +78,23 @@ def _project_turn(project_id: Any) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class _ClaimSQL:
-    """The claim's statements, built once per dialect: a claim runs many times a second under load,
-    and building and cache-keying fresh statement objects each time cost more than executing them."""
+    """SQLite's claim statements, built once: a claim runs many times a second under load, and
+    building and cache-keying fresh statement objects each time cost more than executing them."""
 
     pick: Any
     take: Any
     stamp: Any
     turn: Any
-    heartbeat: Any
 
 
-_CLAIM_SQL: dict[str, _ClaimSQL] = {}
+_SQLITE_CLAIM: list[_ClaimSQL] = []
+_HEARTBEATS: dict[str, Any] = {}
 
 
-def _claim_sql(dialect: str) -> _ClaimSQL:
-    built = _CLAIM_SQL.get(dialect)
-    if built is not None:
-        return built
-    # Postgres: the database's clock (one for every replica); SQLite: the process clock, bound per call.
-    now = (
-        func.now(type_=UTCDateTime()) if dialect == "postgresql" else bindparam("c_now", type_=UTCDateTime())
-    )
+def _sqlite_claim_sql() -> _ClaimSQL:
+    if _SQLITE_CLAIM:
+        return _SQLITE_CLAIM[0]
+    now = bindparam("c_now", type_=UTCDateTime())  # the process clock, bound per call
     batch_id = bindparam("c_batch", type_=ID)
     pick = (
         select(B)
@@ -118,19 +115,12 @@ def _claim_sql(dialect: str) -> _ClaimSQL:
             B.c.id,
         )
         .limit(1)
-        .with_for_update(skip_locked=True, key_share=True)
     )
-    # A CTE, not a plain IN (subquery): Postgres evaluates a locking CTE exactly once, whereas a
-    # subquery it rescans per outer row skips the rows this very UPDATE already changed and so hands
-    # out the next ones, ignoring the LIMIT. The rows it returns are locked by us and were re-checked as
-    # available when locked, so the UPDATE joins them by primary key and does not repeat the state test
-    # (which would tempt the planner to walk the whole available index).
     chosen = (
         select(I.c.idx)
         .where(I.c.batch_id == batch_id, in_state(AVAILABLE), I.c.claimed_by.is_(None))
         .order_by(I.c.idx)
         .limit(bindparam("c_limit", type_=Integer))
-        .with_for_update(skip_locked=True, key_share=True)
         .cte("chosen")
     )
     take = (
@@ -140,22 +130,28 @@ def _claim_sql(dialect: str) -> _ClaimSQL:
         .returning(I.c.idx)
     )
     stamp = update(B).where(B.c.id == batch_id).values(last_claimed_at=now)
-    insert = pg_insert if dialect == "postgresql" else sqlite_insert
-    # Postgres' now() is the transaction's start: of concurrent claims, the one started last may commit
-    # first, and its turn must not be moved back by an earlier-started one (SQLite's claims are serial).
-    latest = func.greatest(T.c.last_claimed_at, now) if dialect == "postgresql" else now
     turn = (
-        insert(T)
+        sqlite_insert(T)
         .values(project_id=bindparam("c_project", type_=ID), last_claimed_at=now)
-        .on_conflict_do_update(index_elements=[T.c.project_id], set_={"last_claimed_at": latest})
+        .on_conflict_do_update(index_elements=[T.c.project_id], set_={"last_claimed_at": now})
     )
-    values = {"instance_id": bindparam("c_instance", type_=ID), "started_at": now, "heartbeat_at": now}
-    heartbeat = (
-        insert(W)
-        .values(**values)
-        .on_conflict_do_update(index_elements=[W.c.instance_id], set_={"heartbeat_at": now})
-    )
-    built = _CLAIM_SQL[dialect] = _ClaimSQL(pick, take, stamp, turn, heartbeat)
+    _SQLITE_CLAIM.append(_ClaimSQL(pick, take, stamp, turn))
+    return _SQLITE_CLAIM[0]
+
+
+def _heartbeat_sql(dialect: str) -> Any:
+    """This replica's worker row, inserted or refreshed: the database's clock on Postgres (one for
+    every replica), the process clock (``c_now``) on SQLite."""
+    built = _HEARTBEATS.get(dialect)
+    if built is None:
+        postgres = dialect == "postgresql"
+        now = func.now(type_=UTCDateTime()) if postgres else bindparam("c_now", type_=UTCDateTime())
+        values = {"instance_id": bindparam("c_instance", type_=ID), "started_at": now, "heartbeat_at": now}
+        built = _HEARTBEATS[dialect] = (
+            (pg_insert if postgres else sqlite_insert)(W)
+            .values(**values)
+            .on_conflict_do_update(index_elements=[W.c.instance_id], set_={"heartbeat_at": now})
+        )
     return built
 
 
@@ -178,14 +174,10 @@ async def claim(
     async with write_txn(db) as conn:
         if conn.dialect.name == "postgresql":
             return await _claim_postgres(conn, instance_id, limit, skip_policies)
-        sql = _claim_sql(conn.dialect.name)
-        params: dict[str, Any] = {"c_instance": instance_id, "c_limit": limit}
-        if conn.dialect.name != "postgresql":
-            params["c_now"] = datetime.now(UTC)
-        pick_params = {"c_skip": list(skip_policies)}
-        if "c_now" in params:
-            pick_params["c_now"] = params["c_now"]
-        picked = (await conn.execute(sql.pick, pick_params)).first()
+        sql = _sqlite_claim_sql()
+        now = datetime.now(UTC)
+        params: dict[str, Any] = {"c_instance": instance_id, "c_limit": limit, "c_now": now}
+        picked = (await conn.execute(sql.pick, {"c_skip": list(skip_policies), "c_now": now})).first()
         if picked is None:
             return []
         batch = record_from_row(picked._mapping)
@@ -195,15 +187,16 @@ async def claim(
         if not idxs:
             return []
         await conn.execute(sql.stamp, params)
-        await conn.execute(sql.heartbeat, params)
+        await conn.execute(_heartbeat_sql("sqlite"), params)
         # Last: concurrent claims serving one project wait for each other here, for a commit's time.
         await conn.execute(sql.turn, params)
     return [ClaimedItem(batch, idx) for idx in idxs]
 
 
-# Postgres: the claim's statements (``_claim_sql``'s, the same conditions, locks and clock) as text for
-# the driver, built once. A claim runs about once per ``limit`` items; through SQLAlchemy's
-# per-execution work its five statements cost the process more CPU than the database's answer.
+# Postgres: the claim's statements (SQLite's conditions and order, with row locks and the database's
+# clock) as text for the driver, built once. A claim runs about once per ``limit`` items; through
+# SQLAlchemy's per-execution work its five statements cost the process more CPU than the database's
+# answer.
 # ``policy_id <> ALL(array)`` is ``NOT IN (list)`` with the list as one parameter (empty: every batch).
 _PG_PICK: Final = (
     f"SELECT {', '.join(f'batches.{name}' for name in RECORD_FIELDS)} FROM batches"
@@ -218,6 +211,11 @@ _PG_PICK: Final = (
     " batches.last_claimed_at ASC NULLS FIRST, batches.created_at, batches.id"
     " LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED"
 )
+# The take is a CTE, not a plain IN (subquery): Postgres evaluates a locking CTE exactly once, whereas
+# a subquery it rescans per outer row skips the rows this very UPDATE already changed and so hands out
+# the next ones, ignoring the LIMIT. The rows it returns are locked by us and were re-checked as
+# available when locked, so the UPDATE joins them by primary key and does not repeat the state test
+# (which would tempt the planner to walk the whole available index).
 _PG_TAKE: Final = (
     "WITH chosen AS (SELECT batch_items.idx AS idx FROM batch_items"
     " WHERE batch_items.batch_id = $1::varchar AND batch_items.state = 'available'"
@@ -231,6 +229,8 @@ _PG_HEARTBEAT: Final = (
     "INSERT INTO batch_workers (instance_id, started_at, heartbeat_at) VALUES ($1::varchar, now(), now())"
     " ON CONFLICT (instance_id) DO UPDATE SET heartbeat_at = now()"
 )
+# now() is the transaction's start: of concurrent claims, the one started last may commit first, and
+# its turn must not be moved back by an earlier-started one (SQLite's claims are serial).
 _PG_TURN: Final = (
     "INSERT INTO batch_project_turns (project_id, last_claimed_at) VALUES ($1::varchar, now())"
     " ON CONFLICT (project_id) DO UPDATE"
@@ -265,7 +265,7 @@ async def upsert_worker(conn: AsyncConnection, instance_id: str) -> None:
     params: dict[str, Any] = {"c_instance": instance_id}
     if conn.dialect.name != "postgresql":
         params["c_now"] = datetime.now(UTC)
-    await conn.execute(_claim_sql(conn.dialect.name).heartbeat, params)
+    await conn.execute(_heartbeat_sql(conn.dialect.name), params)
 
 
 _SQLITE_START = (
