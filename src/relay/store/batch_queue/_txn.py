@@ -176,10 +176,8 @@ async def complete_if_done(
     return await _finished(conn, [row._mapping for row in done], hooks)
 
 
-def _expired_like() -> str:
-    """``startswith(EXPIRED_PREFIX, autoescape=True)``'s pattern, for ``LIKE … ESCAPE '/'``."""
-    escaped = EXPIRED_PREFIX.replace("/", "//").replace("%", "/%").replace("_", "/_")
-    return escaped + "%"
+#: ``startswith(EXPIRED_PREFIX, autoescape=True)``'s pattern, for ``LIKE … ESCAPE '/'``.
+_EXPIRED_LIKE: Final = EXPIRED_PREFIX.replace("/", "//").replace("%", "/%").replace("_", "/_") + "%"
 
 
 # Postgres: :func:`complete_if_done`'s statement as text for the driver, the same conditions and clock.
@@ -205,7 +203,7 @@ async def complete_if_done_on_driver(
     ids = sorted(set(batch_ids))
     if not ids:
         return []
-    rows = await raw.fetch(_PG_COMPLETE, ids, _expired_like())
+    rows = await raw.fetch(_PG_COMPLETE, ids, _EXPIRED_LIKE)
     return await _finished(conn, rows, hooks)
 
 
