@@ -7,17 +7,17 @@ what any Python process must spend to receive a request, forward it and answer i
 Relay's own work, whatever that work costs; this benchmark measures that floor. **bare** is a proxy
 with no framework at all: an ``asyncio.Protocol`` on uvloop parsing requests with httptools (the C
 parser uvicorn uses), answering with one pre-built header block and ``transport.write``, one task per
-request, and the upstream client of ``--client`` (``aiohttp`` configured like Relay's, or
-``pyreqwest``). It does what the floor proxy does — read the body, parse it, rewrite ``model``,
-serialise, POST with the upstream key, answer the whole body — and nothing else: no ASGI, no header
-or timeout bounds, no streaming, no error handling beyond a 502. It is a measuring stick, not a server
-to run.
+request, and the upstream client of ``--client`` (``relay``: Relay's own, ``relay.upstream``;
+``aiohttp`` configured as Relay's client was before it; or ``pyreqwest``, when installed). It does
+what the floor proxy does — read the body, parse it, rewrite ``model``, serialise, POST with the
+upstream key, answer the whole body — and nothing else: no ASGI, no header or timeout bounds, no
+streaming, no error handling beyond a 502. It is a measuring stick, not a server to run.
 
 For each target (direct, the floor proxy, bare with each client found) and each load (wrk closed loop
 at 1 and 16 connections), interleaved for ``--rounds`` rounds, it prints req/s, p50/p99 and the proxy
 process's CPU per request (utime + stime from ``/proc`` around each run); medians over the rounds.
 
-    .venv/bin/python bench/bare_floor.py [--duration 5] [--rounds 2] [--clients aiohttp,pyreqwest]
+    .venv/bin/python bench/bare_floor.py [--duration 5] [--rounds 2] [--clients aiohttp,relay,pyreqwest]
     python bench/bare_floor.py --serve --upstream URL --upstream-key KEY --client aiohttp   # one proxy
 """
 
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import socket
 import statistics
 import sys
@@ -83,7 +84,20 @@ async def pyreqwest_client() -> Post:
     return post
 
 
-CLIENTS = {"aiohttp": aiohttp_client, "pyreqwest": pyreqwest_client}
+async def relay_client() -> Post:
+    from relay.upstream import Upstream  # Relay's own client, as the pipeline calls it
+
+    client = Upstream(timeout_s=300)
+    await client.start()
+
+    async def post(url: str, headers: dict[str, str], body: bytes) -> tuple[int, bytes]:
+        response = await client.post(url, headers, body)
+        return response.status, await response.read()
+
+    return post
+
+
+CLIENTS = {"aiohttp": aiohttp_client, "pyreqwest": pyreqwest_client, "relay": relay_client}
 
 
 class BareProxy(asyncio.Protocol):
@@ -170,13 +184,14 @@ def measure(args: argparse.Namespace) -> None:
         raise SystemExit("needs wrk (apt-get install wrk)")
     print(machine_line())
     body = orjson.dumps(CHAT_BODY)
-    clients = [c for c in args.clients.split(",") if c]
+    named = [c for c in args.clients.split(",") if c]
+    clients = [c for c in named if c != "pyreqwest" or importlib.util.find_spec(c) is not None]
     rows: dict[tuple[str, int], list[tuple[float, float, float, float]]] = {}
     with Processes() as procs, tempfile.TemporaryDirectory(prefix="relay-bare-") as tmp:
         fake, upstream = start_fake_upstream(procs)
         targets: list[tuple[str, str, int | None]] = [("direct", upstream, None)]
         floor, floor_url = start_floor_proxy(procs, upstream)
-        targets.append(("floor proxy (uvicorn + aiohttp)", floor_url, floor.pid))
+        targets.append(("floor proxy (uvicorn + Relay's client)", floor_url, floor.pid))
         for client in clients:
             cmd = [sys.executable, __file__, "--serve", "--upstream", upstream]
             cmd += ["--upstream-key", UPSTREAM_KEY, "--model", MODEL, "--client", client]
@@ -225,7 +240,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--duration", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--clients", default="aiohttp,pyreqwest", help="bare proxies to measure")
+    parser.add_argument("--clients", default="aiohttp,relay,pyreqwest", help="bare proxies to measure")
     args = parser.parse_args()
     if args.serve:
         uvloop.run(serve(args))

@@ -5,7 +5,8 @@ request is only what a gateway cannot skip: read the body, parse it and rewrite 
 it, send it upstream with the upstream key through a pooled client, and hand the answer back — whole,
 or chunk by chunk for a stream. No authentication, routing, limits, key pool, usage event, metrics or
 log line. It runs on the same parts as ``relay serve``, with the same settings: uvicorn on uvloop with
-httptools, and an ``aiohttp`` session configured like ``relay.upstream.Upstream``.
+httptools, and Relay's own upstream client (``relay.upstream.Upstream``), so the floor moves with the
+stack: whatever the client costs, the floor pays too.
 
 Why it exists: on a small VM, part of what any proxy adds is the extra process hop itself — the proxy
 must be woken, and must wake the upstream, and each wake-up of an idle vCPU is paid in latency. Relay
@@ -24,10 +25,11 @@ import asyncio
 import socket
 from typing import Any
 
-import aiohttp
 import orjson
 import uvicorn
 import uvloop
+
+from relay.upstream import Upstream
 
 
 class FloorProxy:
@@ -35,16 +37,10 @@ class FloorProxy:
         self._url = upstream.rstrip("/") + "/v1/chat/completions"
         self._key = "Bearer " + upstream_key
         self._model = model
-        self._session: aiohttp.ClientSession | None = None
+        self._upstream = Upstream(timeout_s=300)  # as relay serve's default RELAY_UPSTREAM_TIMEOUT_S
 
     async def start(self) -> None:
-        # As relay.upstream.Upstream.start: pooled, no decompression, no User-Agent/Accept-Encoding.
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60, ttl_dns_cache=300),
-            timeout=aiohttp.ClientTimeout(total=None, connect=10, sock_read=300),
-            auto_decompress=False,
-            skip_auto_headers=("User-Agent", "Accept-Encoding"),
-        )
+        await self._upstream.start()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -64,8 +60,7 @@ class FloorProxy:
             "accept-encoding": "identity",
             "authorization": self._key,
         }
-        assert self._session is not None
-        response = await self._session.post(self._url, data=orjson.dumps(request), headers=headers)
+        response = await self._upstream.post(self._url, headers, orjson.dumps(request))
         content_type = response.headers.get("content-type", "application/json").encode("latin-1")
         try:
             if not stream:
@@ -89,11 +84,11 @@ class FloorProxy:
                     "headers": [(b"content-type", content_type)],
                 }
             )
-            async for chunk in response.content.iter_any():
+            async for chunk in response.chunks():
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
-            response.release()
+            response.discard()  # a no-op once read to its end
 
 
 async def serve(args: argparse.Namespace) -> None:

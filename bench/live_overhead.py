@@ -11,7 +11,7 @@ with the same small chat body and the same load generator, interleaved level by 
 
 1. closed loop at each concurrency (default 1, 16, 64): **direct** = POST the fake upstream's
    ``/v1/chat/completions`` with an upstream key; **floor** = the same through ``bench/floor_proxy.py``,
-   the thinnest proxy on Relay's stack (uvicorn + uvloop + httptools, aiohttp; parse, rewrite
+   the thinnest proxy on Relay's stack (uvicorn + uvloop + httptools, Relay's client; parse, rewrite
    ``model``, forward; nothing else), so the table separates what the extra process hop costs on this
    machine from what Relay's own work costs (``--no-floor`` skips it); **relay** = POST Relay's
    ``/v1/chat/completions`` with the relay key; **translated** = the same body for ``bench-claude``, a
@@ -706,8 +706,8 @@ def floor_lines(rows: list[Row], rate: float) -> list[str]:
             continue
         if not out:
             out.append(
-                "The floor (bench/floor_proxy.py: uvicorn + aiohttp, parse, rewrite model, forward; nothing "
-                "else) vs direct = the hop, on this machine; relay vs floor = Relay's own work:"
+                "The floor (bench/floor_proxy.py: uvicorn + Relay's client, parse, rewrite model, forward; "
+                "nothing else) vs direct = the hop, on this machine; relay vs floor = Relay's own work:"
             )
         hop50 = floor.result.p50_ms - direct.result.p50_ms
         hop99 = floor.result.p99_ms - direct.result.p99_ms

@@ -3,8 +3,10 @@
 One asyncio process POSTs the same small chat body to the fake upstream (another process) with
 
 - **aiohttp** — one ``ClientSession``, ``TCPConnector(limit=0)``, configured like
-  ``src/relay/upstream.py`` (``auto_decompress=False``, no User-Agent/Accept-Encoding);
+  Relay's client was before it had its own (``auto_decompress=False``, no User-Agent/Accept-Encoding);
 - **httpx** — one ``AsyncClient`` (HTTP/1.1, connection pool sized to the concurrency);
+- **relay** — Relay's own client, ``relay.upstream.Upstream`` (``src/relay/upstream/``), as the pipeline
+  calls it (``post``, then ``read``);
 
 at concurrency 1 and 32 (closed loop: each worker sends again as soon as its answer is read), for a few
 seconds each after a short warm-up, on asyncio's default event loop (what ``relay serve`` runs on) and on
@@ -126,6 +128,27 @@ async def with_httpx(
         return await drive(post, concurrency, duration)
 
 
+async def with_relay(
+    url: str, body: bytes, concurrency: int, warmup: float, duration: float
+) -> tuple[LoadResult, float]:
+    from relay.upstream import Upstream
+
+    client = Upstream(timeout_s=300)
+    await client.start()
+    try:
+
+        async def post() -> None:
+            response = await client.post(url, HEADERS, body)
+            await response.read()
+            if response.status != 200:
+                raise RuntimeError(response.status)
+
+        await drive(post, concurrency, warmup)
+        return await drive(post, concurrency, duration)
+    finally:
+        await client.close()
+
+
 def run_on(loop_name: str, coro: Awaitable[tuple[LoadResult, float]]) -> tuple[LoadResult, float]:
     if loop_name == "uvloop":
         result: tuple[LoadResult, float] = run_async(coro)
@@ -202,7 +225,7 @@ def main() -> None:
         httpx.post(url, content=body, headers=HEADERS).raise_for_status()
         for loop_name in loops:
             for concurrency in levels:
-                for client, fn in (("aiohttp", with_aiohttp), ("httpx", with_httpx)):
+                for client, fn in (("aiohttp", with_aiohttp), ("httpx", with_httpx), ("relay", with_relay)):
                     result, cpu = run_on(loop_name, fn(url, body, concurrency, args.warmup, args.duration))
                     cpu_ms = cpu * 1000 / (result.requests or 1)
                     rows.append(ClientRow(loop_name, client, concurrency, result, cpu_ms))
@@ -255,11 +278,12 @@ def main() -> None:
     for loop_name in loops:
         for concurrency in levels:
             pair = {r.client: r for r in rows if r.loop == loop_name and r.concurrency == concurrency}
-            if {"aiohttp", "httpx"} <= pair.keys() and pair["aiohttp"].cpu_ms:
-                ratio = pair["httpx"].cpu_ms / pair["aiohttp"].cpu_ms
-                print(
-                    f"   {loop_name}, c={concurrency}: httpx uses {ratio:.2f}× the CPU per request of aiohttp"
-                )
+            if not pair.get("aiohttp") or not pair["aiohttp"].cpu_ms:
+                continue
+            for other in ("httpx", "relay"):
+                if other in pair:
+                    ratio = pair[other].cpu_ms / pair["aiohttp"].cpu_ms
+                    print(f"   {loop_name}, c={concurrency}: {other} uses {ratio:.2f}× aiohttp's CPU")
     if server_rows:
         print()
         print("server side: the fake upstream's app under uvicorn, aiohttp client (uvloop) at concurrency 32")

@@ -4,102 +4,19 @@ caller's dropped), a stream's chunks arrive as they are sent, a response not for
 left midway closes its connection instead of pooling it, and every failure is one of the two errors
 with a message that names only the exception's class.
 
-The server is an ``asyncio`` stream server written here so each test can say byte for byte what the
-upstream sends and see when the client hangs up.
+The server is ``raw_server.RawServer``; every test runs on both event loops (conftest.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import gzip
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
 
 import pytest
 
 from relay.upstream import Upstream, UpstreamConnectionError, UpstreamTimeout
 
-Handler = Callable[[bytes, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
-
-
-@dataclass
-class RawServer:
-    """One handler per request path; records each request head and when each connection ends."""
-
-    handlers: dict[str, Handler] = field(default_factory=dict)
-    heads: list[bytes] = field(default_factory=list)
-    closed: asyncio.Queue[str] = field(default_factory=asyncio.Queue)
-    connections: int = 0
-    url: str = ""
-
-    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        path = ""
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                self.heads.append(head)
-                path = head.split(b" ", 2)[1].decode().split("?")[0]
-                length = next(
-                    (
-                        int(line.split(b":", 1)[1])
-                        for line in head.split(b"\r\n")
-                        if line.lower().startswith(b"content-length:")
-                    ),
-                    0,
-                )
-                await reader.readexactly(length)
-                await self.handlers[path](head, reader, writer)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            self.closed.put_nowait(path)
-            writer.close()
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[RawServer]:
-    raw = RawServer()
-    listener = await asyncio.start_server(raw.serve, "127.0.0.1", 0)
-    raw.url = f"http://127.0.0.1:{listener.sockets[0].getsockname()[1]}"
-    try:
-        yield raw
-    finally:
-        listener.close()
-
-
-@pytest.fixture
-async def upstream() -> AsyncIterator[Upstream]:
-    client = Upstream(timeout_s=1.0, connect_timeout_s=1.0)
-    await client.start()
-    try:
-        yield client
-    finally:
-        await client.close()
-
-
-def answer(status: str, body: bytes, *headers: str) -> Handler:
-    async def handle(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        extra = "".join(f"{h}\r\n" for h in headers)
-        writer.write(f"HTTP/1.1 {status}\r\nContent-Length: {len(body)}\r\n{extra}\r\n".encode() + body)
-        await writer.drain()
-
-    return handle
-
-
-async def wait_for_hangup(reader: asyncio.StreamReader) -> None:
-    """Block until the client closes the connection (what the tests below watch for)."""
-    while await reader.read(1024):
-        pass
-
-
-async def one_chunk_then_silence(
-    head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-) -> None:
-    """A chunked answer that sends ``hello`` and then nothing, until the client hangs up."""
-    writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
-    await writer.drain()
-    await wait_for_hangup(reader)
+from .raw_server import RawServer, answer, one_chunk_then_silence, wait_for_hangup
 
 
 async def test_sends_what_it_is_given_and_passes_the_answer_through(
@@ -205,7 +122,7 @@ async def test_errors_name_the_failure_never_the_url(upstream: Upstream, server:
     await listener.wait_closed()
     with pytest.raises(UpstreamConnectionError) as refused:
         await upstream.post(f"http://127.0.0.1:{port}/v1/x?key=sk-secret", {}, b"{}")
-    assert refused.value.message == "upstream connection failed: ClientConnectorError"
+    assert refused.value.message == "upstream connection failed: ConnectionRefusedError"
 
     async def silent(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await wait_for_hangup(reader)
@@ -261,3 +178,10 @@ async def test_a_call_cancelled_before_the_answer_hangs_up_at_once(server: RawSe
         assert await asyncio.wait_for(server.closed.get(), timeout=30) == "/slow"
     finally:
         await patient.close()
+
+
+async def test_both_loops_are_under_test(request: pytest.FixtureRequest) -> None:
+    """Each test of this directory runs once per loop of conftest.py: this one checks the loop it got
+    is the one its name says."""
+    running = type(asyncio.get_running_loop()).__module__.split(".")[0]
+    assert f"[{running}]" in request.node.name

@@ -6,7 +6,7 @@ granting ``*`` over both keys and a relay key of the account. Tests add or chang
 ``catalog.snapshot()``. ``wired`` is the same catalog with its host on the session's real fake upstream
 (loopback HTTP, no mock), for tests that send requests.
 
-``core`` runs requests through the real :class:`relay.request.pipeline.Pipeline` (real aiohttp ``Upstream``,
+``core`` runs requests through the real :class:`relay.request.pipeline.Pipeline` (the real ``Upstream``,
 ``RateLimiter`` and ``KeyPool`` over one ``MemoryState``), so breakers and limits are the test's own.
 """
 
