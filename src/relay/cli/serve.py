@@ -37,7 +37,12 @@ class _Server(uvicorn.Server):
         yield
 
 
-def _listener(app: ASGIApp, settings: Settings, port: int, render: Render) -> _Server:
+def _listener(
+    app: ASGIApp, settings: Settings, port: int, render: Render, *, client_address: bool
+) -> _Server:
+    """One uvicorn server on Relay's protocol. ``client_address``: the app reads the caller's address
+    (the control plane's audit entries), so uvicorn resolves ``X-Forwarded-For`` from trusted proxies
+    (``FORWARDED_ALLOW_IPS``); the inference plane never reads it and skips that middleware per request."""
     bounds = Bounds(
         max_header_bytes=settings.max_header_bytes,
         max_headers=settings.max_headers,
@@ -53,6 +58,7 @@ def _listener(app: ASGIApp, settings: Settings, port: int, render: Render) -> _S
         lifespan="off",
         access_log=False,
         log_config=None,
+        proxy_headers=client_address,
         timeout_keep_alive=settings.keepalive_timeout_s,  # type: ignore[arg-type]
         timeout_graceful_shutdown=max(1, int(settings.shutdown_grace_s)),
     )
@@ -104,9 +110,14 @@ async def serve(settings: Settings, *, on_ready: Callable[[Runtime], Awaitable[N
             sock.close()
         raise StartupError(_startup_problem(settings, exc)) from None
     _freeze_boot_objects()
-    servers = [_listener(runtime.inference_app, settings, settings.port, inference_error)]
+    servers = [
+        _listener(runtime.inference_app, settings, settings.port, inference_error, client_address=False)
+    ]
     if settings.control_port is not None:
-        servers.append(_listener(runtime.control_app, settings, settings.control_port, control_error))
+        control = _listener(
+            runtime.control_app, settings, settings.control_port, control_error, client_address=True
+        )
+        servers.append(control)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

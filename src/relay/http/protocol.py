@@ -15,7 +15,8 @@ applications, which know the route (live, batch, control, login) and its setting
 
 Why a subclass and not another server: uvicorn with httptools and uvloop is the fastest stack measured
 for the live plane (bench/live_overhead.py), and these bounds cost a few attribute writes per request
-(no timer per request: one sweep per listener per second checks every connection's deadline).
+(no timer per request: one sweep per listener per second checks every connection's deadline). One
+more saving rides along: a whole answer's head and body leave in one send (``HeadWithBody``).
 
 What it deliberately does not know: routes, credentials, bodies' meaning.
 """
@@ -128,7 +129,11 @@ class RelayHttpProtocol(HttpToolsProtocol):
         self._phase = _BODY
         self._head_bytes = 0
         self._deadline = self.loop.time() + self.bounds.body_read_timeout_s
+        previous = self.cycle
         super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and cycle is not previous and self.scope["method"] != "HEAD":
+            cycle.transport = HeadWithBody(cycle.transport)  # type: ignore[assignment]
 
     def on_message_complete(self) -> None:
         if self.cycle is not None and self.cycle.response_complete:
@@ -199,6 +204,41 @@ class RelayHttpProtocol(HttpToolsProtocol):
             self.cycle.message_event.set()
         fields = {"request_id": request_id, "status": status, "error": code, "route": "http"}
         log.info("request", extra=fields)
+
+
+class HeadWithBody:
+    """The transport one request's cycle writes to. uvicorn writes a response's head and its body
+    separately, which on a socket is two sends and two wake-ups of the client; a head that announces a
+    ``content-length`` is held here and written with the first body bytes, in one send. Any other head
+    (a stream's, chunked) and every later write pass through at once."""
+
+    __slots__ = ("_first", "_held", "_transport")
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+        self._held: bytes | None = None
+        self._first = True
+
+    def write(self, data: bytes) -> None:
+        held = self._held
+        if held is not None:
+            self._held = None
+            if len(data) <= _JOIN_MAX:
+                data = held + data
+            else:
+                self._transport.write(held)  # a large body is not copied to save one send
+        elif self._first:
+            self._first = False
+            if b"\r\ncontent-length: " in data:  # uvicorn writes header names lower-cased
+                self._held = data
+                return
+        self._transport.write(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)  # close, is_closing, …: the connection's own
+
+
+_JOIN_MAX = 64 * 1024
 
 
 def protocol_class(bounds: Bounds, render: Render) -> type[RelayHttpProtocol]:

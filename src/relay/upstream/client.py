@@ -5,7 +5,8 @@ one request Relay built itself and one answer read whole or streamed, so the cli
 pool in front of :class:`~relay.upstream.connection.Connection`. It is a plain pipe: no redirect
 followed, no decompression, no proxy from the environment, no header added but ``host`` and
 ``content-length``. TLS uses the system's trust store (``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` point it
-elsewhere) and verifies the host name.
+elsewhere) and verifies the host name. A provider's addresses are resolved once per ``DNS_TTL_S`` and
+tried in turn.
 
 Errors cross this boundary as :class:`UpstreamConnectionError` (the request could not be sent or the
 answer could not be read: the key pool treats it like a 5xx) or :class:`UpstreamTimeout`; their
@@ -18,6 +19,7 @@ stops generating what nobody will read.
 from __future__ import annotations
 
 import asyncio
+import socket
 import ssl
 from collections.abc import AsyncIterator, Iterator, Mapping
 from functools import partial
@@ -30,6 +32,10 @@ from .connection import Broken, Connection, Silent
 
 KEEPALIVE_S: Final = 60.0
 """An idle pooled connection older than this is closed instead of reused."""
+
+DNS_TTL_S: Final = 300.0
+"""How long a provider's resolved addresses are reused for new connections (a burst of new connections
+to one provider is one lookup, not one each through the executor's few threads)."""
 
 _TARGETS_MAX: Final = 4096
 
@@ -135,6 +141,7 @@ class Upstream:
         self._idle: dict[tuple[str, str, int], list[Connection]] = {}
         self._connections: set[Connection] = set()
         self._targets: dict[str, tuple[tuple[str, str, int], str]] = {}
+        self._addresses: dict[tuple[str, int], tuple[float, list[tuple[Any, ...]]]] = {}
         self._tls: ssl.SSLContext | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -228,10 +235,10 @@ class Upstream:
         tls = self._tls if scheme == "https" else None
         try:
             async with asyncio.timeout(self._connect_timeout):
+                sock = await self._socket(host, port)
                 _, connection = await loop.create_connection(
                     partial(Connection, loop, origin, self._read_timeout),
-                    host,
-                    port,
+                    sock=sock,
                     ssl=tls,
                     server_hostname=host if tls is not None else None,
                 )
@@ -241,6 +248,35 @@ class Upstream:
             raise UpstreamConnectionError(f"upstream connection failed: {type(exc).__name__}") from None
         self._connections.add(connection)
         return connection
+
+    async def _socket(self, host: str, port: int) -> socket.socket:
+        """A socket connected to the provider: each address it resolved to in turn, as
+        ``create_connection`` would, from addresses remembered for ``DNS_TTL_S``."""
+        loop = self._loop
+        assert loop is not None
+        now = loop.time()
+        known = self._addresses.get((host, port))
+        if known is None or known[0] <= now:
+            addresses = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            if len(self._addresses) >= _TARGETS_MAX:
+                self._addresses.clear()
+            known = self._addresses[(host, port)] = (now + DNS_TTL_S, addresses)
+        failure: OSError = OSError(f"{host} resolved to no address")
+        for family, kind, proto, _, address in known[1]:
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.setblocking(False)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                await loop.sock_connect(sock, address)
+                return sock
+            except OSError as exc:
+                sock.close()
+                failure = exc
+            except BaseException:  # cancelled, timed out
+                sock.close()
+                raise
+        self._addresses.pop((host, port), None)  # none answered: resolve again next time
+        raise failure
 
     def finished(self, connection: Connection) -> None:
         """An answer read to its end, or left: pool its connection if it can carry another exchange."""

@@ -120,3 +120,18 @@ async def test_a_large_request_body_is_sent_whole(server: RawServer, upstream: U
         assert await (await upstream.post(server.url + "/big", {}, body)).read() == b"taken"
     assert b"content-length: 3000000\r\n" in server.heads[0].lower()
     assert server.connections == 1
+
+
+async def test_a_host_name_is_resolved_and_each_address_tried_in_turn(
+    server: RawServer, upstream: Upstream
+) -> None:
+    """``localhost`` may resolve to ``::1`` first, where nothing listens here: the next address answers.
+    A second connection (the first was discarded) reuses the resolved addresses."""
+    server.handlers["/named"] = answer("200 OK", b"by name")
+    url = server.url.replace("127.0.0.1", "localhost") + "/named"
+    first = await upstream.post(url, {}, b"{}")
+    assert first.status == 200
+    first.discard()
+    assert await (await upstream.post(url, {}, b"{}")).read() == b"by name"
+    assert server.connections == 2
+    assert b"host: localhost:" in server.heads[-1]

@@ -87,7 +87,14 @@ def test_server_state_keeps_the_connections_the_sweep_walks() -> None:
 
 async def app(scope: Scope, receive: Receive, send: Send) -> None:
     await receive()
+    if scope["path"] == "/stream":  # no content-length: chunked, the head must not wait for the body
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await asyncio.sleep(0.2)
+        await send({"type": "http.response.body", "body": b"ok"})
+        return
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+    if scope["path"] == "/slow":
+        await asyncio.sleep(0.2)  # the body comes later than the head was sent
     await send({"type": "http.response.body", "body": b"ok"})
 
 
@@ -163,3 +170,31 @@ async def test_an_oversized_head_is_refused_before_the_parser_sees_it(listener: 
     status, body = status_and_body(await listener.exchange(request))
     assert status == b"HTTP/1.1 431 Request Header Fields Too Large"
     assert body["code"] == "headers_too_large"
+
+
+async def first_read(listener: Listener, request: bytes) -> bytes:
+    """What the first read of the answer returns: everything the server had sent in one go."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+    writer.write(request)
+    await writer.drain()
+    first = await asyncio.wait_for(reader.read(65536), timeout=30)
+    writer.close()
+    return first
+
+
+async def test_a_whole_answers_head_and_body_leave_together(listener: Listener) -> None:
+    """The head of an answer with a content-length waits for its body (one send, one wake-up of the
+    client), even when the application sends the body later."""
+    first = await first_read(listener, b"GET /slow HTTP/1.1\r\nhost: t\r\n\r\n")
+    assert first.startswith(b"HTTP/1.1 200 ") and first.endswith(b"\r\n\r\nok")
+
+
+async def test_a_streams_head_leaves_before_its_body(listener: Listener) -> None:
+    first = await first_read(listener, b"GET /stream HTTP/1.1\r\nhost: t\r\n\r\n")
+    assert first.startswith(b"HTTP/1.1 200 ") and first.endswith(b"transfer-encoding: chunked\r\n\r\n")
+
+
+async def test_a_head_request_is_answered_with_its_head_alone(listener: Listener) -> None:
+    """HEAD: uvicorn writes no body at all, so the head is never held."""
+    first = await first_read(listener, b"HEAD /x HTTP/1.1\r\nhost: t\r\n\r\n")
+    assert first.startswith(b"HTTP/1.1 200 ") and first.endswith(b"content-length: 2\r\n\r\n")
