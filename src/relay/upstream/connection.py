@@ -42,6 +42,7 @@ class Connection(asyncio.Protocol):
     __slots__ = (
         "_buffer",
         "_buffered",
+        "_exchanging",
         "_failure",
         "_informational",
         "_keep_alive",
@@ -72,6 +73,7 @@ class Connection(asyncio.Protocol):
         self.idle_since = 0.0
         self._timer: asyncio.TimerHandle | None = None
         self._waiter: asyncio.Future[None] | None = None
+        self._exchanging = False
         self._parser = httptools.HttpResponseParser(self)  # one per connection: answer after answer
         self._reset()
 
@@ -95,6 +97,7 @@ class Connection(asyncio.Protocol):
         """Write one request and start its read timeout. The connection must be idle."""
         transport = self.transport
         assert transport is not None
+        self._exchanging = True
         if body and len(body) > _JOIN_MAX:
             transport.writelines((head, body))  # not copied into one buffer first
         else:
@@ -143,6 +146,7 @@ class Connection(asyncio.Protocol):
         """Make a finished connection ready for the next exchange."""
         self._stop_timer()
         self._reset()
+        self._exchanging = False
         self.idle_since = now
 
     def abort(self) -> None:
@@ -196,6 +200,9 @@ class Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]  # uvloop's is no asyncio.Transport subclass
 
     def data_received(self, data: bytes) -> None:
+        if not self._exchanging or self.complete:  # bytes after the answer (a parting 408): never reuse
+            self.abort()
+            return
         self._last_read = self._loop.time()
         try:
             self._parser.feed_data(data)
@@ -229,6 +236,9 @@ class Connection(asyncio.Protocol):
         self.headers.append((name.lower(), value))
 
     def on_headers_complete(self) -> None:
+        if self.complete:  # a second answer in the same bytes as the first: the connection is not trusted
+            self._failure = "UnexpectedData"
+            return
         status = self._parser.get_status_code()
         if status < 200:  # 100 Continue, 103 Early Hints: the answer is still to come
             self._informational = True
@@ -240,6 +250,8 @@ class Connection(asyncio.Protocol):
         self._wake()
 
     def on_body(self, body: bytes) -> None:
+        if self.complete:
+            return
         self._buffer.append(body)
         self._buffered += len(body)
         if self._buffered > HIGH_WATER and not self._paused and self.transport is not None:
@@ -250,6 +262,8 @@ class Connection(asyncio.Protocol):
     def on_message_complete(self) -> None:
         if self._informational:
             self._informational = False
+            return
+        if self.complete:
             return
         self.complete = True
         self._stop_timer()

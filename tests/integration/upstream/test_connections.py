@@ -135,3 +135,33 @@ async def test_a_host_name_is_resolved_and_each_address_tried_in_turn(
     assert await (await upstream.post(url, {}, b"{}")).read() == b"by name"
     assert server.connections == 2
     assert b"host: localhost:" in server.heads[-1]
+
+
+@pytest.mark.parametrize("parting", ["later", "with the answer"])
+async def test_bytes_after_an_answer_retire_its_connection(
+    server: RawServer, upstream: Upstream, parting: str
+) -> None:
+    """A server that sends anything after an answer (a parting 408, a stray second answer) is not
+    trusted with another request: the answer read is the first one, and the next call gets a new
+    connection."""
+    stray = b"HTTP/1.1 408 Request Timeout\r\nContent-Length: 4\r\n\r\nlate"
+
+    async def then_more(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        first = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst"
+        if parting == "later":
+            writer.write(first)
+            await writer.drain()
+            await asyncio.sleep(0.05)
+            writer.write(stray)
+        else:
+            writer.write(first + stray)
+        await writer.drain()
+
+    server.handlers["/more"] = then_more
+    server.handlers["/after"] = answer("200 OK", b"fresh")
+    response = await upstream.post(server.url + "/more", {}, b"{}")
+    assert (response.status, await response.read()) == (200, b"first")
+    await asyncio.sleep(0.1)
+    again = await upstream.post(server.url + "/after", {}, b"{}")
+    assert (again.status, await again.read()) == (200, b"fresh")
+    assert server.connections == 2
