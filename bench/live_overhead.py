@@ -36,7 +36,7 @@ not a test: it always exits 0 once it has measured.
     .venv/bin/python bench/live_overhead.py [--duration 5] [--concurrency 1,16,64] [--rate 500]
                                             [--generator auto|wrk|python] [--redis URL]
                                             [--log-level info|warning] [--no-floor]
-                                            [--otel [--base-src DIR]]
+                                            [--otel [--base-src DIR]] [--src DIR]
 
 ``--otel`` (issue 29) adds **traced**: a second ``relay serve`` with tracing on (``RELAY_OTEL_ENDPOINT``
 = ``bench/otlp_sink.py``, a local sink that answers every export; ratio 1.0: every request a server

@@ -8,7 +8,7 @@ skip the numbers the SSA never issues (area 000, 666, 9xx; group 00; serial 0000
 positive rate is measured on the labelled corpus in ``tests/unit/domain/pii_corpus.py``.
 
 Why the pre-checks. Python's regex engine costs ≈ 20 ns per character it tries a pattern at, so a
-2 KB prompt costs 40–150 µs per detector even when nothing matches. An ASCII text (most prompts) is
+2 KB prompt costs 40–190 µs per detector even when nothing matches. An ASCII text (most prompts) is
 first mapped with one ``bytes.translate`` (≈ 2 ns per character) to the characters a match could be
 made of, and the pattern runs only if that map holds a run as long as the shortest match: a card
 number is ≥ 13 characters of digits, spaces and dashes; an IPv4 address ≥ 7 of digits and dots; an
