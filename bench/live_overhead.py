@@ -36,7 +36,7 @@ not a test: it always exits 0 once it has measured.
     .venv/bin/python bench/live_overhead.py [--duration 5] [--concurrency 1,16,64] [--rate 500]
                                             [--generator auto|wrk|python] [--redis URL]
                                             [--log-level info|warning] [--no-floor]
-                                            [--otel [--base-src DIR]]
+                                            [--otel [--base-src DIR]] [--src DIR]
 
 ``--otel`` (issue 29) adds **traced**: a second ``relay serve`` with tracing on (``RELAY_OTEL_ENDPOINT``
 = ``bench/otlp_sink.py``, a local sink that answers every export; ratio 1.0: every request a server
@@ -92,7 +92,14 @@ from common import (
     write_wrk_script,
     wrk_version,
 )
-from guard_mode import GUARD_POLICY, STREAM_GUARD_POLICY, guard_catalog, guard_lines, guard_runs
+from guard_mode import (
+    GUARD_POLICY,
+    STREAM_GUARD_POLICY,
+    TWO_GUARD_POLICY,
+    guard_catalog,
+    guard_lines,
+    guard_runs,
+)
 
 UPSTREAM_KEY = "sk-bench-upstream"
 MODEL = "bench-model"
@@ -343,6 +350,7 @@ def run_guard_mode(args: argparse.Namespace, relay: Relay, via: Target, pids: di
         relay_url=via.url,
         plain_headers=dict(via.headers),
         guard_headers={"Authorization": f"Bearer {mint_key(relay, GUARD_POLICY)}"},
+        two_guard_headers={"Authorization": f"Bearer {mint_key(relay, TWO_GUARD_POLICY)}"},
         stream_guard_headers={"Authorization": f"Bearer {mint_key(relay, STREAM_GUARD_POLICY)}"},
         concurrency=args.guard_concurrency,
         rounds=args.guard_rounds,
@@ -779,6 +787,13 @@ def main() -> None:
         "before tracing) as target base, for tracing off vs the build before it",
     )
     parser.add_argument(
+        "--src",
+        metavar="DIR",
+        type=Path,
+        help="run the relay under test from this src/ directory (e.g. a worktree of the base commit), "
+        "so two builds are measured by the same benchmark, run back to back",
+    )
+    parser.add_argument(
         "--rounds",
         type=int,
         default=1,
@@ -799,7 +814,8 @@ def main() -> None:
     parser.add_argument(
         "--guardrails",
         action="store_true",
-        help="also measure two regex + one PII input guardrail on a 2 KB request vs the plain policy "
+        help="also measure input guardrails on a 2 KB request vs the plain policy — two (a regex + "
+        "PII, issue 33's case) and three (two regexes + PII) — and a stream output guardrail "
         "(bench/guard_mode.py), interleaved, relay CPU per request",
     )
     parser.add_argument("--guard-concurrency", type=int, default=16, help="closed-loop connections")
@@ -838,6 +854,7 @@ def main() -> None:
             tmp,
             extra_env={"RELAY_REDIS_URL": args.redis} if args.redis else None,
             log_level=args.log_level,
+            src=args.src.resolve() if args.src else SRC,
         )
         key = configure(relay, upstream, budget=args.budget, cache=args.cache, guard=args.guardrails)
         direct = Target(

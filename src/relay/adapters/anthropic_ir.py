@@ -21,7 +21,7 @@ from typing import Any, Final
 from . import ir
 from .chat_ir import append
 from .json_codec import dumps, loads
-from .params import check_rest, invalid, obj, present, unsupported
+from .params import check_rest, invalid, obj, unsupported
 
 MAPPED: Final = frozenset(
     {
@@ -238,7 +238,12 @@ def request_to_anthropic(req: ir.Request, default_max_tokens: int) -> dict[str, 
         choice = {**(choice or {"type": "auto"}), "disable_parallel_tool_use": True}
     if choice is not None:
         out["tool_choice"] = choice
-    out.update(present(temperature=req.temperature, top_p=req.top_p, stop_sequences=req.stop))
+    if req.temperature is not None:
+        out["temperature"] = req.temperature
+    if req.top_p is not None:
+        out["top_p"] = req.top_p
+    if req.stop is not None:
+        out["stop_sequences"] = req.stop
     if req.user is not None:
         out["metadata"] = {"user_id": req.user}
     if req.stream:
@@ -246,20 +251,23 @@ def request_to_anthropic(req: ir.Request, default_max_tokens: int) -> dict[str, 
     return out
 
 
+def _count(raw: dict[str, Any], name: str, default: int) -> int:
+    value = raw.get(name)
+    return value if type(value) is int and value >= 0 else default
+
+
 def anthropic_usage(usage: Any, base: ir.Usage | None = None) -> ir.Usage:
     """IR usage from a Messages ``usage`` object; fields it lacks keep ``base``'s values (streams)."""
     raw = usage if isinstance(usage, dict) else {}
-    prev = base or ir.Usage()
-    prev_plain = prev.input_tokens - prev.cached_tokens - prev.cache_write_tokens
-
-    def field(name: str, default: int) -> int:
-        value = raw.get(name)
-        return value if type(value) is int and value >= 0 else default
-
-    read = field("cache_read_input_tokens", prev.cached_tokens)
-    write = field("cache_creation_input_tokens", prev.cache_write_tokens)
-    plain = field("input_tokens", prev_plain)
-    return ir.Usage(plain + read + write, field("output_tokens", prev.output_tokens), read, write)
+    if base is None:
+        read = _count(raw, "cache_read_input_tokens", 0)
+        write = _count(raw, "cache_creation_input_tokens", 0)
+        plain = _count(raw, "input_tokens", 0)
+        return ir.Usage(plain + read + write, _count(raw, "output_tokens", 0), read, write)
+    read = _count(raw, "cache_read_input_tokens", base.cached_tokens)
+    write = _count(raw, "cache_creation_input_tokens", base.cache_write_tokens)
+    plain = _count(raw, "input_tokens", base.input_tokens - base.cached_tokens - base.cache_write_tokens)
+    return ir.Usage(plain + read + write, _count(raw, "output_tokens", base.output_tokens), read, write)
 
 
 def usage_to_anthropic(usage: ir.Usage) -> dict[str, Any]:

@@ -131,9 +131,10 @@ def _messages(messages: Any, adapter: str) -> tuple[list[str], list[ir.Message]]
     for index, message in enumerate(messages):
         if not isinstance(message, dict):
             raise invalid(f"messages[{index}] must be an object")
-        for name, value in message.items():
-            if name not in _MESSAGE_FIELDS and value is not None:
-                raise unsupported(f"messages[].{name}", adapter)
+        if not message.keys() <= _MESSAGE_FIELDS:  # one set comparison for the usual message
+            for name, value in message.items():
+                if name not in _MESSAGE_FIELDS and value is not None:
+                    raise unsupported(f"messages[].{name}", adapter)
         role, content = message.get("role"), message.get("content")
         if role in ("system", "developer"):
             system.append(_plain_text(content, "messages[]", adapter))
@@ -351,8 +352,14 @@ def tool_call_json(call: ir.ToolCall) -> dict[str, Any]:
 
 
 def response_to_chat(resp: ir.Response, model: str) -> dict[str, Any]:
-    text = "".join(p.text for p in resp.content if isinstance(p, ir.Text))
-    calls = [tool_call_json(p) for p in resp.content if isinstance(p, ir.ToolCall)]
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for part in resp.content:
+        if isinstance(part, ir.Text):
+            texts.append(part.text)
+        else:
+            calls.append(tool_call_json(part))
+    text = texts[0] if len(texts) == 1 else "".join(texts)
     message: dict[str, Any] = {"role": "assistant", "content": text or None, "refusal": None}
     if calls:
         message["tool_calls"] = calls

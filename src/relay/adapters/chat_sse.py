@@ -84,19 +84,23 @@ class ChatDecoder:
 
 
 class ChatEncoder:
-    __slots__ = ("_base", "_include_usage", "_model", "_usage", "ended")
+    __slots__ = ("_base", "_include_usage", "_model", "_prefix", "_usage", "ended")
 
     def __init__(self, model: str, include_usage: bool = False) -> None:
         self._model = model
         self._include_usage = include_usage
         self._base: dict[str, Any] | None = None
+        self._prefix: bytes | None = None  # every chunk's bytes up to its ``choices`` list
         self._usage = ir.Usage()
         self.ended = False
 
     def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
-        base = self._start("", None)
+        """``data: {**base, "choices": [choice]}``, with the base (the same in every chunk) written once."""
+        prefix = self._prefix
+        if prefix is None:
+            prefix = self._prefix = b"data: " + dumps(self._start("", None))[:-1] + b',"choices":['
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-        return b"data: " + dumps({**base, "choices": [choice]}) + b"\n\n"
+        return prefix + dumps(choice) + b"]}\n\n"
 
     def _start(self, resp_id: str, created: int | None) -> dict[str, Any]:
         if self._base is None:

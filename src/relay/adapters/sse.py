@@ -77,6 +77,13 @@ class EventSplitter:
 
 def event_data(buf: bytes, start: int, end: int) -> bytes | None:
     """The payload of the event ``buf[start:end]``: its ``data:`` lines joined by ``\\n``; None if none."""
+    last = buf.rfind(b"\n", start, end) + 1 or start
+    if (
+        buf.startswith(b"data:", last, end)
+        and buf.find(b"data:", start, last) == -1
+        and buf.find(b"\r", start, end) == -1
+    ):  # the usual event: one data line, its last (no copy of the block, no split)
+        return buf[last + 6 : end] if last + 5 < end and buf[last + 5] == 0x20 else buf[last + 5 : end]
     block = buf[start:end]
     lines = block.splitlines() if b"\r" in block else block.split(b"\n")
     data: bytes | None = None

@@ -52,10 +52,13 @@ class Guardrail:
         """Non-overlapping matches in text order, each with what replaces it on a redact."""
         found: list[Match] = []
         for pattern in self.patterns:
-            found.extend((m.start(), m.end(), REDACTED) for m in pattern.finditer(text))
+            for m in pattern.finditer(text):
+                found.append((m.start(), m.end(), REDACTED))
         for pii_type in self.pii:
-            label = f"[REDACTED:{pii_type}]"
-            found.extend((start, end, label) for start, end in find(pii_type, text))
+            pii_spans = find(pii_type, text)
+            if pii_spans:  # the usual text holds none: no label, no generator
+                label = f"[REDACTED:{pii_type}]"
+                found.extend((start, end, label) for start, end in pii_spans)
         return merged(found)
 
     def redacted(self, text: str) -> str:

@@ -7,6 +7,14 @@ plus that check: card numbers pass Luhn, IBANs pass ISO 7064 mod 97, IPv4 octets
 skip the numbers the SSA never issues (area 000, 666, 9xx; group 00; serial 0000). Their false
 positive rate is measured on the labelled corpus in ``tests/unit/domain/pii_corpus.py``.
 
+Why the pre-checks. Python's regex engine costs ≈ 20 ns per character it tries a pattern at, so a
+2 KB prompt costs 40–190 µs per detector even when nothing matches. An ASCII text (most prompts) is
+first mapped with one ``bytes.translate`` (≈ 2 ns per character) to the characters a match could be
+made of, and the pattern runs only if that map holds a run as long as the shortest match: a card
+number is ≥ 13 characters of digits, spaces and dashes; an IPv4 address ≥ 7 of digits and dots; an
+IBAN ≥ 15 of capitals, digits and spaces. No match is skipped: the check is a necessary condition.
+Texts with other characters skip it (``\\d`` also matches other scripts' digits).
+
 Invariants: a detector returns non-overlapping ``(start, end)`` spans in order; it reads the text
 only (no I/O), and texts without a digit or an ``@`` cost one scan of the string.
 """
@@ -30,6 +38,28 @@ _DIGITS = re.compile(r"\d")
 _NUMBER_CHARS = frozenset("0123456789-")
 
 
+def _ascii_map(kept: bytes) -> bytes:
+    """A ``bytes.translate`` table: the ``kept`` bytes → ``0``, every other byte → ``x``."""
+    return bytes(0x30 if b in kept else 0x78 for b in range(256))
+
+
+_DIGIT_BYTES = b"0123456789"
+_CARD_CHARS = _ascii_map(_DIGIT_BYTES + b" -")
+_IPV4_CHARS = _ascii_map(_DIGIT_BYTES + b".")
+_IBAN_CHARS = _ascii_map(_DIGIT_BYTES + b" ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_CARD_RUN = b"0" * 13  # \d[\d -]{11,40}\d
+_IPV4_RUN = b"0" * 7  # (?:\d{1,3}\.){3}\d{1,3}
+_IBAN_RUN = b"0" * 15  # [A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}
+
+
+def _may_hold(text: str, chars: bytes, run: bytes) -> bool:
+    """False only when no match can be in ``text``: it is ASCII and has no ``len(run)`` characters in a
+    row of those ``chars`` keeps (see the module docstring)."""
+    if not text.isascii():
+        return True
+    return run in text.encode("ascii").translate(chars)
+
+
 def _email(text: str) -> list[Span]:
     if "@" not in text:
         return []
@@ -37,6 +67,8 @@ def _email(text: str) -> list[Span]:
 
 
 def _ipv4(text: str) -> list[Span]:
+    if not _may_hold(text, _IPV4_CHARS, _IPV4_RUN):
+        return []
     spans = []
     for m in _IPV4.finditer(text):
         try:
@@ -81,6 +113,8 @@ def luhn_valid(digits: str) -> bool:
 
 
 def _credit_card(text: str) -> list[Span]:
+    if not _may_hold(text, _CARD_CHARS, _CARD_RUN):
+        return []
     spans = []
     for m in _CARD.finditer(text):
         group = m.group()
@@ -106,6 +140,8 @@ def iban_valid(candidate: str) -> bool:
 
 
 def _iban(text: str) -> list[Span]:
+    if not _may_hold(text, _IBAN_CHARS, _IBAN_RUN):
+        return []
     return [m.span() for m in _IBAN.finditer(text) if iban_valid(m.group())]
 
 

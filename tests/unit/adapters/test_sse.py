@@ -56,6 +56,26 @@ def test_event_data() -> None:
     assert event_data(crlf, 0, len(crlf)) == b"x"
 
 
+def _data_by_lines(block: bytes) -> bytes | None:
+    """The payload read line by line (the definition ``event_data``'s shortcut must agree with)."""
+    data: bytes | None = None
+    for line in block.splitlines() if b"\r" in block else block.split(b"\n"):
+        if line.startswith(b"data:"):
+            value = line[6:] if line[5:6] == b" " else line[5:]
+            data = value if data is None else data + b"\n" + value
+    return data
+
+
+def test_event_data_agrees_with_reading_line_by_line_on_any_block() -> None:
+    rng = random.Random(7)
+    pieces = [b"data:", b"data: ", b"event: x", b"\n", b"\r\n", b"{}", b"data", b" ", b":", b"id: 1", b"x"]
+    for _ in range(5000):
+        block = b"".join(rng.choice(pieces) for _ in range(rng.randrange(0, 7)))
+        pad = rng.choice([b"", b"data: before\n\n"])
+        buf = pad + block + rng.choice([b"", b"\n\n", b"data: after"])
+        assert event_data(buf, len(pad), len(pad) + len(block)) == _data_by_lines(block), block
+
+
 def test_has_object_key() -> None:
     assert has_object_key(b'{"usage" :\t{"a":1}}', b'"usage"')
     assert not has_object_key(b'{"usage":null}', b'"usage"')

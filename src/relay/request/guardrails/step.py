@@ -19,7 +19,7 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import aiohttp
 import orjson
@@ -67,9 +67,9 @@ class Verdict:
         return any(a["action"] == "redact" for a in self.applied)
 
 
-@dataclass(frozen=True, slots=True)
-class Asked:
-    """Who a webhook is told the texts belong to."""
+class Asked(NamedTuple):
+    """Who a webhook is told the texts belong to (a tuple: built on every guarded request, read only
+    when a webhook is asked)."""
 
     model: str
     project_id: str

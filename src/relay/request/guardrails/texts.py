@@ -20,6 +20,7 @@ from typing import Any
 
 _TEXT_KEYS = ("system", "instructions", "prompt", "input", "messages", "content", "text", "output")
 _RESPONSE_KEYS = ("choices", "message")
+_KEYS = _TEXT_KEYS + _RESPONSE_KEYS  # in this order: a text's place in the list a webhook is sent
 _NOT_TEXT = frozenset(("tool_use", "function_call", "image", "image_url", "input_image", "server_tool_use"))
 
 
@@ -47,7 +48,7 @@ def slots(body: Any) -> list[Slot]:
 def _walk_object(node: dict[str, Any], found: list[Slot]) -> None:
     if node.get("type") in _NOT_TEXT:
         return
-    for key in _TEXT_KEYS + _RESPONSE_KEYS:
+    for key in _KEYS:
         if key in node:
             _walk_value(node, key, found)
 
