@@ -27,8 +27,11 @@ class Discard(Exception):
         self.attempts = attempts
 
 
-def principal_of(batch: BatchRecord, snap: Snapshot) -> Principal:
-    """The submitter as of NOW: the credential re-checked (§3 rules), the recorded policy current."""
+def principal_of(batch: BatchRecord, snap: Snapshot, known: Principal | None = None) -> Principal:
+    """The submitter as of NOW: the credential re-checked (§3 rules), the recorded policy current.
+    ``known``: what this answered before for the same ``batch`` record (the claim's items share
+    one); reused, not rebuilt, while its policy is still the snapshot's (the rest comes from the
+    record). The checks run every time: a credential may expire between two items."""
     claims: TokenClaims | None = None
     if batch.key_hash is not None:
         reason = recheck_key(batch.key_hash, snap)
@@ -42,6 +45,8 @@ def principal_of(batch: BatchRecord, snap: Snapshot) -> Principal:
         raise Discard("policy_unavailable", f'policy unavailable: policy "{batch.policy_name}" was deleted')
     if not policy.enabled:
         raise Discard("policy_unavailable", f'policy unavailable: policy "{policy.name}" is disabled')
+    if known is not None and known.policy is policy:
+        return known
     return build_principal(  # key_payload_logging stays off: SPEC §9, batch items are never captured
         policy,
         key_hash=batch.key_hash,

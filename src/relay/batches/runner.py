@@ -6,9 +6,9 @@ is enabled → routing → shape check, then admission at the policy's batch sha
 item starts; :meth:`ItemRunner.run` then sends it through the same glue as a live request: the one
 routing step (``request.fallbacks.route``), the one ``Call`` builder (``Call.routed``),
 ``Pipeline.run`` (never a copy of routing, limits or key selection) and the one usage-event builder
-(``usage.event``), unstreamed and bounded by ``RELAY_BATCH_ITEM_TIMEOUT_S`` (counted from ``run``: time
-held back by pacing never counts). :meth:`ItemRunner.release` gives back an admission that was not
-used. Under a policy with a response cache (SPEC §19) an item is looked up before its admission: a
+(``usage.event``), unstreamed and bounded by ``RELAY_BATCH_ITEM_TIMEOUT_S`` (counted from ``run``, one
+timer for all items: ``relay.batches.deadlines``). :meth:`ItemRunner.release` gives back an unused
+admission. Under a policy with a response cache (SPEC §19) an item is looked up before its admission: a
 hit is admitted by the requests and concurrency rules only and completes with the stored body, no
 upstream call; a miss keeps its completed body. Under ``pacing: "wait"`` an item without room (a spent
 share, ``max_concurrency``, every key of its host open) raises :class:`ItemHeld` and the worker pool
@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from relay.batches.admissions import BlockAdmissions
+from relay.batches.deadlines import ItemDeadlines
 from relay.batches.holds import OPEN_KEYS, ItemHeld
 from relay.batches.item_checks import Discard, parse_item, principal_of, route_item
 from relay.batches.item_result import ItemResult, response_lost
@@ -107,10 +108,12 @@ class ItemRunner:
         self._pipeline = pipeline
         self._snapshot = snapshot
         self._instance_id = instance_id
-        self._timeout_s = item_timeout_s
+        self._timed_out = f"timeout: item ran longer than RELAY_BATCH_ITEM_TIMEOUT_S ({item_timeout_s:g} s)"
+        self._deadlines = ItemDeadlines(item_timeout_s)  # every item's budget, one timer for all
         self._max_tokens = translate_max_tokens  # RELAY_TRANSLATE_DEFAULT_MAX_TOKENS (SPEC §17 translate)
         self._metrics = metrics  # the live plane's families: upstream latency, tokens, cost (SPEC §12)
         self._admissions = BlockAdmissions(pipeline)
+        self._principal: tuple[BatchRecord | None, Principal | None] = (None, None)  # the last one built
 
     @property
     def admissions(self) -> BlockAdmissions:
@@ -144,7 +147,9 @@ class ItemRunner:
         try:
             raw = await self._load(batch, idx, prefetched)
             snap = self._snapshot()
-            principal = principal_of(batch, snap)
+            last_batch, known = self._principal
+            principal = principal_of(batch, snap, known if last_batch is batch else None)
+            self._principal = (batch, principal)
             body = parse_item(raw)
             requested = body.get("model")
             prepared.model = requested if isinstance(requested, str) else ""
@@ -196,27 +201,27 @@ class ItemRunner:
         call, reservation = prepared.call, prepared.reservation
         assert call is not None and reservation is not None
         prepared.reservation = None  # the pipeline owns it now: it commits it on every outcome
-        batch = prepared.item.batch
         try:
-            budget = asyncio.timeout(self._timeout_s)
+            deadline = self._deadlines.enter()
             try:
-                async with budget:
-                    outcome = await self._pipeline.run(call, reservation)
+                outcome = await self._pipeline.run(call, reservation)
                 prepared.plan = call.plan  # the plan that answered: a fallback's, after one
+            except asyncio.CancelledError:
+                if not self._deadlines.leave(deadline):
+                    raise  # a cancel or a shutdown, not the item's budget: the worker pool's business
+                raise Discard("timeout", self._timed_out, attempts=call.attempts) from None
             except TimeoutError:
-                if not budget.expired():
+                if not deadline.expired:
                     raise  # not the item's budget: a bug somewhere below, reported as such
-                raise Discard(
-                    "timeout",
-                    f"timeout: item ran longer than RELAY_BATCH_ITEM_TIMEOUT_S ({self._timeout_s:g} s)",
-                    attempts=call.attempts,
-                ) from None
+                raise Discard("timeout", self._timed_out, attempts=call.attempts) from None
             except UpstreamUnavailable as exc:
                 raise Discard(exc.code, exc.message, status=exc.last_status, attempts=exc.attempts) from None
             except RelayError as exc:  # no_healthy_keys and the rest of the pipeline's refusals
                 if exc.code == "no_healthy_keys" and call.principal.policy.batch.pacing == "wait":
-                    raise ItemHeld(batch.policy_id, PROBE_RECHECK_S, OPEN_KEYS) from None
+                    raise ItemHeld(prepared.item.batch.policy_id, PROBE_RECHECK_S, OPEN_KEYS) from None
                 raise Discard(exc.code, exc.message) from None
+            finally:
+                self._deadlines.leave(deadline)  # a no-op after the CancelledError branch's
         except Discard as failure:
             return self._discarded(prepared, failure)
         result = await self._answered(prepared, outcome)
@@ -371,12 +376,8 @@ class ItemRunner:
     def failed(self, item: ClaimedItem, exc: BaseException) -> ItemResult:
         """An unexpected error inside Relay (a bug or an outage): the item is discarded, not left running."""
         message = f"internal error: {type(exc).__name__}"
-        return ItemResult(
-            "discarded",
-            None,
-            message,
-            item_event(item.batch, item.idx, error_kind="internal", error_message=message),
-        )
+        event = item_event(item.batch, item.idx, error_kind="internal", error_message=message)
+        return ItemResult("discarded", None, message, event)
 
     async def _load(
         self, batch: BatchRecord, idx: int, prefetched: asyncio.Future[bytes | None] | None

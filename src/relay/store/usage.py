@@ -176,10 +176,19 @@ def _bulk_insert(dialect: Dialect) -> _BulkInsert:
         for position, name in enumerate(names):
             step = _E.c[name].type.dialect_impl(dialect).bind_processor(dialect)
             if step is not None:
-                converted.append((position, step))
+                converted.append((position, _none_once(step)))
         bulk = _BulkInsert(str(compiled), operator.itemgetter(*names), tuple(converted))
         _BULK_INSERTS[(dialect.name, dialect.driver)] = bulk
     return bulk
+
+
+def _none_once(step: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``step``, with what it makes of None computed once: a JSON column's step serialises None to
+    ``'null'`` with ``json.dumps`` on every row, and most events have no guardrails."""
+    none = step(None)
+    if none is None:
+        return step
+    return lambda value: none if value is None else step(value)
 
 
 async def insert_events(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]) -> None:

@@ -329,9 +329,15 @@ class BatchMetrics:
             self.duration.labels(state)
         self._busy_slots = self.workers.labels("busy")
         self._idle_slots = self.workers.labels("idle")
+        self._busy = -1
         self.busy(0)
 
     def busy(self, running: int) -> None:
+        """Called at every slot change, several times per item: the gauges (a lock each) are set only
+        when the count moved."""
+        if running == self._busy:
+            return
+        self._busy = running
         self._busy_slots.set(running)
         self._idle_slots.set(max(self.size - running, 0))
 

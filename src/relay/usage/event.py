@@ -18,13 +18,12 @@ Invariants. An event never holds a body or a credential (only the key's sha256, 
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from relay.domain.batch_record import CANCELLED_ERROR
-from relay.domain.ids import mint_id
+from relay.domain.ids import mint_id, random_hex
 from relay.pricing import binding_cost
 
 if TYPE_CHECKING:  # types only: the pipeline never imports this module
@@ -235,7 +234,7 @@ def item_event(
     return usage_event(
         batch,
         source="batch",
-        request_id=uuid.uuid4().hex,
+        request_id=random_hex(16),
         inbound_shape=batch.inbound_shape,
         streamed=False,
         latency_ms=latency_ms,
