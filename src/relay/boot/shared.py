@@ -123,7 +123,7 @@ def build_shared(settings: Settings) -> Shared:
         writer=UsageWriter(engine, registry),
         pipeline=pipeline,
         cache=build_cache(settings, metrics),
-        guardrails=GuardrailStep(metrics.guardrail_actions, metrics.guardrail_webhook_failures),
+        guardrails=GuardrailStep(metrics.guardrail_actions, metrics.guardrail_webhook_failures, upstream),
         # The exporter's thread starts here and only queues until a span ends; no I/O before then.
         tracer=start_tracing(settings, metrics.otel_spans_dropped),
     )
@@ -191,7 +191,6 @@ def foundation_services(shared: Shared) -> list[Service]:
         shared.reloader,
         Stage("shared state", open_state, shared.state.close),
         Stage("response cache", stop=shared.cache.store.close),
-        Stage("guardrail webhooks", stop=shared.guardrails.close),
         Stage("rate limiter", stop=shared.limiter.close),  # its lease renewer stops before the state
         Stage("upstream client", shared.upstream.start, shared.upstream.close),
         shared.writer,

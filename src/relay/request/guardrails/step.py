@@ -21,12 +21,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
-import aiohttp
 import orjson
 
 from relay.domain.guardrails import Guardrail
 from relay.errors import RelayError
 from relay.request.guardrails.texts import slots
+from relay.upstream import Upstream, UpstreamConnectionError, UpstreamTimeout
 
 log = logging.getLogger("relay.guardrails")
 BLOCKED = "guardrail_blocked"
@@ -77,15 +77,12 @@ class Asked(NamedTuple):
 
 
 class GuardrailStep:
-    def __init__(self, actions: _Family, webhook_failures: _Family) -> None:
+    def __init__(self, actions: _Family, webhook_failures: _Family, client: Upstream | None = None) -> None:
+        """``client``: the process's upstream client, which webhook guardrails are posted through (a
+        step without one has only regex and PII guardrails to run, as in the benches)."""
         self._actions = actions
         self._failures = webhook_failures
-        self._session: aiohttp.ClientSession | None = None
-
-    async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        self._client = client
 
     def acted(self, guardrail: Guardrail, stage: str, action: str, applied: list[dict[str, str]]) -> None:
         """Count one block or redaction and list it for the usage event."""
@@ -133,9 +130,10 @@ class GuardrailStep:
         try:
             answer = await asyncio.wait_for(self._post(hook.url, body), hook.timeout_ms / 1000)
             return _read_answer(answer, len(texts))
-        except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:
+        except (TimeoutError, UpstreamTimeout, UpstreamConnectionError, ValueError) as exc:
             self._failures.labels(guardrail.name).inc()
-            reason = "timed out" if isinstance(exc, TimeoutError) else str(exc)[:200] or type(exc).__name__
+            timed_out = isinstance(exc, TimeoutError | UpstreamTimeout)
+            reason = "timed out" if timed_out else str(exc)[:200] or type(exc).__name__
             log.warning(
                 "guardrail webhook failed",
                 extra={
@@ -148,12 +146,11 @@ class GuardrailStep:
             return ("allow" if hook.fail == "open" else "block"), None
 
     async def _post(self, url: str, body: bytes) -> Any:
-        if self._session is None:
-            self._session = aiohttp.ClientSession()
-        async with self._session.post(url, data=body, headers={"content-type": "application/json"}) as resp:
-            raw = await resp.read()
-            if not 200 <= resp.status < 300:
-                raise ValueError(f"answered {resp.status}")
+        assert self._client is not None, "webhook guardrails need the upstream client"
+        response = await self._client.post(url, {"content-type": "application/json"}, body)
+        raw = await response.read()
+        if not 200 <= response.status < 300:
+            raise ValueError(f"answered {response.status}")
         return orjson.loads(raw)
 
 
