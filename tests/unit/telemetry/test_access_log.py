@@ -153,3 +153,44 @@ async def test_console_lines_are_written_in_batches_too(logger: logging.Logger) 
     assert len(lines) == 2 and stream.writes == 1
     assert "INFO" in lines[0] and "request request_id=req_a status=200" in lines[0]
     assert lines[1].endswith("request request_id=req_b status=404")
+
+
+async def test_the_shipped_handler_gets_lines_built_without_a_record_each(
+    logger: logging.Logger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``configure_logging``'s handler carries the ``OncePerProcess`` filter, which never acts on an
+    access line: its lines take the record-free path (``JsonFormatter.info_line``), the same line."""
+    from relay.telemetry.logs import OncePerProcess
+
+    stream = Writes()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    handler.addFilter(OncePerProcess())  # as configure_logging installs it
+    logger.addHandler(handler)
+    fields = {"request_id": "req_1", "status": 200}
+
+    def no_records(self: JsonFormatter, record: logging.LogRecord) -> str:
+        raise AssertionError("an access line went through a LogRecord")
+
+    monkeypatch.setattr(JsonFormatter, "format", no_records)
+    access = AccessLog(logger, on_drop=lambda n: None)
+    access.write(dict(fields))
+    access.flush()
+    monkeypatch.undo()
+    record = logger.makeRecord(logger.name, logging.INFO, "", 0, "request", (), None, extra=dict(fields))
+    record.created = json_ts(stream.getvalue())
+    assert stream.getvalue() == JsonFormatter().format(record) + "\n"
+
+
+async def test_a_handler_with_another_filter_still_gets_records(logger: logging.Logger) -> None:
+    """A filter Relay does not know may drop or change a line: it sees each line as a record."""
+    stream = Writes()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    handler.addFilter(lambda record: getattr(record, "status", 0) != 404)
+    logger.addHandler(handler)
+    access = AccessLog(logger, on_drop=lambda n: None)
+    access.write({"request_id": "req_a", "status": 200})
+    access.write({"request_id": "req_b", "status": 404})
+    access.flush()
+    assert [json.loads(line)["request_id"] for line in stream.getvalue().splitlines()] == ["req_a"]
