@@ -251,6 +251,9 @@ def request_to_anthropic(req: ir.Request, default_max_tokens: int) -> dict[str, 
     return out
 
 
+_NO_USAGE: Final = ir.Usage()  # the base of a usage read on its own (read only, never changed)
+
+
 def _count(raw: dict[str, Any], name: str, default: int) -> int:
     value = raw.get(name)
     return value if type(value) is int and value >= 0 else default
@@ -259,15 +262,11 @@ def _count(raw: dict[str, Any], name: str, default: int) -> int:
 def anthropic_usage(usage: Any, base: ir.Usage | None = None) -> ir.Usage:
     """IR usage from a Messages ``usage`` object; fields it lacks keep ``base``'s values (streams)."""
     raw = usage if isinstance(usage, dict) else {}
-    if base is None:
-        read = _count(raw, "cache_read_input_tokens", 0)
-        write = _count(raw, "cache_creation_input_tokens", 0)
-        plain = _count(raw, "input_tokens", 0)
-        return ir.Usage(plain + read + write, _count(raw, "output_tokens", 0), read, write)
-    read = _count(raw, "cache_read_input_tokens", base.cached_tokens)
-    write = _count(raw, "cache_creation_input_tokens", base.cache_write_tokens)
-    plain = _count(raw, "input_tokens", base.input_tokens - base.cached_tokens - base.cache_write_tokens)
-    return ir.Usage(plain + read + write, _count(raw, "output_tokens", base.output_tokens), read, write)
+    prev = base or _NO_USAGE
+    read = _count(raw, "cache_read_input_tokens", prev.cached_tokens)
+    write = _count(raw, "cache_creation_input_tokens", prev.cache_write_tokens)
+    plain = _count(raw, "input_tokens", prev.input_tokens - prev.cached_tokens - prev.cache_write_tokens)
+    return ir.Usage(plain + read + write, _count(raw, "output_tokens", prev.output_tokens), read, write)
 
 
 def usage_to_anthropic(usage: ir.Usage) -> dict[str, Any]:

@@ -28,7 +28,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from relay.telemetry.logs import JsonFormatter, OncePerProcess
+from relay.telemetry.logs import JsonFormatter
 
 #: How long a line waits for its batch: short enough that a tail of the log looks live.
 FLUSH_AFTER_S = 0.05
@@ -81,7 +81,7 @@ class AccessLog:
             # A plain StreamHandler (what configure_logging installs) gets one write; any other
             # handler (a subclass such as a test's capture, a file or queue handler) its records.
             plain = type(handler) is logging.StreamHandler
-            if plain and _passes_every_line(handler) and type(handler.formatter) is JsonFormatter:
+            if plain and not handler.filters and type(handler.formatter) is JsonFormatter:
                 assert isinstance(handler, logging.StreamHandler)
                 self._write_json(handler, pending)
                 continue
@@ -141,13 +141,6 @@ class _NoLock:
 
 
 _NO_LOCK = _NoLock()
-
-
-def _passes_every_line(handler: logging.Handler) -> bool:
-    """True when no filter of ``handler`` can drop or change an access line: none, or only the
-    ``OncePerProcess`` that ``configure_logging`` installs (it acts on uvicorn's lifecycle lines alone),
-    so the lines can be built without a record each."""
-    return all(type(f) is OncePerProcess and "request" not in f.TEMPLATES for f in handler.filters)
 
 
 def _handlers(logger: logging.Logger) -> list[logging.Handler]:

@@ -156,7 +156,12 @@ class OncePerProcess(logging.Filter):
 def configure_logging(level: str, fmt: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else ConsoleFormatter())
-    handler.addFilter(OncePerProcess())
+    # On the logger that writes the lifecycle lines, not on the handler: every other line (the access
+    # log's batches above all) reaches a handler with no filter to consult.
+    lifecycle = logging.getLogger("uvicorn.error")
+    for stale in [f for f in lifecycle.filters if isinstance(f, OncePerProcess)]:
+        lifecycle.removeFilter(stale)
+    lifecycle.addFilter(OncePerProcess())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

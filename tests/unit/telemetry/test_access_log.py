@@ -156,30 +156,38 @@ async def test_console_lines_are_written_in_batches_too(logger: logging.Logger) 
 
 
 async def test_the_shipped_handler_gets_lines_built_without_a_record_each(
-    logger: logging.Logger, monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """``configure_logging``'s handler carries the ``OncePerProcess`` filter, which never acts on an
-    access line: its lines take the record-free path (``JsonFormatter.info_line``), the same line."""
-    from relay.telemetry.logs import OncePerProcess
+    """``configure_logging``'s handler carries no filter (uvicorn's once-per-process filter sits on
+    uvicorn's logger), so access lines take the record-free path (``JsonFormatter.info_line``): the
+    same line the formatter would write."""
+    from relay.telemetry.logs import configure_logging
 
-    stream = Writes()
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(JsonFormatter())
-    handler.addFilter(OncePerProcess())  # as configure_logging installs it
-    logger.addHandler(handler)
-    fields = {"request_id": "req_1", "status": 200}
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    configure_logging("info", "json")
+    try:
+        (handler,) = root.handlers
+        assert isinstance(handler, logging.StreamHandler)
+        stream = Writes()
+        handler.setStream(stream)
+        logger = logging.getLogger(f"relay.test.access.{uuid.uuid4().hex}")  # propagates to the root
+        fields = {"request_id": "req_1", "status": 200}
 
-    def no_records(self: JsonFormatter, record: logging.LogRecord) -> str:
-        raise AssertionError("an access line went through a LogRecord")
+        def no_records(self: JsonFormatter, record: logging.LogRecord) -> str:
+            raise AssertionError("an access line went through a LogRecord")
 
-    monkeypatch.setattr(JsonFormatter, "format", no_records)
-    access = AccessLog(logger, on_drop=lambda n: None)
-    access.write(dict(fields))
-    access.flush()
-    monkeypatch.undo()
-    record = logger.makeRecord(logger.name, logging.INFO, "", 0, "request", (), None, extra=dict(fields))
-    record.created = json_ts(stream.getvalue())
-    assert stream.getvalue() == JsonFormatter().format(record) + "\n"
+        monkeypatch.setattr(JsonFormatter, "format", no_records)
+        access = AccessLog(logger, on_drop=lambda n: None)
+        access.write(dict(fields))
+        access.flush()
+        monkeypatch.undo()
+        record = logger.makeRecord(logger.name, logging.INFO, "", 0, "request", (), None, extra=dict(fields))
+        record.created = json_ts(stream.getvalue())
+        assert stream.getvalue() == JsonFormatter().format(record) + "\n"
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
 
 
 async def test_a_handler_with_another_filter_still_gets_records(logger: logging.Logger) -> None:
