@@ -75,10 +75,9 @@ async def read_body(
 ) -> bytes:
     """The whole request body, refusing (413) anything over ``limit`` before reading it all; a
     disconnect before the end raises :class:`ClientDisconnected` (a partial body is never acted on)."""
-    too_large = PayloadTooLarge(f"{what} is larger than {limit} bytes ({setting})")
     for name, value in scope["headers"]:
         if name == b"content-length" and value.isdigit() and int(value) > limit:
-            raise too_large
+            raise _too_large(what, limit, setting)
     parts: list[bytes] = []
     size = 0
     while True:
@@ -89,11 +88,15 @@ async def read_body(
         if chunk:
             size += len(chunk)
             if size > limit:
-                raise too_large
+                raise _too_large(what, limit, setting)
             parts.append(chunk)
         if not message.get("more_body", False):
             break
     return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _too_large(what: str, limit: int, setting: str) -> PayloadTooLarge:
+    return PayloadTooLarge(f"{what} is larger than {limit} bytes ({setting})")
 
 
 def head(
