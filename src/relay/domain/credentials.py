@@ -28,9 +28,9 @@ class NewKey:
 
 def _builtin_sha256() -> Callable[[bytes], Any]:
     """CPython's own SHA-256, where the build has it. ``hashlib.sha256`` goes through OpenSSL 3, which
-    fetches the algorithm (a provider lookup under locks) on every call: a key's hash cost ≈ 15 µs per
-    request inside a busy ``relay serve`` (py-spy, ``bench/cpu_profile.py``), for 52 bytes. The digest
-    is the same; ``hashlib.sha256`` stays the fallback."""
+    fetches the algorithm (a provider lookup under locks) on every call: a key's hash cost 5–14 µs per
+    request inside a busy ``relay serve`` (py-spy, ``bench/cpu_profile.py``), for 52 bytes
+    (docs/benchmarks.md). The digest is the same; ``hashlib.sha256`` stays the fallback."""
     for module in ("_sha2", "_sha256"):  # 3.12+, 3.11
         try:
             return importlib.import_module(module).sha256  # type: ignore[no-any-return]
