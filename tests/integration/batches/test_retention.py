@@ -275,9 +275,24 @@ async def test_claims_go_on_while_a_sweep_deletes_many_batches(
 ) -> None:
     """A claim of an open batch succeeds between two of the sweep's chunks (the sweep had deleted some
     old batches before the claim and had some left after it), many times over: no long transaction or
-    lock holds claims back while a sweep runs."""
+    lock holds claims back while a sweep runs.
+
+    The sweep is held after each chunk until the test has claimed, so the interleaving does not depend
+    on the scheduler or the machine's load; a sweep that kept a transaction or lock across its chunks
+    would make that claim wait for it, and the test would fail on the claim instead of passing."""
     monkeypatch.setattr(deleter_module, "CHUNK_ITEMS", 25)
     monkeypatch.setattr(retention_module, "BATCHES_PER_QUERY", 5)
+    chunk_done, go_on = asyncio.Event(), asyncio.Event()
+    delete_items = retention_store.delete_items
+
+    async def delete_items_then_wait(*args: Any, **kwargs: Any) -> Any:
+        deleted = await delete_items(*args, **kwargs)
+        chunk_done.set()
+        await go_on.wait()
+        go_on.clear()
+        return deleted
+
+    monkeypatch.setattr(retention_store, "delete_items", delete_items_then_wait)
     total = 30
     old_ids = []
     for _ in range(total):  # finished long ago, cheaply: every item cancelled at once
@@ -296,13 +311,20 @@ async def test_claims_go_on_while_a_sweep_deletes_many_batches(
     async with emptied_engine(migrated_url, ()) as replica:  # another replica's connections
         sweep = asyncio.create_task(setup.sweeper().sweep())
         during = 0
-        while not sweep.done():
+        while True:
+            waiting = asyncio.ensure_future(chunk_done.wait())
+            await asyncio.wait([sweep, waiting], return_when=asyncio.FIRST_COMPLETED)
+            if not chunk_done.is_set():
+                waiting.cancel()
+                break  # the sweep ended
+            chunk_done.clear()  # the sweep is between two chunks, holding nothing
             before = await setup.count(t.batches, old)
-            claimed = await queue_ops.claim(replica, "r2", 1)
+            claimed = await asyncio.wait_for(queue_ops.claim(replica, "r2", 1), 30)
             after = await setup.count(t.batches, old)
             assert [c.batch_id for c in claimed] == [open_batch]
             if before < total and after > 0:
                 during += 1
+            go_on.set()
         deleted = await sweep
     assert deleted is not None and deleted.batches == total
     assert during >= 3, f"only {during} claims ran while the sweep was deleting"
