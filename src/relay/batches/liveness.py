@@ -107,13 +107,16 @@ class Liveness:
 
     async def _rescue(self) -> None:
         rescued = await self._store.rescue(
+            by=self._instance_id,
             stale_after_s=self._stale_after_s,
             rescue_after_s=self._rescue_after_s,
             events_for=lambda items: [
                 item_event(r.batch, r.idx, error_kind="worker_lost", error_message=r.error) for r in items
             ],
         )
-        released = await self._store.release_lost_reservations(stale_after_s=self._stale_after_s)
+        released = await self._store.release_lost_reservations(
+            by=self._instance_id, stale_after_s=self._stale_after_s
+        )
         if released:
             log.info("released %d batch items reserved by lost replicas", released)
         if rescued:

@@ -95,8 +95,12 @@ async def held_by(engine: Engine, instance_id: str) -> list[tuple[str, int]]:
     return await _store(engine).held_by(instance_id)
 
 
-async def release_lost_reservations(engine: Engine, *, stale_after_s: float) -> int:
-    return await _store(engine).release_lost_reservations(stale_after_s=stale_after_s)
+RESCUER = "rescuer"
+"""The replica a test's rescue runs as, unless it names one: it holds no item."""
+
+
+async def release_lost_reservations(engine: Engine, *, stale_after_s: float, by: str = RESCUER) -> int:
+    return await _store(engine).release_lost_reservations(by=by, stale_after_s=stale_after_s)
 
 
 async def open_counts(engine: Engine) -> dict[str, int]:
@@ -110,9 +114,10 @@ async def rescue(
     rescue_after_s: float,
     events_for: Callable[[list[RescuedItem]], list[UsageEvent]],
     hooks: FinishHooks = NO_HOOKS,
+    by: str = RESCUER,
 ) -> list[RescuedItem]:
     return await _store(engine, hooks).rescue(
-        stale_after_s=stale_after_s, rescue_after_s=rescue_after_s, events_for=events_for
+        by=by, stale_after_s=stale_after_s, rescue_after_s=rescue_after_s, events_for=events_for
     )
 
 

@@ -63,6 +63,42 @@ async def test_rescue_discards_the_items_of_a_replica_with_a_stale_heartbeat(eng
     )
 
 
+async def test_a_replica_never_rescues_its_own_items_as_lost(engine: AsyncEngine) -> None:
+    """SPEC §10.6: ``worker lost`` is for items of a replica that died. The rescuer's own row can look
+    stale (a heartbeat, then a long wait for the write lock or a stalled loop): its items stay running,
+    another stale replica's are rescued, and the latest bound still applies to its own."""
+    batch_id = await submit(engine, 5)
+    await claim_run(engine, "me", 2)
+    await claim_run(engine, "dead", 2)
+    await set_back(engine, t.batch_workers, "heartbeat_at", 120)  # both rows look stale
+    await queue_ops.claim(engine, "me", 1)  # a reservation (its claim heartbeats: set back once more)
+    await set_back(engine, t.batch_workers, "heartbeat_at", 120)
+
+    rescued = await queue_ops.rescue(
+        engine, by="me", stale_after_s=30, rescue_after_s=900, events_for=rescue_events
+    )
+    assert [(r.idx, r.claimed_by) for r in rescued] == [(2, "dead"), (3, "dead")]
+    assert await queue_ops.release_lost_reservations(engine, by="me", stale_after_s=30) == 0
+    rows = await items(engine, batch_id)
+    assert [(r["state"], r["claimed_by"]) for r in rows] == [
+        ("running", "me"),
+        ("running", "me"),
+        ("discarded", "dead"),
+        ("discarded", "dead"),
+        ("available", "me"),
+    ]
+
+    await set_back(engine, t.batch_items, "claimed_at", 1000)  # past RELAY_BATCH_RESCUE_AFTER_S
+    late = await queue_ops.rescue(
+        engine, by="me", stale_after_s=30, rescue_after_s=900, events_for=rescue_events
+    )
+    assert [(r.idx, r.error) for r in late] == [
+        (i, "worker lost: replica me ran longer than RELAY_BATCH_RESCUE_AFTER_S (900 s)") for i in (0, 1)
+    ]
+    # Another replica sees "me" as lost: its reservation goes back.
+    assert await queue_ops.release_lost_reservations(engine, by="other", stale_after_s=30) == 1
+
+
 async def test_rescue_discards_items_running_past_the_latest_bound(engine: AsyncEngine) -> None:
     batch_id = await submit(engine, 1)
     await claim_run(engine, "r1", 1)

@@ -235,8 +235,8 @@ class BatchStore:
     async def held_by(self, instance_id: str) -> list[tuple[str, int]]:
         return await _liveness.held_by(self._engine, instance_id)
 
-    async def release_lost_reservations(self, *, stale_after_s: float) -> int:
-        return await _liveness.release_lost_reservations(self._engine, stale_after_s=stale_after_s)
+    async def release_lost_reservations(self, *, by: str, stale_after_s: float) -> int:
+        return await _liveness.release_lost_reservations(self._engine, by=by, stale_after_s=stale_after_s)
 
     async def open_counts(self) -> dict[str, int]:
         return await _liveness.open_counts(self._engine)
@@ -244,12 +244,14 @@ class BatchStore:
     async def rescue(
         self,
         *,
+        by: str,
         stale_after_s: float,
         rescue_after_s: float,
         events_for: Callable[[list[RescuedItem]], Sequence[BatchEvent]],
     ) -> list[RescuedItem]:
         return await _liveness.rescue(
             self._engine,
+            by=by,
             stale_after_s=stale_after_s,
             rescue_after_s=rescue_after_s,
             events_for=events_for,

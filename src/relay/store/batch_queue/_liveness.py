@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import bindparam, delete, func, or_, select, tuple_, update
+from sqlalchemy import and_, bindparam, delete, func, or_, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.domain.batch_record import BatchRecord, is_expired, stop_error
@@ -91,16 +91,22 @@ async def held_by(engine: AsyncEngine, instance_id: str) -> list[tuple[str, int]
         return sorted(held)
 
 
-async def release_lost_reservations(engine: AsyncEngine, *, stale_after_s: float) -> int:
+async def release_lost_reservations(engine: AsyncEngine, *, by: str, stale_after_s: float) -> int:
     """Items reserved (claimed ahead, not started) by a replica whose heartbeat is older than
     ``stale_after_s``, or that has no worker row, become claimable again; returns how many. They were
     never started, so nothing else changes (no event). If that replica is alive after all, its
-    :func:`~relay.store.batch_queue._claims.start` of them fails and it drops them."""
+    :func:`~relay.store.batch_queue._claims.start` of them fails and it drops them. ``by``, the replica
+    asking, is alive whatever its own row says (see :func:`rescue`): its reservations stay."""
     async with write_txn(engine) as conn:
         alive = select(W.c.instance_id).where(W.c.heartbeat_at >= db_ago(conn, stale_after_s))
         released = await conn.execute(
             update(I)
-            .where(in_state(AVAILABLE), I.c.claimed_by.is_not(None), I.c.claimed_by.not_in(alive))
+            .where(
+                in_state(AVAILABLE),
+                I.c.claimed_by.is_not(None),
+                I.c.claimed_by != by,
+                I.c.claimed_by.not_in(alive),
+            )
             .values(claimed_by=None, claimed_at=None)
         )
         return int(released.rowcount or 0)
@@ -129,6 +135,7 @@ async def open_counts(engine: AsyncEngine) -> dict[str, int]:
 async def rescue(
     engine: AsyncEngine,
     *,
+    by: str,
     stale_after_s: float,
     rescue_after_s: float,
     events_for: Callable[[list[RescuedItem]], Sequence[BatchEvent]],
@@ -143,10 +150,18 @@ async def rescue(
     safe on several replicas at once (Postgres: rows another rescuer holds are skipped, rows it has
     committed no longer match), so no item is rescued twice. ``events_for`` gets the items in
     (batch_id, idx) order and returns one event per item in that order; if it raises, nothing changes.
+
+    ``by`` is the replica rescuing. It is alive, whatever its own row says: a heartbeat written just
+    before, then a long wait (for SQLite's write lock, or a loop stalled under load) makes its own row
+    look stale by the time this statement is built, and a replica must never discard its own running
+    items as lost (SPEC §10.6: the replica running it died). Its items stay under the latest bound only.
     """
     async with write_txn(engine) as conn:
         now = db_now(conn)
-        worker_lost = or_(W.c.instance_id.is_(None), W.c.heartbeat_at < db_ago(conn, stale_after_s))
+        worker_lost = and_(
+            I.c.claimed_by != by,
+            or_(W.c.instance_id.is_(None), W.c.heartbeat_at < db_ago(conn, stale_after_s)),
+        )
         found = list(
             await conn.execute(
                 select(I.c.batch_id, I.c.idx, I.c.claimed_by, worker_lost.label("worker_lost"))
