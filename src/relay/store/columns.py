@@ -5,6 +5,7 @@ each other.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,6 +20,7 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.engine import Dialect
 
 NAMING = {
     "ix": "ix_%(column_0_label)s",
@@ -52,6 +54,39 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value is not None and value.tzinfo is None:
             return value.replace(tzinfo=UTC)
         return value
+
+
+_PROBES = (
+    datetime(2026, 12, 7, 4, 42, 10, 300157, UTC),
+    datetime(1999, 1, 2, 3, 4, 5, 0, UTC),  # no microseconds: still six digits
+    datetime(2026, 6, 30, 23, 59, 59, 999999).astimezone(UTC),
+    datetime(2026, 6, 30, 23, 59, 59),  # naive: written as it is
+)
+_BIND_STEPS: dict[tuple[str, str], Callable[[datetime | None], Any]] = {}
+
+
+def utc_bind_step(dialect: Dialect) -> Callable[[datetime | None], Any]:
+    """How a ``UTCDateTime`` is written by a statement whose text goes to the driver itself (the text
+    the other statements compare, on SQLite). SQLAlchemy's own step, except on SQLite where it
+    %-formats a dict of ten fields (3.6 µs per value): there the same text comes from one
+    ``isoformat`` call (0.5 µs), used only when the two agree on probe values, so a SQLAlchemy that
+    stores timestamps otherwise keeps its own step. One per dialect, built once."""
+    step = _BIND_STEPS.get((dialect.name, dialect.driver))
+    if step is None:
+        step = UTCDateTime().dialect_impl(dialect).bind_processor(dialect)
+        assert step is not None
+        if dialect.name == "sqlite" and all(step(p) == _sqlite_utc_text(p) for p in _PROBES):
+            step = _sqlite_utc_text
+        _BIND_STEPS[(dialect.name, dialect.driver)] = step
+    return step
+
+
+def _sqlite_utc_text(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    if value.tzinfo is not None:
+        value = value.astimezone(UTC).replace(tzinfo=None)
+    return value.isoformat(" ", "microseconds")
 
 
 def _ts(name: str, nullable: bool = False) -> Column:

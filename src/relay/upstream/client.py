@@ -101,10 +101,8 @@ class UpstreamResponse:
             while piece := await connection.take():
                 pieces.append(piece)
             return b"".join(pieces)
-        except Silent:
-            raise UpstreamTimeout("upstream timed out while sending its answer") from None
-        except Broken as exc:
-            raise UpstreamConnectionError(f"upstream connection failed while reading: {exc}") from None
+        except (Silent, Broken) as exc:
+            raise _failed(exc, "reading") from None
         finally:
             self._finish()
 
@@ -115,10 +113,8 @@ class UpstreamResponse:
         try:
             while piece := await connection.take():
                 yield piece
-        except Silent:
-            raise UpstreamTimeout("upstream timed out while streaming") from None
-        except Broken as exc:
-            raise UpstreamConnectionError(f"upstream stream broke: {exc}") from None
+        except (Silent, Broken) as exc:
+            raise _failed(exc, "streaming") from None
         finally:
             self._finish()
 
@@ -132,6 +128,13 @@ class UpstreamResponse:
         if self._open:
             self._open = False
             self._pool.finished(self._connection)
+
+
+def _failed(exc: Silent | Broken, doing: str) -> UpstreamTimeout | UpstreamConnectionError:
+    """The error a body read ends with: the provider fell silent, or the connection broke."""
+    if isinstance(exc, Silent):
+        return UpstreamTimeout(f"upstream timed out while {doing}")
+    return UpstreamConnectionError(f"upstream connection failed while {doing}: {exc}")
 
 
 class Upstream:

@@ -36,7 +36,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from relay.domain.batch_record import BatchRecord
 from relay.domain.batches import AVAILABLE
 from relay.store.batch_queue._rows import RECORD_FIELDS, B, I, T, W, in_state, record_from_row
-from relay.store.batch_queue._txn import connection, sqlite_time, write_txn
+from relay.store.batch_queue._txn import connection, write_txn
+from relay.store.columns import utc_bind_step
 from relay.store.driver import pg_driver
 from relay.store.held import Db
 from relay.store.tables import ID, UTCDateTime
@@ -312,7 +313,7 @@ async def start(db: Db, instance_id: str, keys: Sequence[tuple[str, int]]) -> se
         return started
     # SQLite: the text on the driver itself too: one hop to aiosqlite's thread instead of four (cursor,
     # execute, fetch, close), each of which waits for the GIL while the event loop is busy.
-    stamp = sqlite_time(db.dialect)(datetime.now(UTC))
+    stamp = utc_bind_step(db.dialect)(datetime.now(UTC))
     sql = _SQLITE_START.format(keys=", ".join(["(?, ?)"] * len(wanted)))
     params = [stamp, *(part for key in wanted for part in key), instance_id, stamp]
     async with _sqlite_start_conn(db) as conn:

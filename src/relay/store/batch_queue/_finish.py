@@ -26,9 +26,9 @@ from relay.store.batch_queue._txn import (
     db_now,
     lock_batches,
     lock_batches_on_driver,
-    sqlite_time,
     write_txn,
 )
+from relay.store.columns import utc_bind_step
 from relay.store.driver import pg_driver
 from relay.store.held import Db
 from relay.store.usage import insert_events_on_driver
@@ -233,7 +233,7 @@ async def _settle_sqlite(
 ) -> set[tuple[str, int]]:
     """SQLite: give the items still running for ``instance_id`` their final states (``_SQLITE_SETTLE``);
     returns those it changed."""
-    stamp = sqlite_time(conn.dialect)(datetime.now(UTC))
+    stamp = utc_bind_step(conn.dialect)(datetime.now(UTC))
     raw = (await conn.get_raw_connection()).driver_connection
     assert raw is not None
     mine: set[tuple[str, int]] = set()

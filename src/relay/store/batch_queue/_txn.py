@@ -13,7 +13,7 @@ the hooks for it.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Protocol
@@ -83,15 +83,6 @@ def db_now(conn: AsyncConnection) -> ColumnElement[datetime]:
     if conn.dialect.name == "postgresql":
         return func.now(type_=UTCDateTime())  # the database's clock, the same for every replica
     return literal(datetime.now(UTC), UTCDateTime())
-
-
-def sqlite_time(dialect: Any) -> Callable[[datetime], Any]:
-    """How SQLAlchemy writes a ``UTCDateTime`` on SQLite (the text the other statements compare): for
-    statements whose text goes to the driver itself."""
-    column = UTCDateTime()
-    process = column.dialect_impl(dialect).bind_processor(dialect)
-    assert process is not None
-    return process
 
 
 def db_ago(conn: AsyncConnection, seconds: float) -> ColumnElement[datetime]:
