@@ -42,7 +42,7 @@ from relay.usage.event import UsageEvent
 _n = itertools.count()
 
 
-def rows(batch: int) -> list[dict[str, Any]]:
+def rows(batch: int) -> list[UsageEvent]:
     out = []
     for _ in range(batch):
         n = next(_n)
@@ -75,7 +75,7 @@ def rows(batch: int) -> list[dict[str, Any]]:
                 output_tokens=20,
                 cost_nanos=1000,
                 relay_key_hash="ab" * 32,
-            ).to_row()
+            )
         )
     return out
 

@@ -188,7 +188,7 @@ async def delete_usage_before(engine: AsyncEngine, cutoff: datetime, limit: int)
         gone = await conn.execute(
             delete(U).where(U.c.id.in_(old.scalar_subquery())).returning(*(U.c[name] for name in ROLLED))
         )
-        rows = [dict(row._mapping) for row in gone]
+        rows = list(gone)  # rows read by attribute, as events are (``usage_rollup.aggregate``)
         await usage_rollup.subtract(conn, rows)
     return len(rows)
 

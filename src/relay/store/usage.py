@@ -22,7 +22,7 @@ import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from sqlalchemy import (
     BigInteger,
@@ -146,18 +146,36 @@ def is_cancelled() -> ColumnElement[bool]:
 # -- writes --------------------------------------------------------------------------------------------
 
 
+class EventRecord(Protocol):
+    """A usage event as the store writes it (``relay.usage.event.UsageEvent``, which sits above the store):
+    one attribute per ``usage_events`` column, caller-influenced strings already clipped to their
+    columns. The insert reads every column through one compiled getter; these are the ones the store
+    reads by name too (the rollup's key and sums)."""
+
+    @property
+    def ts(self) -> datetime: ...
+    @property
+    def source(self) -> str: ...
+    @property
+    def status(self) -> int: ...
+    @property
+    def error_kind(self) -> str | None: ...
+    @property
+    def cost_nanos(self) -> int | None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class _BulkInsert:
     """``INSERT INTO usage_events`` compiled once for one dialect, with positional parameters."""
 
     sql: str
-    values: Callable[[Mapping[str, Any]], tuple[Any, ...]]  # the row's values in parameter order
+    values: Callable[[Any], tuple[Any, ...]]  # an event's values in parameter order (its attributes)
+    ts_position: int
     converted: tuple[tuple[int, Callable[[Any], Any]], ...]  # (position, the column type's bind step)
 
-    def params(self, row: Mapping[str, Any]) -> tuple[Any, ...]:
-        if not self.converted:
-            return self.values(row)
-        row_values = list(self.values(row))
+    def params(self, event: EventRecord) -> tuple[Any, ...]:
+        row_values = list(self.values(event))
+        row_values[self.ts_position] = event.ts.astimezone(UTC)
         for position, step in self.converted:
             row_values[position] = step(row_values[position])
         return tuple(row_values)
@@ -183,7 +201,7 @@ def _bulk_insert(dialect: Dialect) -> _BulkInsert:
             )
             if step is not None:
                 converted.append((position, _none_once(step)))
-        bulk = _BulkInsert(str(compiled), operator.itemgetter(*names), tuple(converted))
+        bulk = _BulkInsert(str(compiled), operator.attrgetter(*names), names.index("ts"), tuple(converted))
         _BULK_INSERTS[(dialect.name, dialect.driver)] = bulk
     return bulk
 
@@ -197,34 +215,35 @@ def _none_once(step: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return lambda value: none if value is None else step(value)
 
 
-async def insert_events(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Insert events as one executemany in the caller's transaction (rows from ``UsageEvent.to_row``),
-    and add them to ``usage_rollup`` in one aggregated upsert (``relay.store.usage_rollup``).
+async def insert_events(conn: AsyncConnection, events: Sequence[EventRecord]) -> None:
+    """Insert events as one executemany in the caller's transaction, and add them to ``usage_rollup``
+    in one aggregated upsert (``relay.store.usage_rollup``).
 
     Live traffic writes an event per request, and ``conn.execute(insert(...), dicts)`` spends ≈ 25 µs
     per row on the event loop's thread turning each dict into parameters, column by column: 55 rows
     every 50 ms at 1 100 req/s held the loop for ≈ 1.5 ms per write, visible in every request's p99.
-    So the statement is compiled once per dialect, and each row becomes a tuple in one C call; only
-    the columns whose type has a bind step (the timestamp, the boolean) are converted, by that same
-    step SQLAlchemy would run. The driver gets exactly the parameters ``conn.execute`` would give it.
+    So the statement is compiled once per dialect, and each event's attributes become a tuple in one
+    C call (no dict per event); only the columns whose type has a bind step (the timestamp, the
+    booleans, the JSON) are converted, by that same step SQLAlchemy would run. The driver gets exactly
+    the parameters ``conn.execute`` would give it for the event's row (``UsageEvent.to_row``).
     """
-    if rows:
+    if events:
         bulk = _bulk_insert(conn.dialect)
-        await conn.exec_driver_sql(bulk.sql, [bulk.params(row) for row in rows])
-        await usage_rollup.add(conn, rows)  # the rollup's sums move with the events, same transaction
+        await conn.exec_driver_sql(bulk.sql, [bulk.params(event) for event in events])
+        await usage_rollup.add(conn, events)  # the rollup's sums move with the events, same transaction
 
 
-async def insert_events_on_driver(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]) -> None:
+async def insert_events_on_driver(conn: AsyncConnection, events: Sequence[EventRecord]) -> None:
     """:func:`insert_events` with the statements on the driver itself, for a caller inside a write
     transaction (the batch finalizer). SQLite: one hop to aiosqlite's thread instead of three (cursor,
     executemany, close), each waiting for the GIL while the event loop is busy. Postgres: asyncpg's
     ``executemany`` under the caller's transaction (``relay.store.driver``), without SQLAlchemy's
     per-execution work; the parameters are those ``conn.execute`` would give the driver (the same
     compiled text and bind steps). Outside a transaction it is :func:`insert_events`."""
-    if not rows:
+    if not events:
         return
     if not conn.in_transaction() or (conn.dialect.name, conn.dialect.driver) not in _ON_DRIVER:
-        await insert_events(conn, rows)
+        await insert_events(conn, events)
         return
     bulk = _bulk_insert(conn.dialect)
     if conn.dialect.name == "postgresql":
@@ -232,8 +251,8 @@ async def insert_events_on_driver(conn: AsyncConnection, rows: Sequence[Mapping[
     else:
         raw = (await conn.get_raw_connection()).driver_connection
         assert raw is not None
-    await raw.executemany(bulk.sql, [bulk.params(row) for row in rows])
-    await usage_rollup.add_on_driver(conn, rows)
+    await raw.executemany(bulk.sql, [bulk.params(event) for event in events])
+    await usage_rollup.add_on_driver(conn, events)
 
 
 _ON_DRIVER: Final = {("sqlite", "aiosqlite"), ("postgresql", "asyncpg")}

@@ -20,8 +20,9 @@ What it deliberately does not know: how summaries read the rows, or event constr
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
+from operator import attrgetter
 from typing import Any, Final
 
 from sqlalchemy import and_, delete, or_
@@ -69,33 +70,31 @@ def outcome(status: int, error_kind: str | None) -> int:
     return ANSWERED
 
 
-def aggregate(rows: Iterable[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
-    """Event rows (``UsageEvent.to_row``) summed per rollup key, each into its minute row and its hour
-    row: ``KEY + SUMS`` tuples sorted by key."""
+# The rollup's dimensions of an event (its key after width and minute, before the outcome), and its tokens.
+_DIMENSIONS: Final = attrgetter(
+    "source", "project_id", "team_id", "policy_id", "principal_id", "credential_id", "model", "host", "status"
+)
+_TOKENS: Final = attrgetter("input_tokens", "output_tokens", "cached_input_tokens")
+
+
+def aggregate(events: Iterable[Any]) -> list[tuple[Any, ...]]:
+    """Events summed per rollup key, each into its minute row and its hour row: ``KEY + SUMS`` tuples
+    sorted by key. An event is anything with the columns as attributes: a ``UsageEvent`` being written
+    (``relay.store.usage.EventRecord``), or a deleted event's row coming back from ``RETURNING``."""
     sums: dict[tuple[Any, ...], list[int]] = {}
-    for row in rows:
-        minute = minute_of(row["ts"])
-        dimensions = (
-            row["source"],
-            row["project_id"],
-            row["team_id"],
-            row["policy_id"],
-            row["principal_id"],
-            row["credential_id"],
-            row["model"],
-            row["host"],
-            row["status"],
-            outcome(row["status"], row["error_kind"]),
-        )
-        cost = row["cost_nanos"]
+    for event in events:
+        minute = minute_of(event.ts)
+        dimensions = (*_DIMENSIONS(event), outcome(event.status, event.error_kind))
+        input_tokens, output_tokens, cached_input_tokens = _TOKENS(event)
+        cost = event.cost_nanos
         for key in ((1, minute, *dimensions), (60, minute - minute % 60, *dimensions)):
             found = sums.get(key)
             if found is None:
                 found = sums[key] = [0, 0, 0, 0, 0, 0]
             found[0] += 1
-            found[1] += row["input_tokens"]
-            found[2] += row["output_tokens"]
-            found[3] += row["cached_input_tokens"]
+            found[1] += input_tokens
+            found[2] += output_tokens
+            found[3] += cached_input_tokens
             if cost is not None:
                 found[4] += cost
                 found[5] += 1
@@ -142,28 +141,29 @@ async def _upsert(conn: AsyncConnection, found: list[tuple[Any, ...]]) -> None:
         await conn.exec_driver_sql(_upsert_sql(conn.dialect), found)
 
 
-async def add(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Add a batch of just-inserted events, in the caller's transaction."""
-    if rows:
-        await _upsert(conn, aggregate(rows))
+async def add(conn: AsyncConnection, events: Sequence[Any]) -> None:
+    """Add a batch of just-inserted events (:func:`aggregate`), in the caller's transaction."""
+    if events:
+        await _upsert(conn, aggregate(events))
 
 
-async def add_on_driver(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]) -> None:
+async def add_on_driver(conn: AsyncConnection, events: Sequence[Any]) -> None:
     """:func:`add` on the driver itself (see ``usage.insert_events_on_driver``): SQLite's executemany,
     or Postgres' one ``unnest`` upsert under ``conn``'s transaction (``relay.store.driver``)."""
-    if not rows:
+    if not events:
         return
     if conn.dialect.name == "postgresql":
         raw = await pg_driver(conn)
-        await raw.execute(_PG_UPSERT, *(list(column) for column in zip(*aggregate(rows), strict=True)))
+        await raw.execute(_PG_UPSERT, *(list(column) for column in zip(*aggregate(events), strict=True)))
         return
     raw = (await conn.get_raw_connection()).driver_connection
     assert raw is not None
-    await raw.executemany(_upsert_sql(conn.dialect), aggregate(rows))
+    await raw.executemany(_upsert_sql(conn.dialect), aggregate(events))
 
 
-async def subtract(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Take just-deleted events out, in the caller's transaction; rows left with no request go."""
+async def subtract(conn: AsyncConnection, rows: Sequence[Any]) -> None:
+    """Take just-deleted events out (their rows, :func:`aggregate`), in the caller's transaction; rollup
+    rows left with no request go."""
     if not rows:
         return
     found = aggregate(rows)

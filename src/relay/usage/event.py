@@ -1,7 +1,8 @@
 """The usage event (SPEC §8): one request's record, and the one builder both planes make it with.
 
 What it does. :class:`UsageEvent` is the value a live request (``relay.inference``) or a batch item (the
-batch engine) records; ``to_row`` makes its ``usage_events`` row. :func:`usage_event` is the one
+batch engine) records; the store writes it as its ``usage_events`` row, reading one attribute per column
+(``relay.store.usage``), and ``to_row`` gives that row as a dict. :func:`usage_event` is the one
 builder: it fills the route and token fields, applies the one pricing rule of both planes (exact
 integer nano-USD, ``relay.pricing``) and fills who is charged, from a live ``Principal`` or a batch's
 recorded submitter. :func:`item_event` and :func:`cancelled_event` are a batch item's call of it (source
@@ -13,13 +14,15 @@ themselves (``relay.request.auth``). Importing it imports no writer, metrics or 
 queue can carry events without a writer.
 
 Invariants. An event never holds a body or a credential (only the key's sha256, as SPEC §8 names it);
-``to_row`` clips caller-influenced strings to their columns, so an event is always writable.
+caller-influenced strings are clipped to their columns when the event is built, so an event is always
+writable.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from relay.domain.batch_record import CANCELLED_ERROR
@@ -89,19 +92,24 @@ class UsageEvent:
     offloaded: bool = False  # run by a provider's own batch API, priced at its discount (SPEC §22)
     guardrails: list[dict[str, str]] | None = None  # SPEC §20: the guardrails that blocked or redacted
 
-    def to_row(self) -> dict[str, Any]:
-        """The ``usage_events`` row: UTC timestamp, caller-influenced strings clipped to their columns
-        (a client can send a 10 kB model name; the event must still be written)."""
-        row = {name: getattr(self, name) for name in _EVENT_FIELDS}
-        row["ts"] = self.ts.astimezone(UTC)
-        for column, size in _CLIPS:
-            value = row[column]
+    def __post_init__(self) -> None:
+        """Clip caller-influenced strings to their columns (a client can send a 10 kB model name; the
+        event must still be written). Here rather than at the write: the store reads the attributes
+        straight into the insert's parameters and the rollup's sums (no dict per event)."""
+        for name, size in _CLIPS:
+            value = getattr(self, name)
             if value is not None and len(value) > size:
-                row[column] = value[:size]
+                setattr(self, name, value[:size])
+
+    def to_row(self) -> dict[str, Any]:
+        """The ``usage_events`` row as a dict, its timestamp in UTC."""
+        row = dict(zip(_EVENT_FIELDS, _EVENT_VALUES(self), strict=True))
+        row["ts"] = self.ts.astimezone(UTC)
         return row
 
 
 _EVENT_FIELDS: Final = tuple(f.name for f in fields(UsageEvent))
+_EVENT_VALUES: Final = attrgetter(*_EVENT_FIELDS)
 
 
 def _outcome_fields(

@@ -221,7 +221,7 @@ class UsageWriter:
         self._written.inc(len(batch))
 
     async def _insert(self, items: list[_Item]) -> None:
-        events = [event.to_row() for event, _ in items]
+        events = [event for event, _ in items]
         payloads = [payload.to_row() for _, payload in items if payload is not None]
         async with self._engine.begin() as conn:
             await store.insert_events(conn, events)

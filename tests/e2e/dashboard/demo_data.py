@@ -145,9 +145,8 @@ def seed_usage(gw: Gateway, project_ids: list[str], per_minute: int = 60) -> int
             n += 1
 
     async def work(conn: Any) -> None:
-        rows = [e.to_row() for e in events]
-        for start in range(0, len(rows), 5000):
-            await usage_store.insert_events(conn, rows[start : start + 5000])
+        for start in range(0, len(events), 5000):
+            await usage_store.insert_events(conn, events[start : start + 5000])
 
     run_sql(gw.relay, work)
     return len(events)

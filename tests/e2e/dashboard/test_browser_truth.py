@@ -29,7 +29,7 @@ def seed_events(gw: Gateway, now: datetime) -> datetime:
     ]
 
     async def work(conn: Any) -> None:
-        await usage_store.insert_events(conn, [e.to_row() for e in events])
+        await usage_store.insert_events(conn, events)
 
     run_sql(gw.relay, work)
     return busy

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -226,7 +227,7 @@ async def test_the_usage_sweep_deletes_old_events_and_captured_payloads(
     monkeypatch.setattr(retention_module, "CHUNK_ROWS", 4)
     now = datetime.now(UTC)
     events = [item_event("b_x", i) for i in range(13)]
-    rows = [{**e.to_row(), "ts": now - (OLD if i < 9 else timedelta(hours=1))} for i, e in enumerate(events)]
+    rows = [replace(e, ts=now - (OLD if i < 9 else timedelta(hours=1))) for i, e in enumerate(events)]
     payloads = [
         {
             "request_id": f"req_{i}",
@@ -253,7 +254,7 @@ async def test_the_usage_sweep_deletes_old_events_and_captured_payloads(
     # The usage rollup lost exactly what was deleted (three transactions of at most 4): its rows
     # are the remaining events' sums, and no emptied row is left behind.
     async with setup.engine.connect() as conn:
-        kept = [dict(r._mapping) for r in await conn.execute(select(t.usage_events))]
+        kept = list(await conn.execute(select(t.usage_events)))
         found = await conn.execute(select(t.usage_rollup).order_by(*t.usage_rollup.primary_key.columns))
         assert [tuple(r) for r in found] == usage_rollup.aggregate(kept) != []
 

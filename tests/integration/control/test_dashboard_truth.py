@@ -146,7 +146,7 @@ def test_the_overview_equals_the_usage_summary_beyond_a_thousand_events_a_minute
     ]
 
     async def work(conn: Any) -> None:
-        await usage_store.insert_events(conn, [e.to_row() for e in events])
+        await usage_store.insert_events(conn, events)
 
     run_sql(relay, work)
     page = admin.get("/ui/")

@@ -56,7 +56,7 @@ async def test_0024_creates_and_fills_the_rollup_from_existing_events(engine: As
     await upgrade_to_head(engine)
     assert await check_schema(engine) == []
     async with engine.connect() as conn:
-        stored = [dict(r._mapping) for r in await conn.execute(select(t.usage_events))]
+        stored = list(await conn.execute(select(t.usage_events)))
         found = await conn.execute(select(t.usage_rollup).order_by(*(t.usage_rollup.c[k] for k in KEY)))
         rows = [tuple(r) for r in found]
         by_minute = await usage_summaries.summary(conn, "minute", store.EventFilter(), latency=False)

@@ -105,7 +105,7 @@ async def insert(engine: AsyncEngine, events: list[UsageEvent], chunk: int = 13)
     """In several flushes, so the rollup's upserts add to rows already there."""
     for start in range(0, len(events), chunk):
         async with engine.begin() as conn:
-            await store.insert_events(conn, [e.to_row() for e in events[start : start + chunk]])
+            await store.insert_events(conn, events[start : start + chunk])
 
 
 async def both(
@@ -181,7 +181,7 @@ async def rollup_rows(conn: AsyncConnection) -> list[tuple[Any, ...]]:
 
 async def expected_rows(conn: AsyncConnection) -> list[tuple[Any, ...]]:
     """What the rollup must hold: the stored events summed per key."""
-    events = [dict(r._mapping) for r in await conn.execute(select(t.usage_events))]
+    events = list(await conn.execute(select(t.usage_events)))
     return usage_rollup.aggregate(events)
 
 
@@ -189,7 +189,7 @@ async def test_every_write_path_keeps_the_rollup_equal_to_the_events(engine: Asy
     events = dataset()
     await insert(engine, events[:40], chunk=7)
     async with engine.begin() as conn:  # the batch finalizer's path (on SQLite: the driver itself)
-        await store.insert_events_on_driver(conn, [e.to_row() for e in events[40:]])
+        await store.insert_events_on_driver(conn, events[40:])
     async with engine.begin() as conn:
         assert await rollup_rows(conn) == await expected_rows(conn)
         before = await rollup_rows(conn)
@@ -203,7 +203,7 @@ async def test_a_refused_batch_leaves_the_rollup_untouched(engine: AsyncEngine) 
     await insert(engine, [first])
     with pytest.raises(Exception) as refused:
         async with engine.begin() as conn:
-            await store.insert_events(conn, [make_event(ts=T0).to_row(), first.to_row()])
+            await store.insert_events(conn, [make_event(ts=T0), first])
     assert refused_error(refused.value)
     async with engine.connect() as conn:
         assert await rollup_rows(conn) == await expected_rows(conn)

@@ -22,12 +22,12 @@ from tests.integration.usage.helpers import BASE_TS, batch_event, make_event
 
 
 async def write_event(conn: Any, event: UsageEvent) -> None:
-    await store.insert_events(conn, [event.to_row()])
+    await store.insert_events(conn, [event])
 
 
 async def insert(engine: AsyncEngine, events: list[UsageEvent]) -> None:
     async with engine.begin() as conn:
-        await store.insert_events(conn, [e.to_row() for e in events])
+        await store.insert_events(conn, events)
 
 
 async def query(engine: AsyncEngine, **filters: Any) -> list[str]:
@@ -60,7 +60,7 @@ async def test_the_bulk_insert_stores_exactly_what_sqlalchemys_own_insert_stores
     for fast, reference in pairs:
         reference.ts = fast.ts = fast.ts.astimezone(zone) + timedelta(microseconds=123457)
     async with engine.begin() as conn:
-        await store.insert_events(conn, [fast.to_row() for fast, _ in pairs])
+        await store.insert_events(conn, [fast for fast, _ in pairs])
         await conn.execute(sa_insert(t.usage_events), [reference.to_row() for _, reference in pairs])
     async with engine.connect() as conn:
         # Raw driver rows: what is stored, before any result processing could hide a difference.

@@ -20,7 +20,7 @@ async def test_minute_and_hour_buckets_count_every_event(engine: AsyncEngine) ->
     events += [make_event(ts=start + timedelta(minutes=1, seconds=i)) for i in range(3)]
     events.append(make_event(ts=start + timedelta(hours=1)))
     async with engine.begin() as conn:
-        await store.insert_events(conn, [e.to_row() for e in events])
+        await store.insert_events(conn, events)
     async with engine.connect() as conn:
         if conn.dialect.name == "postgresql":
             await conn.exec_driver_sql("SET TIME ZONE 'Asia/Tokyo'")  # buckets stay UTC whatever the session
@@ -51,7 +51,7 @@ async def test_the_overview_breakdown_equals_the_summary_per_grouping(engine: As
         for i in range(120)
     ]
     async with engine.begin() as conn:
-        await store.insert_events(conn, [e.to_row() for e in events])
+        await store.insert_events(conn, events)
     async with engine.connect() as conn:
         rows = await usage_breakdown.by_day_model_project(conn, store.EventFilter())
         for key, group_by in (("day", "day"), ("model", "model"), ("project_id", "project")):

@@ -27,7 +27,7 @@ def seed(relay: RelayProcess, events: list[UsageEvent], payloads: Sequence[Mappi
         engine = create_engine(relay.database_url)
         try:
             async with engine.begin() as conn:
-                await store.insert_events(conn, [e.to_row() for e in events])
+                await store.insert_events(conn, events)
                 await store.insert_payloads(conn, list(payloads))
         finally:
             await engine.dispose()

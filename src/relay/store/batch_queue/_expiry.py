@@ -90,7 +90,7 @@ async def expire_due_batches(
             if idxs:
                 events = events_for(record, idxs, error)
                 check_events(events, [(batch_id, idx) for idx in idxs])
-                await insert_events(conn, [event.to_row() for event in events])
+                await insert_events(conn, events)
         await tally.write(conn)
         await complete_if_done(conn, ids, hooks)
     return [records[batch_id] for batch_id in ids]

@@ -84,7 +84,7 @@ async def finalize_many(
         done = [f for f in finals if (f.batch_id, f.idx) in mine]
         if not done:
             return set()
-        await insert_events_on_driver(conn, [f.event.to_row() for f in done])
+        await insert_events_on_driver(conn, [f.event for f in done])
         if save_responses is not None:
             await save_responses(conn, done)
         batch_ids = sorted({f.batch_id for f in done})
@@ -115,7 +115,7 @@ async def _finalize_postgres(
     done = [f for f in finals if (f.batch_id, f.idx) in mine]
     if not done:
         return mine
-    await insert_events_on_driver(conn, [f.event.to_row() for f in done])
+    await insert_events_on_driver(conn, [f.event for f in done])
     if save_responses is not None:
         await save_responses(conn, done)
     batch_ids = sorted({f.batch_id for f in done})

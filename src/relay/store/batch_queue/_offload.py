@@ -57,7 +57,7 @@ async def settle_offloaded(
                 .values(final_values(conn)),
                 [final_params(f) for f in done],
             )
-            await insert_events(conn, [f.event.to_row() for f in done])
+            await insert_events(conn, [f.event for f in done])
             if save_responses is not None:
                 await save_responses(conn, done)
             tally = FinalTally()

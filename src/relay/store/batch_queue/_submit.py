@@ -227,7 +227,7 @@ async def _cancel_chunk(
         if idxs:
             events = events_for(idxs)
             check_events(events, [(batch_id, idx) for idx in idxs])
-            await insert_events(conn, [event.to_row() for event in events])
+            await insert_events(conn, events)
             tally = FinalTally()
             tally.add(batch_id, CANCELLED, len(idxs))
             await tally.write(conn)

@@ -27,19 +27,17 @@ from relay.store.batch_queue._rows import B, I, in_state
 from relay.store.batches import item_counts
 from relay.store.held import Db
 from relay.store.tables import UTCDateTime
+from relay.store.usage import EventRecord
 
 
-class BatchEvent(Protocol):
+class BatchEvent(EventRecord, Protocol):
     """A batch item's usage event (``relay.usage.event.UsageEvent``, which sits above the store): what
-    the store checks of it and the row it inserts, in the transaction of the item's state."""
+    the store checks of it, and the row it inserts in the transaction of the item's state."""
 
-    @property
-    def source(self) -> str: ...
     @property
     def batch_id(self) -> str | None: ...
     @property
     def batch_idx(self) -> int | None: ...
-    def to_row(self) -> dict[str, Any]: ...
 
 
 class RunsFinishHooks(Protocol):
