@@ -5,7 +5,11 @@ database transaction. One transaction per item made the database the bottleneck 
 and COMMIT per item, and a worker slot held until its commit). Here every finished item is queued and a
 single task writes whatever has accumulated with ``BatchStore.finalize_many`` — one transaction for the
 group, each item's event still committed together with its state. At low load a group is one item,
-written at once; under load groups grow by themselves while the previous commit is in flight. On
+written at once; under load groups grow by themselves while the previous commit is in flight, and a
+group starts at most every ``GROUP_INTERVAL_S``: a group's statements cost the process about as much
+as its items' rows (each is a round trip that wakes the loop), so bigger groups under load are CPU
+saved per item, paid for with at most that much more time between an item's end and its commit. The
+worker slot is free from the item's end, so no throughput is lost. On
 Postgres the groups' transactions run on one connection the finalizer keeps (``relay.store.held``); on
 SQLite they are turns of the replica's write group (``relay.store.write_group``), sharing a
 transaction with the claims and starts they meet.
@@ -51,6 +55,7 @@ log = logging.getLogger("relay.batches")
 Key = tuple[str, int]
 SaveResponses = Callable[[Connection, list[tuple[str, str, int, KeptResponse]]], Awaitable[None]]
 MAX_GROUP = 500  # items per transaction: bounds the statement sizes and the time locks are held
+GROUP_INTERVAL_S = 0.025  # the shortest time from one group's start to the next's (module docstring)
 
 
 class Finalizer:
@@ -72,6 +77,7 @@ class Finalizer:
         self._on_settled = on_settled  # (key, result, finalized here?) once per item
         self.pending: dict[Key, ItemResult] = {}
         self._arrived = asyncio.Event()
+        self._next_group_at = 0.0  # the loop's clock: no group starts before (GROUP_INTERVAL_S)
         self._loop = Loop(
             "batch-finalizer", self._write_group, backoff=outage_backoff(), report=report_outage
         )
@@ -103,6 +109,11 @@ class Finalizer:
             await self._arrived.wait()
             self._arrived.clear()
             return
+        clock = asyncio.get_running_loop()
+        wait = self._next_group_at - clock.time()
+        if wait > 0 and len(self.pending) < MAX_GROUP:
+            await asyncio.sleep(wait)  # under load: let the group grow (module docstring)
+        self._next_group_at = clock.time() + GROUP_INTERVAL_S
         group = await self._flushed(list(self.pending.items())[:MAX_GROUP])
         failed: set[Key] = set()
         try:

@@ -1,7 +1,7 @@
 """The finalizer's response flush (relay.batches.finalizer) on real databases: a group's rows commit
 only after its response bodies are on disk, and a failed flush discards the group's completed items
 instead of committing rows that point at bytes which may be lost; a finish hook that fails fails only
-its own batch's items."""
+its own batch's items; under load a group waits out ``GROUP_INTERVAL_S`` and grows meanwhile."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from relay.batches import finalizer as finalizer_module
 from relay.batches.finalizer import Finalizer
 from relay.batches.hooks import FinishHooks
 from relay.batches.item_result import ItemResult
@@ -123,3 +124,36 @@ async def test_a_finish_hook_that_fails_fails_only_its_own_batch(engine: AsyncEn
     assert settled == [(good, True)] and hooked == [good]
     assert [r["state"] for r in await items(engine, good)] == ["completed"]
     assert [r["state"] for r in await items(engine, bad)] == ["running"]  # left to the rescue
+
+
+async def test_under_load_a_group_waits_out_the_interval_and_takes_what_finished_meanwhile(
+    engine: AsyncEngine, monkeypatch: Any
+) -> None:
+    """The first item is written at once (no group before it); one that finishes right after waits
+    until ``GROUP_INTERVAL_S`` has passed since that group started, and the items finishing meanwhile
+    join it: three items, two groups. Without the interval the second item would be written alone."""
+    monkeypatch.setattr(finalizer_module, "GROUP_INTERVAL_S", 2.0)
+    batch_id = await submit(engine, 3)
+    claimed = await queue_ops.claim(engine, "r1", 3)
+    await queue_ops.start(engine, "r1", [(c.batch_id, c.idx) for c in claimed])
+    groups: list[list[str]] = []  # the rows' states at each group's flush
+
+    async def flush() -> None:
+        groups.append([row["state"] for row in await items(engine, batch_id)])
+
+    settled: list[int] = []
+    finalizer = Finalizer(BatchStore(engine), "r1", lambda key, result, done: settled.append(key[1]), flush)
+    finalizer.start()
+    try:
+        finalizer.add((batch_id, 0), ItemResult("completed", 200, None, item_event(batch_id, 0)))
+        assert await finalizer.drain(10)  # written at once: the first group
+        finalizer.add((batch_id, 1), ItemResult("completed", 200, None, item_event(batch_id, 1)))
+        await asyncio.sleep(0.1)  # the finalizer has seen item 1 and waits out the interval
+        assert settled == [0] and set(finalizer.pending) == {(batch_id, 1)}
+        finalizer.add((batch_id, 2), ItemResult("completed", 200, None, item_event(batch_id, 2)))
+        assert await finalizer.drain(10)
+    finally:
+        await finalizer.close()
+    assert settled == [0, 1, 2]
+    assert groups == [["running"] * 3, ["completed", "running", "running"]]  # two groups: 0, then 1 + 2
+    assert [r["state"] for r in await items(engine, batch_id)] == ["completed"] * 3
