@@ -16,30 +16,16 @@ NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
 NAME_RE = re.compile(NAME_PATTERN)
 
 _CROCKFORD = "0123456789abcdefghjkmnpqrstvwxyz"
-# Every 10-bit value as its two Crockford digits. An id is minted for every live request's usage
-# event, so its 128 bits are spelled with 13 table lookups instead of 26 shifts in a Python loop
-# (≈ 1.5 µs instead of ≈ 4).
-_PAIRS = tuple(a + b for a in _CROCKFORD for b in _CROCKFORD)
+# An id is minted for every live request's usage event and every batch item's, so it is spelled in C
+# where it can be. Its 16 random digits: 16 random bytes through one ``bytes.translate`` that keeps
+# each byte's low 5 bits as a digit (256 is a multiple of 32, so every digit is uniform: 80 random
+# bits, as before). Its 10 time digits change once a millisecond and are spelled once per millisecond.
+_RANDOM_DIGITS = bytes(ord(_CROCKFORD[b & 31]) for b in range(256))
 
 
-def _b32_128(v: int) -> str:
-    """A 128-bit ``v`` as 26 Crockford base-32 digits, most significant first (the first is 0–7)."""
-    p = _PAIRS
-    return (
-        p[v >> 120]
-        + p[(v >> 110) & 1023]
-        + p[(v >> 100) & 1023]
-        + p[(v >> 90) & 1023]
-        + p[(v >> 80) & 1023]
-        + p[(v >> 70) & 1023]
-        + p[(v >> 60) & 1023]
-        + p[(v >> 50) & 1023]
-        + p[(v >> 40) & 1023]
-        + p[(v >> 30) & 1023]
-        + p[(v >> 20) & 1023]
-        + p[(v >> 10) & 1023]
-        + p[v & 1023]
-    )
+def _b32(v: int, digits: int) -> str:
+    """``v`` as ``digits`` Crockford base-32 digits, most significant first."""
+    return "".join(_CROCKFORD[(v >> shift) & 31] for shift in range(5 * (digits - 1), -1, -5))
 
 
 class _Entropy:
@@ -78,11 +64,18 @@ def random_hex(nbytes: int) -> str:
     return _ENTROPY.take(nbytes).hex()
 
 
+_minted_in: tuple[int, str] = (-1, "")  # the last millisecond an id was minted in, and its 10 digits
+
+
 def mint_id(prefix: str) -> str:
-    """A ULID-like id: 48-bit millisecond time + 80 random bits, so ids sort by creation time."""
+    """A ULID-like id: 48-bit millisecond time + 80 random bits, so ids sort by creation time; 26
+    Crockford base-32 digits after the prefix (10 of time, the first 0–7; 16 random)."""
+    global _minted_in
     millis = int(time.time() * 1000) & 0xFFFF_FFFF_FFFF
-    rand = int.from_bytes(_ENTROPY.take(10), "big")
-    return f"{prefix}_{_b32_128((millis << 80) | rand)}"
+    minted_in = _minted_in  # read once: another thread may replace it meanwhile
+    if minted_in[0] != millis:
+        minted_in = _minted_in = (millis, _b32(millis, 10))
+    return f"{prefix}_{minted_in[1]}{_ENTROPY.take(16).translate(_RANDOM_DIGITS).decode('ascii')}"
 
 
 def is_valid_name(name: str) -> bool:
