@@ -226,10 +226,13 @@ class PayloadDir:
         except FileNotFoundError:
             return {}
         try:
-            for idx, (start, end) in spans.items():
-                body = os.pread(fd, end - 1 - start, start)
-                if len(body) == end - 1 - start:
-                    found[idx] = body
+            for run in _runs(spans):
+                run_start, run_end = spans[run[0]][0], spans[run[-1]][1]
+                chunk = os.pread(fd, run_end - 1 - run_start, run_start)
+                for idx in run:
+                    start, end = spans[idx]
+                    if end - 1 - run_start <= len(chunk):
+                        found[idx] = chunk[start - run_start : end - 1 - run_start]
         finally:
             os.close(fd)
         return found
@@ -258,6 +261,30 @@ class PayloadDir:
                 if fd is not None:
                     os.close(fd)
         return bodies
+
+
+def _runs(spans: Mapping[int, tuple[int, int]]) -> list[list[int]]:
+    """The items, in idx order, cut into runs whose bodies lie back to back in the requests file and
+    span at most ``RUN_BYTES``: each run is one ``pread``. A claim's items are mostly consecutive, and
+    a ``pread`` per body made the reading thread give up and take back the GIL once per item, each
+    time waking the event loop's thread."""
+    runs: list[list[int]] = []
+    run: list[int] = []
+    run_start = 0
+    for idx in sorted(spans):
+        start, end = spans[idx]
+        if run and (idx != run[-1] + 1 or end - run_start > RUN_BYTES):
+            runs.append(run)
+            run = []
+        if not run:
+            run_start = start
+        run.append(idx)
+    if run:
+        runs.append(run)
+    return runs
+
+
+RUN_BYTES = 1 << 20  # one read's largest span: a claim of small bodies is well under it
 
 
 def sync_descriptors(fds: list[int]) -> None:

@@ -82,6 +82,47 @@ def test_request_bodies_are_one_file_per_batch_with_offsets(tmp_path: Path) -> N
     assert store.read_request(BATCH_ID, 998) == bodies[998]
 
 
+def test_a_claims_bodies_are_read_in_runs_each_exactly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim's items are read with one ``pread`` per run of consecutive idxs (at most ``RUN_BYTES``
+    each), and each body comes back exactly: gaps, bodies over ``max_bytes``, a run cut by its size and
+    a truncated requests file included."""
+    store = PayloadDir(tmp_path)
+    bodies = [orjson.dumps({"i": i, "text": "y" * (i * 37 % 300)}) for i in range(400)]
+    store.write_requests(BATCH_ID, iter(bodies))
+    reads: list[int] = []
+    real_pread = os.pread
+
+    def counting_pread(fd: int, size: int, offset: int) -> bytes:
+        reads.append(size)
+        return real_pread(fd, size, offset)
+
+    monkeypatch.setattr(payloads.os, "pread", counting_pread)
+    wanted = [*range(10, 74), *range(200, 203), 399, 5]
+    found = store.read_small_requests(BATCH_ID, wanted, 10_000)
+    assert found == {idx: bodies[idx] for idx in wanted}
+    assert len(reads) == 1 + 4  # the offsets, then runs 5, 10–73, 200–202, 399
+
+    reads.clear()
+    limit = 200
+    found = store.read_small_requests(BATCH_ID, range(400), limit)
+    assert found == {idx: body for idx, body in enumerate(bodies) if len(body) <= limit}
+
+    monkeypatch.setattr(payloads, "RUN_BYTES", 1000)
+    reads.clear()
+    found = store.read_small_requests(BATCH_ID, range(400), 10_000)
+    assert found == dict(enumerate(bodies))
+    assert 1 + sum(len(b) + 1 for b in bodies) // 1000 <= len(reads) - 1 < 400
+    assert max(reads[1:]) <= 1000 + max(len(b) for b in bodies)
+
+    requests = tmp_path / BATCH_ID / "requests.jsonl"
+    requests.write_bytes(requests.read_bytes()[:-5])
+    monkeypatch.setattr(payloads, "RUN_BYTES", 1 << 20)
+    found = store.read_small_requests(BATCH_ID, range(390, 400), 10_000)
+    assert found == {idx: bodies[idx] for idx in range(390, 399)}  # the cut one is left to read_request
+
+
 def test_a_failed_write_leaves_no_batch_directory(tmp_path: Path) -> None:
     store = PayloadDir(tmp_path)
 
