@@ -60,6 +60,7 @@ OFFSETS_FILE = "requests.offsets"
 _SPAN = struct.Struct("<QQ")  # one item's start and the next item's start
 _WRITE_BUFFER = 1 << 20
 OPEN_RESPONSE_FILES = 32  # appended-to files kept open (one per batch being run here)
+RUN_BYTES = 1 << 20  # one read's largest span of request bodies: a claim of small ones is well under it
 
 
 class PayloadDir:
@@ -226,13 +227,12 @@ class PayloadDir:
         except FileNotFoundError:
             return {}
         try:
-            for run in _runs(spans):
-                run_start, run_end = spans[run[0]][0], spans[run[-1]][1]
+            for run_start, run_end, run in _runs(spans):
                 chunk = os.pread(fd, run_end - 1 - run_start, run_start)
                 for idx in run:
-                    start, end = spans[idx]
-                    if end - 1 - run_start <= len(chunk):
-                        found[idx] = chunk[start - run_start : end - 1 - run_start]
+                    start, end = spans[idx][0] - run_start, spans[idx][1] - 1 - run_start
+                    if end <= len(chunk):  # else cut short: left to read_request
+                        found[idx] = chunk[start:end]
         finally:
             os.close(fd)
         return found
@@ -263,28 +263,22 @@ class PayloadDir:
         return bodies
 
 
-def _runs(spans: Mapping[int, tuple[int, int]]) -> list[list[int]]:
-    """The items, in idx order, cut into runs whose bodies lie back to back in the requests file and
-    span at most ``RUN_BYTES``: each run is one ``pread``. A claim's items are mostly consecutive, and
-    a ``pread`` per body made the reading thread give up and take back the GIL once per item, each
-    time waking the event loop's thread."""
-    runs: list[list[int]] = []
-    run: list[int] = []
-    run_start = 0
+def _runs(spans: Mapping[int, tuple[int, int]]) -> list[tuple[int, int, list[int]]]:
+    """The items cut into runs ``(start, end, idxs)`` whose bodies lie back to back in the requests file
+    and span at most ``RUN_BYTES`` (a body longer than that is a run alone): each run is one ``pread``.
+    A claim's items are mostly consecutive, and a ``pread`` per body made the reading thread give up
+    and take back the GIL once per item, each time waking the event loop's thread."""
+    runs: list[tuple[int, int, list[int]]] = []
     for idx in sorted(spans):
         start, end = spans[idx]
-        if run and (idx != run[-1] + 1 or end - run_start > RUN_BYTES):
-            runs.append(run)
-            run = []
-        if not run:
-            run_start = start
-        run.append(idx)
-    if run:
-        runs.append(run)
+        if runs:
+            run_start, _, idxs = runs[-1]
+            if idx == idxs[-1] + 1 and end - run_start <= RUN_BYTES:
+                idxs.append(idx)
+                runs[-1] = (run_start, end, idxs)
+                continue
+        runs.append((start, end, [idx]))
     return runs
-
-
-RUN_BYTES = 1 << 20  # one read's largest span: a claim of small bodies is well under it
 
 
 def sync_descriptors(fds: list[int]) -> None:
