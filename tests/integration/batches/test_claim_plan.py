@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from relay.store.batch_queue._claims import _PG_PICK
+from relay.store.batch_queue._claims import _PG_CLAIM, _PG_PICK
 from relay.store.engine import create_engine
 from relay.store.migrate import upgrade_to_head
 from tests.integration.batches.queue_helpers import submit
@@ -52,11 +52,15 @@ async def half_done_batch(engine: AsyncEngine, project_id: str) -> None:
         )
 
 
-async def pick_plan(engine: AsyncEngine) -> str:
-    """The plan of the pick a claim runs on Postgres (``_PG_PICK``, on the driver), no policy held."""
+async def pick_plan(engine: AsyncEngine, statement: str = _PG_PICK, *, analyze: bool = True) -> str:
+    """The plan of the pick a claim runs on Postgres (``_PG_PICK``, on the driver), no policy held; or
+    of the whole claim (``_PG_CLAIM``: 8 items for replica ``r1``). ``analyze``: with statistics
+    gathered first, else with none (a fresh database before autovacuum's first pass)."""
+    params = ([],) if statement == _PG_PICK else ([], 8, "r1")
     async with engine.begin() as conn:
-        await conn.exec_driver_sql("ANALYZE batches, batch_items, batch_project_turns")
-        rows = (await conn.exec_driver_sql(f"EXPLAIN {_PG_PICK}", ([],))).scalars().all()
+        if analyze:
+            await conn.exec_driver_sql("ANALYZE batches, batch_items, batch_project_turns")
+        rows = (await conn.exec_driver_sql(f"EXPLAIN {statement}", params)).scalars().all()
     return "\n".join(str(row) for row in rows)
 
 
@@ -75,3 +79,21 @@ async def test_the_pick_reads_items_only_through_the_unreserved_index(
     assert "Seq Scan on batch_items" not in plan, plan
     assert "Bitmap Heap Scan on batch_items" not in plan, plan
     assert "ix_batch_items_unreserved on batch_items" in plan, plan
+
+
+@pytest.mark.parametrize("analyze", [True, False], ids=["statistics", "no-statistics"])
+async def test_the_whole_claim_reads_items_only_through_indexes(pg: AsyncEngine, analyze: bool) -> None:
+    """The claim as it runs (one statement: pick, take, stamp, heartbeat, turn) takes the picked
+    batch's first waiting items through the unreserved index and reserves exactly those rows, one
+    probe of the whole primary key each, with or without statistics (with the batch id apart, a fresh
+    table's missing statistics planned a scan of the batch's whole key range per item)."""
+    await half_done_batch(pg, "prj_big")
+
+    plan = await pick_plan(pg, _PG_CLAIM, analyze=analyze)
+
+    assert "Seq Scan on batch_items" not in plan, plan
+    assert "Bitmap Heap Scan on batch_items" not in plan, plan
+    assert plan.count("ix_batch_items_unreserved on batch_items") >= 2, plan  # the pick's probe, the take
+    reservation = plan[plan.index("CTE took") : plan.index("CTE stamped")]
+    assert "Index Scan using pk_batch_items on batch_items" in reservation, plan
+    assert "Index Cond: (((batch_id)::text = (chosen.batch_id)::text) AND (idx = chosen.idx))" in reservation

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
+import asyncpg
 import pytest
 from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError
@@ -169,10 +170,14 @@ async def test_a_claim_in_its_callers_transaction_rolls_back_with_it(engine: Asy
     assert [c.idx for c in await queue_ops.claim(engine, "r1", 2)] == [0, 1]
 
 
-async def test_a_claim_on_a_connection_the_database_closed_fails_as_an_outage(engine: AsyncEngine) -> None:
-    """On Postgres a claim begins its transaction on the driver itself (``relay.store.driver``): a
-    connection closed under it fails with the error SQLAlchemy's own BEGIN would raise, which the batch
-    loops take for an outage and retry (``is_transient``), not for a bug that drops the work."""
+@pytest.mark.parametrize("in_transaction", [False, True], ids=["autocommit", "callers-transaction"])
+async def test_a_claim_on_a_connection_the_database_closed_fails_as_an_outage(
+    engine: AsyncEngine, in_transaction: bool
+) -> None:
+    """On Postgres a claim is one statement on the driver itself (``relay.store.driver``): a connection
+    closed under it fails with the driver's own error or, in a caller's transaction, with the error
+    SQLAlchemy's own BEGIN would raise. The batch loops take either for an outage and retry
+    (``is_transient``), not for a bug that drops the work."""
     if engine.dialect.name != "postgresql":
         pytest.skip("the driver path is Postgres's")
     await submit(engine, 2)
@@ -180,8 +185,13 @@ async def test_a_claim_on_a_connection_the_database_closed_fails_as_an_outage(en
         raw = (await conn.get_raw_connection()).driver_connection
         assert raw is not None
         await raw.close()
-        with pytest.raises(DBAPIError) as failed:
-            await queue_ops.claim(conn, "r1", 2)
+        expected = DBAPIError if in_transaction else asyncpg.InterfaceError
+        with pytest.raises(expected) as failed:
+            if in_transaction:
+                async with conn.begin():
+                    await queue_ops.claim(conn, "r1", 2)
+            else:
+                await queue_ops.claim(conn, "r1", 2)
         await conn.invalidate()
     assert is_transient(failed.value), failed.value
     assert [c.idx for c in await queue_ops.claim(engine, "r1", 2)] == [0, 1]

@@ -3,7 +3,7 @@ own latency when items are fast, one item per slot when they are slow, never mor
 
 from __future__ import annotations
 
-from relay.batches.pacing import MAX_AHEAD_PER_SLOT, ClaimPacer
+from relay.batches.pacing import CLAIM_EVERY_S, MAX_AHEAD_PER_SLOT, ClaimPacer
 
 
 class Clock:
@@ -43,6 +43,20 @@ def test_fast_items_and_slow_claims_raise_the_target() -> None:
     assert pacer.want(running=16, ready=0) == target
     assert pacer.want(running=16, ready=60) == 0  # a third missing
     assert pacer.want(running=16, ready=45) == target - 45
+
+
+def test_fast_items_and_quick_claims_claim_about_every_interval() -> None:
+    """2 000 items/s while a claim takes 2 ms: the latency rule alone keeps 12 ready, which made claims
+    of a few items each; the target covers two intervals instead, so a claim (half the target) comes
+    about every ``CLAIM_EVERY_S`` and takes what finished meanwhile."""
+    clock = Clock()
+    pacer = ClaimPacer(16, clock=clock)
+    for _ in range(20):
+        run(pacer, clock, finished=200, seconds=0.1, claim_s=0.002)
+    target = pacer.ready_target()
+    assert 2000 * 2 * CLAIM_EVERY_S <= target <= 2000 * 2 * CLAIM_EVERY_S + 1  # 100 (floating point)
+    assert pacer.want(running=16, ready=target - 40) == 0  # 40 items: 20 ms of work missing, wait
+    assert pacer.want(running=16, ready=target - 50) == 50  # 25 ms of work: one claim for it
 
 
 def test_the_target_is_capped() -> None:

@@ -2,13 +2,13 @@
 
 :func:`claim` reserves up to ``limit`` available items of ONE batch for a replica, in the queue's fair
 order (``relay.store.batch_queue`` docstring: projects take turns, then their batches, then idxs),
-stamps the batch's and its project's turn, and refreshes its heartbeat in the same transaction;
-reserved items stay ``available``. :func:`start` makes reserved items ``running`` with one conditional
-statement per group (``relay.batches.starter`` groups the calls). Both are built once per dialect and
-run on a connection the calling task holds (``relay.store.held``) where it keeps one. On Postgres both
-run as text on the asyncpg driver itself (``relay.store.driver``): SQLAlchemy's per-execution work cost
-more of Relay's CPU than the statements. The SQLAlchemy forms of the claim are SQLite's; the heartbeat's
-serves :func:`upsert_worker` on both.
+stamps the batch's and its project's turn, and refreshes its heartbeat in the same transaction (on
+Postgres one statement, ``_PG_CLAIM``); reserved items stay ``available``. :func:`start` makes reserved
+items ``running`` with one conditional statement per group (``relay.batches.starter`` groups the
+calls). Both are built once per dialect and run on a connection the calling task holds
+(``relay.store.held``) where it keeps one. On Postgres both run as text on the asyncpg driver itself
+(``relay.store.driver``): SQLAlchemy's per-execution work cost more of Relay's CPU than the statements.
+The SQLAlchemy forms of the claim are SQLite's; the heartbeat's serves :func:`upsert_worker` on both.
 """
 
 from __future__ import annotations
@@ -172,9 +172,9 @@ async def claim(
     """
     if limit < 1:
         return []
+    if db.dialect.name == "postgresql":
+        return await _claim_postgres(db, instance_id, limit, skip_policies)
     async with write_txn(db) as conn:
-        if conn.dialect.name == "postgresql":
-            return await _claim_postgres(conn, instance_id, limit, skip_policies)
         sql = _sqlite_claim_sql()
         now = datetime.now(UTC)
         params: dict[str, Any] = {"c_instance": instance_id, "c_limit": limit, "c_now": now}
@@ -194,10 +194,9 @@ async def claim(
     return [ClaimedItem(batch, idx) for idx in idxs]
 
 
-# Postgres: the claim's statements (SQLite's conditions and order, with row locks and the database's
-# clock) as text for the driver, built once. A claim runs about once per ``limit`` items; through
-# SQLAlchemy's per-execution work its five statements cost the process more CPU than the database's
-# answer.
+# Postgres: the claim (SQLite's conditions and order, with row locks and the database's clock) as text
+# for the driver, built once. A claim runs about once per ``limit`` items; through SQLAlchemy's
+# per-execution work its statements cost the process more CPU than the database's answer.
 # ``policy_id <> ALL(array)`` is ``NOT IN (list)`` with the list as one parameter (empty: every batch).
 _PG_PICK: Final = (
     f"SELECT {', '.join(f'batches.{name}' for name in RECORD_FIELDS)} FROM batches"
@@ -212,53 +211,68 @@ _PG_PICK: Final = (
     " batches.last_claimed_at ASC NULLS FIRST, batches.created_at, batches.id"
     " LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED"
 )
-# The take is a CTE, not a plain IN (subquery): Postgres evaluates a locking CTE exactly once, whereas
-# a subquery it rescans per outer row skips the rows this very UPDATE already changed and so hands out
-# the next ones, ignoring the LIMIT. The rows it returns are locked by us and were re-checked as
-# available when locked, so the UPDATE joins them by primary key and does not repeat the state test
-# (which would tempt the planner to walk the whole available index).
-_PG_TAKE: Final = (
-    "WITH chosen AS (SELECT batch_items.idx AS idx FROM batch_items"
-    " WHERE batch_items.batch_id = $1::varchar AND batch_items.state = 'available'"
+# The claim is ONE statement of data-modifying CTEs, sent in autocommit: the pick above, the take, the
+# stamp, the heartbeat and the turn, committed together. As a transaction of five statements it cost
+# seven round trips (BEGIN and COMMIT included); on a 2-vCPU VM each round trip's loopback wake-ups cost
+# the process more than the statement's own work (``bench/finalize_cost.py``'s claim column).
+# - The take locks its rows in a CTE, not in a plain IN (subquery): Postgres evaluates a locking CTE
+#   exactly once, whereas a subquery it rescans per outer row skips the rows this very UPDATE already
+#   changed and so hands out the next ones, ignoring the LIMIT.
+# - The UPDATE joins the locked rows by their whole primary key, both columns from the CTE: a unique
+#   key probe per row however stale the statistics (prepared, the statement keeps a generic plan made
+#   while the table was small). Given the batch id apart (a parameter), such a plan probed the key index
+#   by batch alone and filtered the batch's whole range per row; given the rows' tuple ids, a
+#   sequential scan. The rows are locked by us and were re-checked as available when locked, so the
+#   UPDATE does not repeat the state test (which would tempt the planner to walk the whole available
+#   index).
+# - The stamp, the heartbeat and the turn read ``took``: they change nothing when it reserved nothing.
+#   Data-modifying CTEs the main query does not read run after it, in this order, so the turn (where
+#   concurrent claims serving one project wait for each other) comes last and is held for a commit's
+#   time. It uses now(), the transaction's start: of concurrent claims, the one started last may commit
+#   first, and its turn must not be moved back by an earlier-started one (SQLite's claims are serial).
+# ``$1`` the policies passed over, ``$2`` the limit, ``$3`` the claimant.
+_PG_CLAIM: Final = (
+    f"WITH picked AS ({_PG_PICK}),"
+    " chosen AS (SELECT batch_items.batch_id AS batch_id, batch_items.idx AS idx FROM batch_items"
+    " WHERE batch_items.batch_id = (SELECT picked.id FROM picked) AND batch_items.state = 'available'"
     " AND batch_items.claimed_by IS NULL ORDER BY batch_items.idx LIMIT $2::integer"
-    " FOR NO KEY UPDATE SKIP LOCKED)"
-    " UPDATE batch_items SET claimed_by = $3::varchar, claimed_at = now() FROM chosen"
-    " WHERE batch_items.batch_id = $1::varchar AND batch_items.idx = chosen.idx RETURNING batch_items.idx"
-)
-_PG_STAMP: Final = "UPDATE batches SET last_claimed_at = now() WHERE batches.id = $1::varchar"
-_PG_HEARTBEAT: Final = (
-    "INSERT INTO batch_workers (instance_id, started_at, heartbeat_at) VALUES ($1::varchar, now(), now())"
-    " ON CONFLICT (instance_id) DO UPDATE SET heartbeat_at = now()"
-)
-# now() is the transaction's start: of concurrent claims, the one started last may commit first, and
-# its turn must not be moved back by an earlier-started one (SQLite's claims are serial).
-_PG_TURN: Final = (
-    "INSERT INTO batch_project_turns (project_id, last_claimed_at) VALUES ($1::varchar, now())"
+    " FOR NO KEY UPDATE SKIP LOCKED),"
+    " took AS (UPDATE batch_items SET claimed_by = $3::varchar, claimed_at = now()"
+    " FROM chosen WHERE batch_items.batch_id = chosen.batch_id AND batch_items.idx = chosen.idx"
+    " RETURNING batch_items.idx),"
+    " stamped AS (UPDATE batches SET last_claimed_at = now()"
+    " WHERE batches.id = (SELECT picked.id FROM picked) AND EXISTS (SELECT 1 FROM took)),"
+    " beat AS (INSERT INTO batch_workers (instance_id, started_at, heartbeat_at)"
+    " SELECT $3::varchar, now(), now() WHERE EXISTS (SELECT 1 FROM took)"
+    " ON CONFLICT (instance_id) DO UPDATE SET heartbeat_at = now()),"
+    " turn AS (INSERT INTO batch_project_turns (project_id, last_claimed_at)"
+    " SELECT picked.project_id, now() FROM picked WHERE EXISTS (SELECT 1 FROM took)"
     " ON CONFLICT (project_id) DO UPDATE"
-    " SET last_claimed_at = greatest(batch_project_turns.last_claimed_at, now())"
+    " SET last_claimed_at = greatest(batch_project_turns.last_claimed_at, now()))"
+    f" SELECT {', '.join(f'picked.{name}' for name in RECORD_FIELDS)},"
+    " ARRAY(SELECT took.idx FROM took ORDER BY took.idx) AS idxs FROM picked"
 )
 
 
 async def _claim_postgres(
-    conn: AsyncConnection, instance_id: str, limit: int, skip_policies: Collection[str]
+    db: Db, instance_id: str, limit: int, skip_policies: Collection[str]
 ) -> list[ClaimedItem]:
-    """:func:`claim`'s transaction on Postgres, on the driver under ``conn``'s transaction
-    (``relay.store.driver``): the same statements in the same order. The batch row comes back with
-    the values SQLAlchemy's would have: asyncpg returns ``timestamptz`` aware (UTC), and
-    ``token_claims`` (``jsonb``) is decoded by the codec SQLAlchemy registered on the connection."""
-    raw = await pg_driver(conn)
-    picked = await raw.fetchrow(_PG_PICK, list(skip_policies))
-    if picked is None:
+    """:func:`claim` on Postgres: ``_PG_CLAIM`` on the driver (``relay.store.driver``), in autocommit,
+    or in the transaction of a connection the caller holds in one (it commits or rolls back with it).
+    The batch row comes back with the values SQLAlchemy's would have: asyncpg returns ``timestamptz``
+    aware (UTC), and ``token_claims`` (``jsonb``) is decoded by the codec SQLAlchemy registered on the
+    connection."""
+    async with connection(db) as conn:
+        if conn.in_transaction():
+            raw = await pg_driver(conn)
+        else:  # no SQLAlchemy statement: the driver is in autocommit
+            raw = (await conn.get_raw_connection()).driver_connection
+            assert raw is not None
+        picked = await raw.fetchrow(_PG_CLAIM, list(skip_policies), limit, instance_id)
+    if picked is None or not picked["idxs"]:
         return []
     batch = record_from_row(picked)
-    idxs = sorted(row[0] for row in await raw.fetch(_PG_TAKE, batch.id, limit, instance_id))
-    if not idxs:
-        return []
-    await raw.execute(_PG_STAMP, batch.id)
-    await raw.execute(_PG_HEARTBEAT, instance_id)
-    # Last: concurrent claims serving one project wait for each other here, for a commit's time.
-    await raw.execute(_PG_TURN, batch.project_id)
-    return [ClaimedItem(batch, idx) for idx in idxs]
+    return [ClaimedItem(batch, idx) for idx in picked["idxs"]]
 
 
 async def upsert_worker(conn: AsyncConnection, instance_id: str) -> None:
