@@ -107,9 +107,10 @@ async def _finalize_postgres(
     """:func:`finalize_many`'s transaction on Postgres, its statements as text on the driver
     (``relay.store.driver``: under ``conn``'s transaction), with the locks and in the order of
     :func:`lock_batches`, :meth:`FinalTally.write` and :func:`complete_if_done`: items (locked in key
-    order), events and rollup, responses, the batches' advisory locks (ascending), counters (batch id
-    order), the completion check. Through SQLAlchemy's per-execution work these statements cost the
-    process about three times the CPU of the item's claim and start (docs/benchmarks.md)."""
+    order, settled in the same statement), events and rollup, responses, the batches' advisory locks
+    (ascending), then counters (batch id order) and the completion check in one statement. Through
+    SQLAlchemy's per-execution work these statements cost the process about three times the CPU of the
+    item's claim and start (docs/benchmarks.md)."""
     raw = await pg_driver(conn)
     mine = await _settle_postgres(raw, instance_id, keys, finals)
     done = [f for f in finals if (f.batch_id, f.idx) in mine]
@@ -122,8 +123,7 @@ async def _finalize_postgres(
     await lock_batches_on_driver(raw, batch_ids)
     tally = FinalTally()
     tally.add_all((f.batch_id, f.state) for f in done)
-    await tally.write_on_driver(raw)
-    await complete_if_done_on_driver(conn, raw, batch_ids, hooks)
+    await complete_if_done_on_driver(conn, raw, batch_ids, hooks, tally.rows())
     return mine
 
 
@@ -136,24 +136,26 @@ def check_final(final: FinalItem) -> None:
         raise ValueError("only a completed item has a response")
 
 
-# Postgres: lock the items still running for the finalizer, in key order (the order put back and
-# rescue use; rows a concurrent rescue holds are waited for, then seen as no longer running): one
-# statement per batch, in batch id order (Python's order of the ids: the database's under C collation,
-# and under the usual ones for the ids Relay mints, ASCII of one shape), its idxs as one array (an
-# index probe of the batch's running items whatever the group's size, and one prepared statement);
-# then give those their final states in one statement over arrays.
-_PG_LOCK_RUNNING: Final = (
-    "SELECT idx FROM batch_items"
-    " WHERE batch_id = $1::varchar AND idx = ANY($2::integer[])"
-    " AND state = 'running' AND claimed_by = $3::varchar"
-    " ORDER BY idx FOR UPDATE"
-)
+# Postgres: per batch of the group, in batch id order (Python's order of the ids: the database's under
+# C collation, and under the usual ones for the ids Relay mints, ASCII of one shape), ONE statement
+# locks the batch's items still running for the finalizer in key order (the order put back and rescue
+# use; rows a concurrent rescue holds are waited for, then seen as no longer running), its idxs as one
+# array (an index probe of the batch's running items whatever the group's size, and one prepared
+# statement), and gives exactly those their final states, from arrays. The UPDATE joins the locked rows
+# on the whole primary key: a unique key probe per row however stale the statistics (a fresh table's:
+# the plan is made before autovacuum has analysed it). Joined to the arrays by key instead, such a plan
+# hashed them and scanned every item of the table per group.
 _PG_SETTLE: Final = (
-    "UPDATE batch_items SET state = v.state, finished_at = now(), status = v.status, error = v.error,"
+    "WITH locked AS (SELECT batch_items.batch_id AS batch_id, batch_items.idx AS idx FROM batch_items"
+    " WHERE batch_items.batch_id = $1::varchar AND batch_items.idx = ANY($2::integer[])"
+    " AND batch_items.state = 'running' AND batch_items.claimed_by = $3::varchar"
+    " ORDER BY batch_items.idx FOR UPDATE)"
+    " UPDATE batch_items SET state = v.state, finished_at = now(), status = v.status, error = v.error,"
     " response_file = v.file, response_offset = v.off, response_length = v.len"
-    " FROM unnest($1::varchar[], $2::integer[], $3::varchar[], $4::integer[], $5::text[],"
-    " $6::varchar[], $7::bigint[], $8::integer[]) AS v(batch_id, idx, state, status, error, file, off, len)"
-    " WHERE batch_items.batch_id = v.batch_id AND batch_items.idx = v.idx"
+    " FROM locked JOIN unnest($2::integer[], $4::varchar[], $5::integer[], $6::text[], $7::varchar[],"
+    " $8::bigint[], $9::integer[]) AS v(idx, state, status, error, file, off, len) ON v.idx = locked.idx"
+    " WHERE batch_items.batch_id = locked.batch_id AND batch_items.idx = locked.idx"
+    " RETURNING batch_items.idx"
 )
 
 
@@ -161,28 +163,27 @@ async def _settle_postgres(
     raw: Any, instance_id: str, keys: list[tuple[str, int]], finals: Sequence[FinalItem]
 ) -> set[tuple[str, int]]:
     """Postgres: give the items still running for ``instance_id`` their final states (``_PG_SETTLE``,
-    after ``_PG_LOCK_RUNNING``); returns those it locked."""
-    by_batch: dict[str, list[int]] = {}
-    for batch_id, idx in keys:  # sorted: batches in id order, each one's idxs ascending
-        by_batch.setdefault(batch_id, []).append(idx)
+    one statement per batch); returns those it settled."""
+    by_key = {(f.batch_id, f.idx): f for f in finals}
+    by_batch: dict[str, list[FinalItem]] = {}
+    for key in keys:  # sorted: batches in id order, each one's idxs ascending
+        by_batch.setdefault(key[0], []).append(by_key[key])
     mine: set[tuple[str, int]] = set()
-    for batch_id, idxs in by_batch.items():
-        rows = await raw.fetch(_PG_LOCK_RUNNING, batch_id, idxs, instance_id)
-        mine.update((batch_id, row[0]) for row in rows)
-    done = [f for f in finals if (f.batch_id, f.idx) in mine]
-    if done:
-        refs = [f.response for f in done]
-        await raw.execute(
+    for batch_id, group in by_batch.items():
+        refs = [f.response for f in group]
+        rows = await raw.fetch(
             _PG_SETTLE,
-            [f.batch_id for f in done],
-            [f.idx for f in done],
-            [f.state for f in done],
-            [f.status for f in done],
-            [f.error for f in done],
+            batch_id,
+            [f.idx for f in group],
+            instance_id,
+            [f.state for f in group],
+            [f.status for f in group],
+            [f.error for f in group],
             [ref.file if ref else None for ref in refs],
             [ref.offset if ref else None for ref in refs],
             [ref.length if ref else None for ref in refs],
         )
+        mine.update((batch_id, row[0]) for row in rows)
     return mine
 
 

@@ -7,8 +7,9 @@ Why a tally, not a trigger. The queue's statements already know which items they
 ``RETURNING`` or the rows they locked), and a trigger would fire per row: one bump per statement and
 batch is the cheap way.
 
-Invariants. Every transaction that makes an item final calls :meth:`FinalTally.write` after
-``lock_batches`` for the same batches (finalize, cancel, expiry, rescue, a stop's put back): the
+Invariants. Every transaction that makes an item final calls :meth:`FinalTally.write` (or, the
+finalize on Postgres, writes :meth:`FinalTally.rows` in its completion check) after ``lock_batches``
+for the same batches (finalize, cancel, expiry, rescue, a stop's put back): the
 counter row is then only ever written by a holder of the batch's advisory lock on Postgres (SQLite's
 ``BEGIN IMMEDIATE`` serialises every writer), so two finishers never wait for each other's row in
 two orders. Deleting a batch (retention) removes its row with it (foreign key, ``ON DELETE CASCADE``)
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from typing import Any
 
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -69,14 +69,13 @@ class FinalTally:
             )
         self._counts.clear()
 
-    async def write_on_driver(self, raw: Any) -> None:
-        """:meth:`write` on Postgres with its upsert on the driver (``relay.store.driver``): the same
-        statement per batch, in batch id order (one executemany keeps its order)."""
-        batch_ids = sorted(self._counts)
-        if batch_ids:
-            rows = [(b, *(self._counts[b].get(state, 0) for state in _COUNTED)) for b in batch_ids]
-            await raw.executemany(_PG_UPSERT, rows)
+    def rows(self) -> list[tuple[str, int, int, int]]:
+        """The tally as ``(batch_id, completed, discarded, cancelled)`` rows in batch id order, emptied:
+        for a statement that writes them itself (the finalize's completion check on Postgres,
+        ``relay.store.batch_queue._txn.complete_if_done_on_driver``)."""
+        out = [(b, c["completed"], c["discarded"], c["cancelled"]) for b, c in sorted(self._counts.items())]
         self._counts.clear()
+        return out
 
     async def _write_sqlite(self, conn: AsyncConnection) -> None:
         """SQLite: every batch's upsert in one statement, its text on the driver (one hop to aiosqlite's
@@ -103,11 +102,5 @@ _SQLITE_UPSERT = (
     "INSERT INTO batch_counters (batch_id, completed, discarded, cancelled) VALUES {rows}"
     " ON CONFLICT (batch_id) DO UPDATE SET completed = completed + excluded.completed,"
     " discarded = discarded + excluded.discarded, cancelled = cancelled + excluded.cancelled"
-)
-_PG_UPSERT = (
-    "INSERT INTO batch_counters (batch_id, completed, discarded, cancelled) VALUES ($1, $2, $3, $4)"
-    " ON CONFLICT (batch_id) DO UPDATE SET completed = batch_counters.completed + excluded.completed,"
-    " discarded = batch_counters.discarded + excluded.discarded,"
-    " cancelled = batch_counters.cancelled + excluded.cancelled"
 )
 _SQLITE_UPSERT_ROWS = 1000  # batches per statement: 4 parameters each, far below SQLite's 32 766
