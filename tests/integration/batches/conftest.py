@@ -16,6 +16,7 @@ from relay.batches.hooks import FinishedBatch, FinishHooks
 from relay.store import batches as batch_store
 from relay.store import tables as t
 from relay.store.engine import create_engine
+from relay.store.migrate import upgrade_to_head
 from tests.fixtures.databases import emptied_engine
 
 
@@ -34,6 +35,18 @@ async def engine(migrated_url: str) -> AsyncIterator[AsyncEngine]:
         ),
     ) as engine:
         yield engine
+
+
+@pytest.fixture
+async def pg(postgres_url: str) -> AsyncIterator[AsyncEngine]:
+    """A fresh Postgres database of the test's own, migrated: for checks of the planner's plans, whose
+    statistics must be the test's alone (none until it runs ANALYZE)."""
+    engine = create_engine(postgres_url)
+    try:
+        await upgrade_to_head(engine)
+        yield engine
+    finally:
+        await engine.dispose()
 
 
 @pytest.fixture

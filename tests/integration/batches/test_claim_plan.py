@@ -6,28 +6,14 @@ first in the heap, where a sequential scan looking for the first waiting item re
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.store.batch_queue._claims import _PG_CLAIM, _PG_PICK
-from relay.store.engine import create_engine
-from relay.store.migrate import upgrade_to_head
 from tests.integration.batches.queue_helpers import submit
 
 ITEMS = 20_000
-
-
-@pytest.fixture
-async def pg(postgres_url: str) -> AsyncIterator[AsyncEngine]:
-    engine = create_engine(postgres_url)
-    try:
-        await upgrade_to_head(engine)
-        yield engine
-    finally:
-        await engine.dispose()
 
 
 async def half_done_batch(engine: AsyncEngine, project_id: str) -> None:

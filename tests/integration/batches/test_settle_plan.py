@@ -6,29 +6,15 @@ per finalize group (``bench/batch_throughput.py``'s 0 ms phase on a fresh databa
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.store.batch_queue._finish import _PG_SETTLE
-from relay.store.engine import create_engine
-from relay.store.migrate import upgrade_to_head
 from tests.integration.batches.queue_helpers import submit
 
 ITEMS = 20_000
 GROUP = 64
-
-
-@pytest.fixture
-async def pg(postgres_url: str) -> AsyncIterator[AsyncEngine]:
-    engine = create_engine(postgres_url)
-    try:
-        await upgrade_to_head(engine)
-        yield engine
-    finally:
-        await engine.dispose()
 
 
 @pytest.mark.parametrize("analyze", [True, False], ids=["statistics", "no-statistics"])
