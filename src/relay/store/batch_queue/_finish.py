@@ -22,7 +22,7 @@ from relay.store.batch_queue._txn import (
     RunsFinishHooks,
     check_events,
     complete_if_done,
-    complete_if_done_on_driver,
+    count_and_complete_on_driver,
     db_now,
     lock_batches,
     lock_batches_on_driver,
@@ -119,11 +119,10 @@ async def _finalize_postgres(
     await insert_events_on_driver(conn, [f.event for f in done])
     if save_responses is not None:
         await save_responses(conn, done)
-    batch_ids = sorted({f.batch_id for f in done})
-    await lock_batches_on_driver(raw, batch_ids)
+    await lock_batches_on_driver(raw, {f.batch_id for f in done})
     tally = FinalTally()
     tally.add_all((f.batch_id, f.state) for f in done)
-    await complete_if_done_on_driver(conn, raw, batch_ids, hooks, tally.rows())
+    await count_and_complete_on_driver(conn, raw, tally.rows(), hooks)
     return mine
 
 

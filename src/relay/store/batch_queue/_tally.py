@@ -72,7 +72,7 @@ class FinalTally:
     def rows(self) -> list[tuple[str, int, int, int]]:
         """The tally as ``(batch_id, completed, discarded, cancelled)`` rows in batch id order, emptied:
         for a statement that writes them itself (the finalize's completion check on Postgres,
-        ``relay.store.batch_queue._txn.complete_if_done_on_driver``)."""
+        ``relay.store.batch_queue._txn.count_and_complete_on_driver``)."""
         out = [(b, c["completed"], c["discarded"], c["cancelled"]) for b, c in sorted(self._counts.items())]
         self._counts.clear()
         return out

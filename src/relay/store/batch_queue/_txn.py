@@ -185,36 +185,29 @@ _PG_COMPLETE: Final = (
 
 
 # Postgres: the tally's counters (``FinalTally.rows``: batch id order, one row per batch) added in the
-# completion check's statement, as a data-modifying CTE: one round trip for both. Both come after the
-# batches' advisory locks, so the counter rows are still only written by their holders; the check
-# reads ``batch_items``, not the counters, and the counts read after it see the CTE's rows.
+# completion check of those same batches (``$1``), as a data-modifying CTE: one round trip for both.
+# Both come after the batches' advisory locks, so the counter rows are still only written by their
+# holders; the check reads ``batch_items``, not the counters, and the counts read after it see the
+# CTE's rows.
 _PG_COUNT_AND_COMPLETE: Final = (
     "WITH counted AS (INSERT INTO batch_counters (batch_id, completed, discarded, cancelled)"
-    " SELECT * FROM unnest($3::varchar[], $4::integer[], $5::integer[], $6::integer[])"
+    " SELECT * FROM unnest($1::varchar[], $3::integer[], $4::integer[], $5::integer[])"
     " ON CONFLICT (batch_id) DO UPDATE SET completed = batch_counters.completed + excluded.completed,"
     " discarded = batch_counters.discarded + excluded.discarded,"
     " cancelled = batch_counters.cancelled + excluded.cancelled) "
 ) + _PG_COMPLETE
 
 
-async def complete_if_done_on_driver(
-    conn: AsyncConnection,
-    raw: Any,
-    batch_ids: Iterable[str],
-    hooks: RunsFinishHooks,
-    counts: Sequence[tuple[str, int, int, int]] = (),
+async def count_and_complete_on_driver(
+    conn: AsyncConnection, raw: Any, counts: Sequence[tuple[str, int, int, int]], hooks: RunsFinishHooks
 ) -> list[FinishedBatch]:
-    """:func:`complete_if_done` on Postgres with its UPDATE on the driver (``relay.store.driver``),
-    adding ``counts`` (``FinalTally.rows``) to the batches' counters in the same statement; the counts
-    and the finish hooks of a batch it finishes run on ``conn``, in the same transaction."""
-    ids = sorted(set(batch_ids))
-    if not ids:
+    """Add ``counts`` (``FinalTally.rows``) to their batches' counters and run :func:`complete_if_done`
+    for those batches, in one statement on the driver (``relay.store.driver``); the counts and the
+    finish hooks of a batch it finishes run on ``conn``, in the same transaction. Postgres only."""
+    if not counts:
         return []
-    if counts:
-        columns = list(zip(*counts, strict=True))
-        rows = await raw.fetch(_PG_COUNT_AND_COMPLETE, ids, _EXPIRED_LIKE, *map(list, columns))
-    else:
-        rows = await raw.fetch(_PG_COMPLETE, ids, _EXPIRED_LIKE)
+    batch_ids, completed, discarded, cancelled = (list(column) for column in zip(*counts, strict=True))
+    rows = await raw.fetch(_PG_COUNT_AND_COMPLETE, batch_ids, _EXPIRED_LIKE, completed, discarded, cancelled)
     return await _finished(conn, rows, hooks)
 
 
