@@ -8,6 +8,11 @@ followed, no decompression, no proxy from the environment, no header added but `
 elsewhere) and verifies the host name. A provider's addresses are resolved once per ``DNS_TTL_S`` and
 tried in turn.
 
+A pooled connection can end under a request: the provider's keep-alive (5 s on uvicorn) runs out as the
+request goes out. A request that such a connection closes without a byte of answer goes once more on a
+new connection; one the provider started to answer, or a new connection's, fails as below. The resend
+risks no more than the key pool's failover, which sends a failed request again on another key.
+
 Errors cross this boundary as :class:`UpstreamConnectionError` (the request could not be sent or the
 answer could not be read: the key pool treats it like a 5xx) or :class:`UpstreamTimeout`; their
 messages name what failed by its class, never the URL. Answers are handed back unread so the caller
@@ -171,19 +176,30 @@ class Upstream:
     ) -> UpstreamResponse:
         assert self._loop is not None, "Upstream.start() runs at boot"
         origin, head = self._head(method, url, headers, body)
-        connection = self._pooled(origin) or await self._connect(origin)
-        try:
-            connection.send(head, body)
-            await connection.head()
-        except Silent:
-            self.drop(connection)
-            raise UpstreamTimeout(f"upstream did not answer within {self._read_timeout:g}s") from None
-        except Broken as exc:
-            self.drop(connection)
-            raise UpstreamConnectionError(f"upstream connection failed: {exc}") from None
-        except BaseException:  # cancelled: hang up now, the answer will not be read
-            self.drop(connection)
-            raise
+        connection = self._pooled(origin)
+        kept = connection is not None
+        while True:
+            if connection is None:
+                connection = await self._connect(origin)
+            try:
+                connection.send(head, body)
+                await connection.head()
+            except Silent:
+                self.drop(connection)
+                raise UpstreamTimeout(f"upstream did not answer within {self._read_timeout:g}s") from None
+            except Broken as exc:
+                self.drop(connection)
+                if kept and not connection.received:
+                    # Closed without a byte of answer on a connection the provider had kept idle: its
+                    # keep-alive ended as the request went out (a provider on uvicorn closes after
+                    # 5 s idle, and a busy loop reads that close late). Once more, on a new one.
+                    kept, connection = False, None
+                    continue
+                raise UpstreamConnectionError(f"upstream connection failed: {exc}") from None
+            except BaseException:  # cancelled: hang up now, the answer will not be read
+                self.drop(connection)
+                raise
+            break
         return UpstreamResponse(connection.status, ResponseHeaders(connection.headers), connection, self)
 
     def _head(

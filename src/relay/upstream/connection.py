@@ -60,6 +60,7 @@ class Connection(asyncio.Protocol):
         "headers",
         "idle_since",
         "origin",
+        "received",
         "status",
         "transport",
     )
@@ -79,6 +80,7 @@ class Connection(asyncio.Protocol):
 
     def _reset(self) -> None:
         self.status = 0
+        self.received = False
         self.headers: list[tuple[bytes, bytes]] = []
         self.head_done = False
         self.complete = False
@@ -203,6 +205,7 @@ class Connection(asyncio.Protocol):
         if not self._exchanging or self.complete:  # bytes after the answer (a parting 408): never reuse
             self.abort()
             return
+        self.received = True
         self._last_read = self._loop.time()
         try:
             self._parser.feed_data(data)

@@ -1,6 +1,7 @@
 """How Relay's upstream client uses its connections, against the raw loopback server of
 ``raw_server``: kept alive and reused while the provider allows it, a new one when it does not, an
-answer delimited by the connection's end read to that end, informational answers skipped, a large
+answer delimited by the connection's end read to that end, a request that a kept connection closed
+unanswered sent again on a new one (and only then), informational answers skipped, a large
 answer read whole through the client's read-pause, and a header that would split the request refused
 before anything is sent."""
 
@@ -10,7 +11,7 @@ import asyncio
 
 import pytest
 
-from relay.upstream import Upstream
+from relay.upstream import Upstream, UpstreamConnectionError
 
 from .raw_server import RawServer, answer
 
@@ -46,6 +47,73 @@ async def test_a_connection_the_provider_closed_while_idle_is_not_used_again(
     await asyncio.sleep(0.05)  # the client's side sees the close
     assert await (await upstream.post(server.url + "/once", {}, b"{}")).read() == b"ok"
     assert server.connections == 2
+
+
+@pytest.mark.parametrize("hang_up", ["close", "reset"])
+async def test_a_kept_connection_closed_unanswered_under_a_request_sends_it_again_on_a_new_one(
+    server: RawServer, upstream: Upstream, hang_up: str
+) -> None:
+    """The provider's keep-alive ends as a request goes out on the connection it kept (uvicorn closes
+    after 5 s idle): nothing of the request was answered, so it goes once more on a new connection
+    instead of failing the caller with a 502."""
+    kept: set[asyncio.StreamWriter] = set()
+
+    async def first_on_each_connection(
+        head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        if writer in kept:  # the second request on a connection: hung up on, unanswered
+            if hang_up == "reset":
+                writer.transport.abort()
+            else:
+                writer.close()
+            raise ConnectionError
+        kept.add(writer)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+
+    server.handlers["/kept"] = first_on_each_connection
+    assert await (await upstream.post(server.url + "/kept", {}, b"{}")).read() == b"ok"
+    assert await (await upstream.post(server.url + "/kept", {}, b'{"n": 2}')).read() == b"ok"
+    assert server.connections == 2
+    assert [h.split(b" ")[1] for h in server.heads] == [b"/kept"] * 3  # the first, then the second twice
+    assert await asyncio.wait_for(server.closed.get(), 5) == "/kept"  # the kept one, hung up on
+
+
+async def test_a_request_is_not_sent_again_once_answered_in_part_or_on_a_new_connection(
+    server: RawServer, upstream: Upstream
+) -> None:
+    """Only a kept connection closed before any byte of answer is retried: an answer cut after its
+    first bytes, or a new connection closed unanswered, fails the call (the provider may be working on
+    it; the key pool decides what happens next)."""
+    calls = 0
+
+    async def partial_head_on_the_second(
+        head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        else:
+            writer.write(b"HTTP/1.1 2")
+            await writer.drain()
+            writer.close()
+            raise ConnectionError
+        await writer.drain()
+
+    async def never_answers(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.close()
+        raise ConnectionError
+
+    server.handlers["/partial"] = partial_head_on_the_second
+    server.handlers["/never"] = never_answers
+    assert await (await upstream.post(server.url + "/partial", {}, b"{}")).read() == b"ok"
+    with pytest.raises(UpstreamConnectionError):
+        await upstream.post(server.url + "/partial", {}, b"{}")
+    assert calls == 2 and server.connections == 1
+    with pytest.raises(UpstreamConnectionError):
+        await upstream.post(server.url + "/never", {}, b"{}")
+    assert server.connections == 2  # one new connection for it, and no second
 
 
 async def test_an_answer_ended_by_the_connection_is_read_to_its_end(
