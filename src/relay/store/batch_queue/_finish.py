@@ -143,17 +143,21 @@ def check_final(final: FinalItem) -> None:
 # statement), and gives exactly those their final states, from arrays. The UPDATE joins the locked rows
 # on the whole primary key: a unique key probe per row however stale the statistics (a fresh table's:
 # the plan is made before autovacuum has analysed it). Joined to the arrays by key instead, such a plan
-# hashed them and scanned every item of the table per group.
+# hashed them and scanned every item of the table per group. Each locked row finds its values by its
+# place in the idx array (``array_position``), not by a join to the arrays unnested: with one row
+# estimated for the lock, that join was a nested loop unnesting all seven arrays again per row (64 × 64
+# pairs, 1.2 ms of a 4.3 ms settle of 64 items).
 _PG_SETTLE: Final = (
-    "WITH locked AS (SELECT batch_items.batch_id AS batch_id, batch_items.idx AS idx FROM batch_items"
+    "WITH locked AS (SELECT batch_items.batch_id AS batch_id, batch_items.idx AS idx,"
+    " array_position($2::integer[], batch_items.idx) AS at FROM batch_items"
     " WHERE batch_items.batch_id = $1::varchar AND batch_items.idx = ANY($2::integer[])"
     " AND batch_items.state = 'running' AND batch_items.claimed_by = $3::varchar"
     " ORDER BY batch_items.idx FOR UPDATE)"
-    " UPDATE batch_items SET state = v.state, finished_at = now(), status = v.status, error = v.error,"
-    " response_file = v.file, response_offset = v.off, response_length = v.len"
-    " FROM locked JOIN unnest($2::integer[], $4::varchar[], $5::integer[], $6::text[], $7::varchar[],"
-    " $8::bigint[], $9::integer[]) AS v(idx, state, status, error, file, off, len) ON v.idx = locked.idx"
-    " WHERE batch_items.batch_id = locked.batch_id AND batch_items.idx = locked.idx"
+    " UPDATE batch_items SET state = ($4::varchar[])[locked.at], finished_at = now(),"
+    " status = ($5::integer[])[locked.at], error = ($6::text[])[locked.at],"
+    " response_file = ($7::varchar[])[locked.at], response_offset = ($8::bigint[])[locked.at],"
+    " response_length = ($9::integer[])[locked.at]"
+    " FROM locked WHERE batch_items.batch_id = locked.batch_id AND batch_items.idx = locked.idx"
     " RETURNING batch_items.idx"
 )
 
