@@ -26,6 +26,25 @@ from typing import Any
 
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.pool import PoolProxiedConnection
+
+
+async def pooled(conn: AsyncConnection) -> PoolProxiedConnection:
+    """``conn``'s pooled DBAPI connection, as ``AsyncConnection.get_raw_connection`` gives it. An open,
+    valid connection holds it already, and reading it there needs no greenlet: ``get_raw_connection``
+    always spawns one (in case it must reconnect), which cost about 15 µs of the 120 µs a batch start
+    statement took in process. An invalidated connection still goes through it, and reconnects."""
+    sync = conn.sync_connection
+    if sync is not None and not sync.closed and not sync.invalidated:
+        return sync.connection  # an attribute read: no I/O while the connection is valid
+    return await conn.get_raw_connection()
+
+
+async def driver_connection(conn: AsyncConnection) -> Any:
+    """The driver's own connection under ``conn`` (asyncpg's or aiosqlite's), see :func:`pooled`."""
+    raw = (await pooled(conn)).driver_connection
+    assert raw is not None
+    return raw
 
 
 async def pg_driver(conn: AsyncConnection) -> Any:
@@ -34,7 +53,7 @@ async def pg_driver(conn: AsyncConnection) -> Any:
     driver needs no help (``relay.store.batch_queue._claims.start``)."""
     if not conn.in_transaction():
         raise RuntimeError("pg_driver: the connection is not in a transaction")
-    fairy = await conn.get_raw_connection()
+    fairy = await pooled(conn)
     raw = fairy.driver_connection
     assert raw is not None
     if not raw.is_in_transaction():

@@ -32,6 +32,7 @@ from sqlalchemy import Integer, String, bindparam, delete, exists, func, insert,
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from relay.store import tables as t
+from relay.store.driver import driver_connection
 
 P = t.payload_chunks
 CHUNK_BYTES: Final = 1 << 20  # largest value of one row
@@ -77,8 +78,7 @@ async def _insert_group(conn: AsyncConnection, group: list[tuple[Any, ...]]) -> 
     if conn.dialect.name == "postgresql" and len(group) >= COPY_ROWS:
         # The driver begins its transaction at the first statement: make sure COPY runs inside it.
         await conn.execute(select(1))
-        raw = (await conn.get_raw_connection()).driver_connection
-        assert raw is not None
+        raw = await driver_connection(conn)
         await raw.copy_records_to_table(P.name, records=group, columns=_COLUMNS)
     else:
         await conn.execute(insert(P), [dict(zip(_COLUMNS, row, strict=True)) for row in group])

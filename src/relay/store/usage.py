@@ -45,7 +45,7 @@ from relay.store import tables as t
 from relay.store import usage_rollup
 from relay.store.catalog import Row
 from relay.store.columns import UTCDateTime, utc_bind_step
-from relay.store.driver import pg_driver
+from relay.store.driver import driver_connection, pg_driver
 
 GROUPS: Final[Mapping[str, str]] = {
     "source": "source",
@@ -249,8 +249,7 @@ async def insert_events_on_driver(conn: AsyncConnection, events: Sequence[EventR
     if conn.dialect.name == "postgresql":
         raw = await pg_driver(conn)
     else:
-        raw = (await conn.get_raw_connection()).driver_connection
-        assert raw is not None
+        raw = await driver_connection(conn)
     await raw.executemany(bulk.sql, [bulk.params(event) for event in events])
     await usage_rollup.add_on_driver(conn, events)
 

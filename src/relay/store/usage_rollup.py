@@ -31,7 +31,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from relay.store.driver import pg_driver
+from relay.store.driver import driver_connection, pg_driver
 from relay.store.rollup_tables import KEY, SUMS, usage_rollup
 
 R = usage_rollup
@@ -156,8 +156,7 @@ async def add_on_driver(conn: AsyncConnection, events: Sequence[Any]) -> None:
         raw = await pg_driver(conn)
         await raw.execute(_PG_UPSERT, *(list(column) for column in zip(*aggregate(events), strict=True)))
         return
-    raw = (await conn.get_raw_connection()).driver_connection
-    assert raw is not None
+    raw = await driver_connection(conn)
     await raw.executemany(_upsert_sql(conn.dialect), aggregate(events))
 
 

@@ -14,6 +14,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.store import tables as t
+from relay.store.driver import pooled
 from relay.store.engine import is_transient
 from tests.integration.batches import queue_ops
 from tests.integration.batches.queue_helpers import (
@@ -195,3 +196,24 @@ async def test_a_claim_on_a_connection_the_database_closed_fails_as_an_outage(
         await conn.invalidate()
     assert is_transient(failed.value), failed.value
     assert [c.idx for c in await queue_ops.claim(engine, "r1", 2)] == [0, 1]
+
+
+async def test_a_held_connection_invalidated_after_an_outage_claims_again_on_a_new_driver_connection(
+    engine: AsyncEngine,
+) -> None:
+    """The hot statements read the driver's connection straight from a valid SQLAlchemy connection
+    (``relay.store.driver.pooled``: no greenlet per statement). One invalidated after a failure (what
+    ``relay.store.held`` does) must not hand out the dead driver connection: it reconnects, as
+    ``get_raw_connection`` does, and the next claim works on the same SQLAlchemy connection."""
+    await submit(engine, 2)
+    async with engine.connect() as conn:
+        before = await pooled(conn)
+        assert before is await conn.get_raw_connection()  # the same object, read without a greenlet
+        dead = before.driver_connection
+        await conn.invalidate()
+        after = await pooled(conn)
+        assert after.driver_connection is not dead and after.driver_connection is not None
+        claimed = await queue_ops.claim(conn, "r1", 2)
+        if conn.in_transaction():
+            await conn.commit()
+    assert [c.idx for c in claimed] == [0, 1]

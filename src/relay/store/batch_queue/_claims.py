@@ -38,7 +38,7 @@ from relay.domain.batches import AVAILABLE
 from relay.store.batch_queue._rows import RECORD_FIELDS, B, I, T, W, in_state, record_from_row
 from relay.store.batch_queue._txn import connection, write_txn
 from relay.store.columns import utc_bind_step
-from relay.store.driver import pg_driver
+from relay.store.driver import driver_connection, pg_driver
 from relay.store.held import Db
 from relay.store.tables import ID, UTCDateTime
 
@@ -266,8 +266,7 @@ async def _claim_postgres(
         if conn.in_transaction():
             raw = await pg_driver(conn)
         else:  # no SQLAlchemy statement: the driver is in autocommit
-            raw = (await conn.get_raw_connection()).driver_connection
-            assert raw is not None
+            raw = await driver_connection(conn)
         picked = await raw.fetchrow(_PG_CLAIM, list(skip_policies), limit, instance_id)
     if picked is None or not picked["idxs"]:
         return []
@@ -319,8 +318,7 @@ async def start(db: Db, instance_id: str, keys: Sequence[tuple[str, int]]) -> se
             by_batch.setdefault(batch_id, []).append(idx)
         started: set[tuple[str, int]] = set()
         async with connection(db) as conn:  # no SQLAlchemy statement: the driver is in autocommit
-            raw = (await conn.get_raw_connection()).driver_connection
-            assert raw is not None
+            raw = await driver_connection(conn)
             for batch_id, idxs in by_batch.items():
                 rows = await raw.fetch(_PG_START, batch_id, idxs, instance_id)
                 started.update((batch_id, row[0]) for row in rows)
@@ -331,8 +329,7 @@ async def start(db: Db, instance_id: str, keys: Sequence[tuple[str, int]]) -> se
     sql = _SQLITE_START.format(keys=", ".join(["(?, ?)"] * len(wanted)))
     params = [stamp, *(part for key in wanted for part in key), instance_id, stamp]
     async with _sqlite_start_conn(db) as conn:
-        raw = (await conn.get_raw_connection()).driver_connection
-        assert raw is not None
+        raw = await driver_connection(conn)
         rows = await raw.execute_fetchall(sql, params)
     return {(row[0], row[1]) for row in rows}
 

@@ -29,7 +29,7 @@ from relay.store.batch_queue._txn import (
     write_txn,
 )
 from relay.store.columns import utc_bind_step
-from relay.store.driver import pg_driver
+from relay.store.driver import driver_connection, pg_driver
 from relay.store.held import Db
 from relay.store.usage import insert_events_on_driver
 
@@ -238,8 +238,7 @@ async def _settle_sqlite(
     """SQLite: give the items still running for ``instance_id`` their final states (``_SQLITE_SETTLE``);
     returns those it changed."""
     stamp = utc_bind_step(conn.dialect)(datetime.now(UTC))
-    raw = (await conn.get_raw_connection()).driver_connection
-    assert raw is not None
+    raw = await driver_connection(conn)
     mine: set[tuple[str, int]] = set()
     for start in range(0, len(finals), _SQLITE_SETTLE_ROWS):
         chunk = finals[start : start + _SQLITE_SETTLE_ROWS]

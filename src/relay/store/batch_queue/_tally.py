@@ -26,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from relay.domain.batches import FINAL_STATES
 from relay.store import tables as t
+from relay.store.driver import driver_connection
 
 C = t.batch_counters
 _COUNTED = ("completed", "discarded", "cancelled")
@@ -83,8 +84,7 @@ class FinalTally:
         has one writer at a time, so the row order of one statement cannot deadlock."""
         if not self._counts:
             return
-        raw = (await conn.get_raw_connection()).driver_connection
-        assert raw is not None
+        raw = await driver_connection(conn)
         batch_ids = sorted(self._counts)
         for start in range(0, len(batch_ids), _SQLITE_UPSERT_ROWS):
             chunk = batch_ids[start : start + _SQLITE_UPSERT_ROWS]
