@@ -576,10 +576,10 @@ def phase_zero(
             say(
                 f"   run {run + 1}: batch {b.rate:,.0f} items/s (first start → last end {b.span_s:.2f} s; "
                 f"{b.note()}; submit {b.submit_s:.2f} s), {b.completed:,} completed, {b.failed} failed, "
-                f"relay CPU {cpu_item.values[-1]:.2f} ms/item, item p50 {b.p50_item_ms:.0f} ms, "
+                f"relay CPU {cpu_item.values[-1]:.3f} ms/item, item p50 {b.p50_item_ms:.0f} ms, "
                 f"others {b.others:.2f} cores | direct {d.rate:,.0f} req/s ({d.errors} errors) | "
                 f"live via relay {lv.rate:,.0f} req/s ({lv.errors} errors, relay CPU "
-                f"{lv.relay_cpu_s * 1000 / n:.2f} ms/req)"
+                f"{lv.relay_cpu_s * 1000 / n:.3f} ms/req)"
             )
             ran.add(b.ran)
     rows.append(
