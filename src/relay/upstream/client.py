@@ -8,10 +8,12 @@ followed, no decompression, no proxy from the environment, no header added but `
 elsewhere) and verifies the host name. A provider's addresses are resolved once per ``DNS_TTL_S`` and
 tried in turn.
 
-A pooled connection can end under a request: the provider's keep-alive (5 s on uvicorn) runs out as the
-request goes out. A request that such a connection closes without a byte of answer goes once more on a
-new connection; one the provider started to answer, or a new connection's, fails as below. The resend
-risks no more than the key pool's failover, which sends a failed request again on another key.
+A provider closes idle connections on its own schedule (uvicorn, and so vLLM's server, after 5 s), and
+a busy event loop can read that close late. A request written on such a connection fails with 502 and
+counts against the key. So a connection idle for more than ``IDLE_CHECK_S`` is asked first whether the
+provider hung up or wrote anything (its kernel already holds the FIN, reset or bytes), and one that did
+is dropped for a new connection. A request is never sent twice: a connection that breaks under a
+request fails that request, and the key pool decides what happens next.
 
 Errors cross this boundary as :class:`UpstreamConnectionError` (the request could not be sent or the
 answer could not be read: the key pool treats it like a 5xx) or :class:`UpstreamTimeout`; their
@@ -37,6 +39,9 @@ from .connection import Broken, Connection, Silent
 
 KEEPALIVE_S: Final = 60.0
 """An idle pooled connection older than this is closed instead of reused."""
+
+IDLE_CHECK_S: Final = 1.0
+"""A pooled connection idle for longer is asked whether the provider closed it before it is reused."""
 
 DNS_TTL_S: Final = 300.0
 """How long a provider's resolved addresses are reused for new connections (a burst of new connections
@@ -176,30 +181,19 @@ class Upstream:
     ) -> UpstreamResponse:
         assert self._loop is not None, "Upstream.start() runs at boot"
         origin, head = self._head(method, url, headers, body)
-        connection = self._pooled(origin)
-        kept = connection is not None
-        while True:
-            if connection is None:
-                connection = await self._connect(origin)
-            try:
-                connection.send(head, body)
-                await connection.head()
-            except Silent:
-                self.drop(connection)
-                raise UpstreamTimeout(f"upstream did not answer within {self._read_timeout:g}s") from None
-            except Broken as exc:
-                self.drop(connection)
-                if kept and not connection.received:
-                    # Closed without a byte of answer on a connection the provider had kept idle: its
-                    # keep-alive ended as the request went out (a provider on uvicorn closes after
-                    # 5 s idle, and a busy loop reads that close late). Once more, on a new one.
-                    kept, connection = False, None
-                    continue
-                raise UpstreamConnectionError(f"upstream connection failed: {exc}") from None
-            except BaseException:  # cancelled: hang up now, the answer will not be read
-                self.drop(connection)
-                raise
-            break
+        connection = self._pooled(origin) or await self._connect(origin)
+        try:
+            connection.send(head, body)
+            await connection.head()
+        except Silent:
+            self.drop(connection)
+            raise UpstreamTimeout(f"upstream did not answer within {self._read_timeout:g}s") from None
+        except Broken as exc:
+            self.drop(connection)
+            raise UpstreamConnectionError(f"upstream connection failed: {exc}") from None
+        except BaseException:  # cancelled: hang up now, the answer will not be read
+            self.drop(connection)
+            raise
         return UpstreamResponse(connection.status, ResponseHeaders(connection.headers), connection, self)
 
     def _head(
@@ -241,7 +235,12 @@ class Upstream:
         now = self._loop.time()  # type: ignore[union-attr]
         while idle:
             connection = idle.pop()
-            if connection.closed or now - connection.idle_since > KEEPALIVE_S:
+            idle_for = now - connection.idle_since
+            if (
+                connection.closed
+                or idle_for > KEEPALIVE_S
+                or (idle_for > IDLE_CHECK_S and connection.hung_up())
+            ):
                 self.drop(connection)
                 continue
             return connection

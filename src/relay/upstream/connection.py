@@ -15,6 +15,7 @@ is not silence. Buffering: at most ``HIGH_WATER`` unread body bytes, then the so
 from __future__ import annotations
 
 import asyncio
+import socket
 from typing import Final
 
 import httptools
@@ -60,7 +61,6 @@ class Connection(asyncio.Protocol):
         "headers",
         "idle_since",
         "origin",
-        "received",
         "status",
         "transport",
     )
@@ -80,7 +80,6 @@ class Connection(asyncio.Protocol):
 
     def _reset(self) -> None:
         self.status = 0
-        self.received = False
         self.headers: list[tuple[bytes, bytes]] = []
         self.head_done = False
         self.complete = False
@@ -151,6 +150,30 @@ class Connection(asyncio.Protocol):
         self._exchanging = False
         self.idle_since = now
 
+    def hung_up(self) -> bool:
+        """Whether the provider closed this idle connection, or sent anything on it, in a way the event
+        loop has not read yet: the socket is peeked, not read. An idle connection has nothing to say,
+        so bytes (a parting 408, a TLS close alert), an end of stream or an error all retire it."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return True
+        raw = transport.get_extra_info("socket")
+        if raw is None:
+            return False
+        try:  # a duplicate of the descriptor: uvloop's transports hand out no socket that can recv
+            probe = socket.fromfd(raw.fileno(), socket.AF_INET, socket.SOCK_STREAM)
+        except OSError:
+            return True
+        try:
+            probe.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return False  # nothing waiting: still open
+        except OSError:
+            return True
+        finally:
+            probe.close()
+        return True
+
     def abort(self) -> None:
         """Hang up now (the answer is not wanted, or cannot be trusted any more)."""
         self._stop_timer()
@@ -205,7 +228,6 @@ class Connection(asyncio.Protocol):
         if not self._exchanging or self.complete:  # bytes after the answer (a parting 408): never reuse
             self.abort()
             return
-        self.received = True
         self._last_read = self._loop.time()
         try:
             self._parser.feed_data(data)

@@ -18,10 +18,12 @@ class RawServer:
     heads: list[bytes] = field(default_factory=list)
     closed: asyncio.Queue[str] = field(default_factory=asyncio.Queue)
     connections: int = 0
+    writers: list[asyncio.StreamWriter] = field(default_factory=list)  # each connection's, in order
     url: str = ""
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
+        self.writers.append(writer)
         path = ""
         try:
             while True:
