@@ -58,10 +58,13 @@ class Starter:
         """True once the item is ``running`` here; False when it must not run (cancelled, or no
         longer reserved by this replica)."""
         future = self._waiting.get(key)
-        if future is None:
+        if future is None or future.cancelled():
             future = self._waiting[key] = asyncio.get_running_loop().create_future()
             self._arrived.set()
-        return await asyncio.shield(future)
+        # Awaited as it is, not shielded: a caller cancelled meanwhile cancels the future, the item
+        # stays in the group, and the group's answer skips a future already done. (A shield cost a
+        # second future and one more turn of the event loop per item.)
+        return await future
 
     async def close(self) -> None:
         await self._loop.stop()
