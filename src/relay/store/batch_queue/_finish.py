@@ -146,7 +146,7 @@ def check_final(final: FinalItem) -> None:
 # hashed them and scanned every item of the table per group. Each locked row finds its values by its
 # place in the idx array (``array_position``), not by a join to the arrays unnested: with one row
 # estimated for the lock, that join was a nested loop unnesting all seven arrays again per row (64 × 64
-# pairs, 1.2 ms of a 4.3 ms settle of 64 items).
+# pairs, 1.5 ms of a 4.3 ms settle of 64 items).
 _PG_SETTLE: Final = (
     "WITH locked AS (SELECT batch_items.batch_id AS batch_id, batch_items.idx AS idx,"
     " array_position($2::integer[], batch_items.idx) AS at FROM batch_items"
