@@ -15,8 +15,9 @@ applications, which know the route (live, batch, control, login) and its setting
 
 Why a subclass and not another server: uvicorn with httptools and uvloop is the fastest stack measured
 for the live plane (bench/live_overhead.py), and these bounds cost a few attribute writes per request
-(no timer per request: one sweep per listener per second checks every connection's deadline). One
-more saving rides along: a whole answer's head and body leave in one send (``HeadWithBody``).
+(no timer per request: one sweep per listener per second checks every connection's deadline, the
+keep-alive timeout's included). Each request's cycle is a :class:`~relay.http.cycle.RelayCycle`, whose
+``send`` writes a whole answer's head and body in one send.
 
 What it deliberately does not know: routes, credentials, bodies' meaning.
 """
@@ -27,13 +28,17 @@ import asyncio
 import logging
 import math
 import os
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import httptools
+from uvicorn.protocols.http.flow_control import service_unavailable
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
+
+from relay.http.cycle import RelayCycle
 
 log = logging.getLogger("relay.http")
 
@@ -78,7 +83,6 @@ class RelayHttpProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self._refused:
             return
-        self._unset_keepalive_if_required()
         if self._phase == _BODY:
             self._deadline = self.loop.time() + self.bounds.body_read_timeout_s
         else:
@@ -122,6 +126,7 @@ class RelayHttpProtocol(HttpToolsProtocol):
             self._deadline = self.loop.time() + self.bounds.header_timeout_s
 
     def on_headers_complete(self) -> None:
+        """uvicorn's, with Relay's header count and clocks, building a :class:`RelayCycle`."""
         if len(self.headers) > self.bounds.max_headers:
             limit = self.bounds.max_headers
             self.refuse(431, "too_many_headers", f"more than {limit} request headers (RELAY_MAX_HEADERS)")
@@ -129,16 +134,58 @@ class RelayHttpProtocol(HttpToolsProtocol):
         self._phase = _BODY
         self._head_bytes = 0
         self._deadline = self.loop.time() + self.bounds.body_read_timeout_s
-        previous = self.cycle
-        super().on_headers_complete()
-        cycle = self.cycle
-        if cycle is not None and cycle is not previous and self.scope["method"] != "HEAD":
-            cycle.transport = HeadWithBody(cycle.transport)  # type: ignore[assignment]
+        parser = self.parser
+        scope = self.scope
+        http_version = parser.get_http_version()
+        scope["method"] = parser.get_method().decode("ascii")
+        if http_version != "1.1":
+            scope["http_version"] = http_version
+        if parser.should_upgrade() and self._should_upgrade():
+            return
+        url = self.url
+        if b"?" in url or b"#" in url or not url.startswith(b"/"):
+            parsed = httptools.parse_url(url)
+            raw_path, query = parsed.path, parsed.query or b""
+        else:  # origin-form without a query: the path is the URL as sent
+            raw_path, query = url, b""
+        path = raw_path.decode("ascii")
+        if "%" in path:
+            path = urllib.parse.unquote(path)
+        scope["path"] = self.root_path + path
+        scope["raw_path"] = self.root_path.encode("ascii") + raw_path
+        scope["query_string"] = query
+        most = self.limit_concurrency
+        if most is not None and (len(self.connections) >= most or len(self.tasks) >= most):
+            app = service_unavailable
+            self.logger.warning("Exceeded concurrency limit.")
+        else:
+            app = self.app
+        existing = self.cycle
+        self.cycle = RelayCycle(
+            scope=scope,
+            transport=self.transport,
+            flow=self.flow,
+            logger=self.logger,
+            access_logger=self.access_logger,
+            access_log=self.access_log,
+            default_headers=self.server_state.default_headers,
+            message_event=asyncio.Event(),
+            expect_100_continue=self.expect_100_continue,
+            keep_alive=http_version != "1.0" and parser.should_keep_alive(),
+            on_response=self.on_response_complete,
+        )
+        if existing is None or existing.response_complete:
+            task = self.loop.create_task(self.cycle.run_asgi(app))
+            task.add_done_callback(self.tasks.discard)
+            self.tasks.add(task)
+        else:  # a pipelined request waits for the answer before it
+            self.flow.pause_reading()
+            self.pipeline.appendleft((self.cycle, app))
 
     def on_message_complete(self) -> None:
         if self.cycle is not None and self.cycle.response_complete:
             # Answered before the body ended (a 401 or 413 with keep-alive): the connection is idle
-            # now, and uvicorn's keep-alive timer was cancelled by the body bytes; bound it here.
+            # now; the next request's headers are due within the header timeout.
             self._phase = _HEAD
             self._deadline = self.loop.time() + self.bounds.header_timeout_s
         else:
@@ -147,9 +194,18 @@ class RelayHttpProtocol(HttpToolsProtocol):
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
-        if self._phase == _APP:
-            self._phase = _IDLE  # keep-alive idle: uvicorn's RELAY_KEEPALIVE_TIMEOUT_S timer runs
-        super().on_response_complete()
+        """uvicorn's, with the keep-alive timeout kept as this connection's deadline (the sweep closes
+        it) instead of a timer armed after every answer and cancelled by the next request."""
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self.flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+        elif self._phase == _APP:
+            self._phase = _IDLE
+            self._deadline = self.loop.time() + self.timeout_keep_alive
 
     # -- deadlines -------------------------------------------------------------------------------------
 
@@ -157,7 +213,9 @@ class RelayHttpProtocol(HttpToolsProtocol):
         """Called about once a second by :func:`sweep`; acts when this connection's deadline passed."""
         if now < self._deadline or self._refused or self.transport is None or self.transport.is_closing():
             return
-        if self._phase == _HEAD:
+        if self._phase == _IDLE:
+            self.transport.close()  # idle between requests for RELAY_KEEPALIVE_TIMEOUT_S
+        elif self._phase == _HEAD:
             if self._head_bytes == 0 and not self.url_seen():
                 self._refused = True
                 self.transport.close()  # the client never said anything: nothing to answer
@@ -204,41 +262,6 @@ class RelayHttpProtocol(HttpToolsProtocol):
             self.cycle.message_event.set()
         fields = {"request_id": request_id, "status": status, "error": code, "route": "http"}
         log.info("request", extra=fields)
-
-
-class HeadWithBody:
-    """The transport one request's cycle writes to. uvicorn writes a response's head and its body
-    separately, which on a socket is two sends and two wake-ups of the client; a head that announces a
-    ``content-length`` is held here and written with the first body bytes, in one send. Any other head
-    (a stream's, chunked) and every later write pass through at once."""
-
-    __slots__ = ("_first", "_held", "_transport")
-
-    def __init__(self, transport: asyncio.Transport) -> None:
-        self._transport = transport
-        self._held: bytes | None = None
-        self._first = True
-
-    def write(self, data: bytes) -> None:
-        held = self._held
-        if held is not None:
-            self._held = None
-            if len(data) <= _JOIN_MAX:
-                data = held + data
-            else:
-                self._transport.write(held)  # a large body is not copied to save one send
-        elif self._first:
-            self._first = False
-            if b"\r\ncontent-length: " in data:  # uvicorn writes header names lower-cased
-                self._held = data
-                return
-        self._transport.write(data)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._transport, name)  # close, is_closing, …: the connection's own
-
-
-_JOIN_MAX = 64 * 1024
 
 
 def protocol_class(bounds: Bounds, render: Render) -> type[RelayHttpProtocol]:

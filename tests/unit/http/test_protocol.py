@@ -19,9 +19,10 @@ import orjson
 import pytest
 import uvicorn
 from starlette.types import Receive, Scope, Send
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 from uvicorn.server import ServerState
 
+from relay.http.cycle import JOIN_MAX, RelayCycle
 from relay.http.protocol import Bounds, RelayHttpProtocol, protocol_class
 
 OVERRIDDEN = (
@@ -37,7 +38,6 @@ OVERRIDDEN = (
 """Methods RelayHttpProtocol overrides: each calls (or replaces) uvicorn's."""
 
 CALLED = (
-    "_unset_keepalive_if_required",
     "_should_upgrade",
     "handle_websocket_upgrade",
     "_unsupported_upgrade_warning",
@@ -72,6 +72,34 @@ def test_the_methods_the_overrides_call_still_take_no_arguments() -> None:
         assert list(inspect.signature(method).parameters) == ["self"], name
 
 
+def test_the_asgi_task_starter_still_takes_a_cycle_and_an_app() -> None:
+    """``on_response_complete`` starts a pipelined request through uvicorn's ``_start_asgi_task``."""
+    parameters = list(inspect.signature(HttpToolsProtocol._start_asgi_task).parameters)
+    assert parameters == ["self", "cycle", "app"], parameters
+
+
+def test_the_cycle_is_built_with_the_arguments_uvicorn_takes() -> None:
+    """``on_headers_complete`` builds a RelayCycle with uvicorn's RequestResponseCycle arguments."""
+    parameters = list(inspect.signature(RequestResponseCycle.__init__).parameters)
+    assert parameters == [
+        "self",
+        "scope",
+        "transport",
+        "flow",
+        "logger",
+        "access_logger",
+        "access_log",
+        "default_headers",
+        "message_event",
+        "expect_100_continue",
+        "keep_alive",
+        "on_response",
+    ], parameters
+    assert issubclass(RelayCycle, RequestResponseCycle)
+    assert RelayCycle.receive is RequestResponseCycle.receive
+    assert RelayCycle.run_asgi is RequestResponseCycle.run_asgi
+
+
 def test_status_line_is_the_full_http_1_1_line_of_each_status_relay_refuses_with() -> None:
     for status, reason in (
         (400, b"Bad Request"),
@@ -87,6 +115,34 @@ def test_server_state_keeps_the_connections_the_sweep_walks() -> None:
 
 async def app(scope: Scope, receive: Receive, send: Send) -> None:
     await receive()
+    if scope["path"] == "/big":  # a body larger than a held head is joined with
+        body = b"b" * (JOIN_MAX + 1)
+        headers = [(b"content-length", b"%d" % len(body))]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+        return
+    if scope["path"] == "/parts":  # a length announced, the body sent in three parts
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"Content-Length", b"6")]})
+        for part in (b"ab", b"", b"cd"):
+            await send({"type": "http.response.body", "body": part, "more_body": True})
+        await send({"type": "http.response.body", "body": b"ef"})
+        return
+    if scope["path"] == "/chunks":  # no length: chunked, every part framed, the end marked once
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"x-a", b"1")]})
+        for part in (b"one", b"", b"three"):
+            await send({"type": "http.response.body", "body": part, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+        return
+    if scope["path"] == "/close":  # the application ends keep-alive
+        headers = [(b"content-length", b"2"), (b"connection", b"close")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b"ok"})
+        return
+    if scope["path"] == "/bad-header":
+        headers = [(b"content-length", b"2"), (b"x-bad", b"a\r\nx-injected: 1")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b"ok"})
+        return
     if scope["path"] == "/stream":  # no content-length: chunked, the head must not wait for the body
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await asyncio.sleep(0.2)
@@ -198,3 +254,92 @@ async def test_a_head_request_is_answered_with_its_head_alone(listener: Listener
     """HEAD: uvicorn writes no body at all, so the head is never held."""
     first = await first_read(listener, b"HEAD /x HTTP/1.1\r\nhost: t\r\n\r\n")
     assert first.startswith(b"HTTP/1.1 200 ") and first.endswith(b"content-length: 2\r\n\r\n")
+
+
+async def exchange_keep_alive(listener: Listener, *requests: bytes) -> bytes:
+    """Every request on one connection, one after another; everything read until the server closes."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+    writer.write(b"".join(requests))  # pipelined: the second waits for the first's answer
+    await writer.drain()
+    answer = await asyncio.wait_for(reader.read(), timeout=30)
+    writer.close()
+    return answer
+
+
+async def test_pipelined_requests_are_answered_in_order_each_head_with_its_body(listener: Listener) -> None:
+    answer = await exchange_keep_alive(
+        listener,
+        b"GET /slow HTTP/1.1\r\nhost: t\r\n\r\n",
+        b"GET /parts HTTP/1.1\r\nhost: t\r\n\r\n",
+        b"GET /x HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n",
+    )
+    answers = answer.split(b"HTTP/1.1 200 OK\r\n")
+    assert answers[0] == b"" and len(answers) == 4, answer
+    assert answers[1].endswith(b"content-length: 2\r\n\r\nok"), answers[1]
+    assert answers[2].endswith(b"content-length: 6\r\n\r\nabcdef"), answers[2]  # the name lower-cased
+    assert answers[3].endswith(b"connection: close\r\n\r\nok"), answers[3]
+
+
+async def test_a_body_larger_than_the_join_limit_follows_its_head_whole(listener: Listener) -> None:
+    answer = await listener.exchange(b"GET /big HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n")
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert b"content-length: %d" % (JOIN_MAX + 1) in head
+    assert body == b"b" * (JOIN_MAX + 1)
+
+
+async def test_a_chunked_answer_frames_every_part_and_ends_once(listener: Listener) -> None:
+    answer = await listener.exchange(b"GET /chunks HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n")
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert b"transfer-encoding: chunked" in head and b"x-a: 1" in head
+    assert body == b"3\r\none\r\n5\r\nthree\r\n0\r\n\r\n"
+
+
+async def test_an_applications_connection_close_ends_keep_alive(listener: Listener) -> None:
+    answer = await exchange_keep_alive(listener, b"GET /close HTTP/1.1\r\nhost: t\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b"connection: close\r\n\r\nok")
+
+
+async def test_an_invalid_header_value_is_never_written(listener: Listener) -> None:
+    """uvicorn's check: a value with a line break raises in the application, and nothing of that
+    answer reaches the client (no injected header)."""
+    answer = await listener.exchange(b"GET /bad-header HTTP/1.1\r\nhost: t\r\n\r\n")
+    assert b"x-injected" not in answer
+    assert not answer.startswith(b"HTTP/1.1 200 ")
+
+
+async def test_the_default_headers_lead_every_answer_and_follow_their_list(listener: Listener) -> None:
+    """The default block is joined once per list uvicorn's server hands out (a new ``date`` each
+    second): a new list is written from the next answer on."""
+    listener.state.default_headers = [(b"date", b"one"), (b"server", b"uvicorn")]
+    first = await listener.exchange(b"GET /x HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n")
+    assert first.startswith(b"HTTP/1.1 200 OK\r\ndate: one\r\nserver: uvicorn\r\ncontent-length: 2\r\n")
+    listener.state.default_headers = [(b"date", b"two"), (b"server", b"uvicorn")]
+    second = await listener.exchange(b"GET /x HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n")
+    assert second.startswith(b"HTTP/1.1 200 OK\r\ndate: two\r\nserver: uvicorn\r\n")
+    assert first.count(b"date: ") == second.count(b"date: ") == 1
+
+
+async def test_an_idle_keep_alive_connection_is_closed_by_the_sweep_after_its_timeout(
+    listener: Listener,
+) -> None:
+    """No timer per answer: the keep-alive timeout is the connection's deadline, which the sweep acts on
+    (called here with chosen clocks, so the test does not wait for a second)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+    writer.write(b"GET /x HTTP/1.1\r\nhost: t\r\n\r\n")
+    await writer.drain()
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=30)
+    assert head.startswith(b"HTTP/1.1 200 ")
+    assert await asyncio.wait_for(reader.readexactly(2), timeout=30) == b"ok"
+    (protocol,) = listener.protocols
+    assert protocol.timeout_keep_alive_task is None  # no timer was armed
+    answered = asyncio.get_running_loop().time()
+    protocol.check_deadline(answered + protocol.timeout_keep_alive - 0.5)
+    assert not protocol.transport.is_closing()
+    writer.write(b"GET /x HTTP/1.1\r\nhost: t\r\n\r\n")  # still open: a second request is answered
+    await writer.drain()
+    assert (await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=30)).startswith(b"HTTP/1.1 200 ")
+    assert await asyncio.wait_for(reader.readexactly(2), timeout=30) == b"ok"
+    later = asyncio.get_running_loop().time() + protocol.timeout_keep_alive + 0.5
+    protocol.check_deadline(later)
+    assert await asyncio.wait_for(reader.read(), timeout=30) == b""  # closed, nothing more written
+    writer.close()
