@@ -5,7 +5,7 @@ costs next to the events' bulk insert alone (the write before the rollup), measu
 On a fresh database per backend (embedded SQLite in a temporary directory; Postgres through
 ``--postgres``, an admin URL, dropped at the end), migrated to head, ``--flushes`` transactions of
 ``--batch`` events each (55: what the live writer flushes every 50 ms at 1 100 req/s), alternating
-**events** (the events' bulk insert only, ``usage._bulk_insert`` as before) and **events + rollup**
+**events** (the events' bulk insert only, ``usage.bulk_insert`` as before) and **events + rollup**
 (``usage.insert_events``, what every writer calls now). Events are stamped now, spread over 10
 projects × 3 models × 2 outcomes (up to 60 rollup rows a flush, most already there: updates). Prints
 the median and p90 wall time per flush and per event, and the CPU the rollup's aggregation takes on
@@ -82,7 +82,7 @@ def rows(batch: int) -> list[UsageEvent]:
 
 async def events_only(conn: Any, batch: list[dict[str, Any]]) -> None:
     """The write before the rollup: the events' bulk insert alone."""
-    bulk = store._bulk_insert(conn.dialect)
+    bulk = store.bulk_insert(conn.dialect)
     await conn.exec_driver_sql(bulk.sql, [bulk.params(row) for row in batch])
 
 

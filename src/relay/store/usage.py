@@ -27,6 +27,7 @@ from typing import Any, Final, Protocol
 from sqlalchemy import (
     BigInteger,
     ColumnElement,
+    Table,
     and_,
     case,
     func,
@@ -166,14 +167,15 @@ class EventRecord(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class _BulkInsert:
-    """``INSERT INTO usage_events`` compiled once for one dialect, with positional parameters."""
+    """``INSERT INTO <table>`` compiled once for one dialect, with positional parameters, read from
+    records with one attribute per column (``usage_events``: a usage event; ``payloads``: a capture)."""
 
     sql: str
-    values: Callable[[Any], tuple[Any, ...]]  # an event's values in parameter order (its attributes)
+    values: Callable[[Any], tuple[Any, ...]]  # a record's values in parameter order (its attributes)
     ts_position: int
     converted: tuple[tuple[int, Callable[[Any], Any]], ...]  # (position, the column type's bind step)
 
-    def params(self, event: EventRecord) -> tuple[Any, ...]:
+    def params(self, event: Any) -> tuple[Any, ...]:
         row_values = list(self.values(event))
         row_values[self.ts_position] = event.ts.astimezone(UTC)
         for position, step in self.converted:
@@ -181,19 +183,20 @@ class _BulkInsert:
         return tuple(row_values)
 
 
-_BULK_INSERTS: dict[tuple[str, str], _BulkInsert] = {}
+_BULK_INSERTS: dict[tuple[str, str, str], _BulkInsert] = {}
 
 
-def _bulk_insert(dialect: Dialect) -> _BulkInsert:
-    bulk = _BULK_INSERTS.get((dialect.name, dialect.driver))
+def bulk_insert(dialect: Dialect, table: Table = _E) -> _BulkInsert:
+    key = (table.name, dialect.name, dialect.driver)
+    bulk = _BULK_INSERTS.get(key)
     if bulk is None:
-        compiled = insert(_E).compile(dialect=dialect)
+        compiled = insert(table).compile(dialect=dialect)
         names = tuple(compiled.positiontup or ())
-        if len(names) != len(_E.columns):  # a named paramstyle: no positional form to reuse
+        if len(names) != len(table.columns):  # a named paramstyle: no positional form to reuse
             raise RuntimeError(f"{dialect.name}+{dialect.driver}: insert parameters are not positional")
         converted = []
         for position, name in enumerate(names):
-            column_type = _E.c[name].type
+            column_type = table.c[name].type
             step: Callable[[Any], Any] | None = (
                 utc_bind_step(dialect)  # the same value as SQLAlchemy's step, cheaper on SQLite
                 if isinstance(column_type, UTCDateTime)
@@ -202,7 +205,7 @@ def _bulk_insert(dialect: Dialect) -> _BulkInsert:
             if step is not None:
                 converted.append((position, _none_once(step)))
         bulk = _BulkInsert(str(compiled), operator.attrgetter(*names), names.index("ts"), tuple(converted))
-        _BULK_INSERTS[(dialect.name, dialect.driver)] = bulk
+        _BULK_INSERTS[key] = bulk
     return bulk
 
 
@@ -228,7 +231,7 @@ async def insert_events(conn: AsyncConnection, events: Sequence[EventRecord]) ->
     the parameters ``conn.execute`` would give it for the event's row (``UsageEvent.to_row``).
     """
     if events:
-        bulk = _bulk_insert(conn.dialect)
+        bulk = bulk_insert(conn.dialect)
         await conn.exec_driver_sql(bulk.sql, [bulk.params(event) for event in events])
         await usage_rollup.add(conn, events)  # the rollup's sums move with the events, same transaction
 
@@ -245,7 +248,7 @@ async def insert_events_on_driver(conn: AsyncConnection, events: Sequence[EventR
     if not conn.in_transaction() or (conn.dialect.name, conn.dialect.driver) not in _ON_DRIVER:
         await insert_events(conn, events)
         return
-    bulk = _bulk_insert(conn.dialect)
+    bulk = bulk_insert(conn.dialect)
     if conn.dialect.name == "postgresql":
         raw = await pg_driver(conn)
     else:

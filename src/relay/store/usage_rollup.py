@@ -104,7 +104,7 @@ def aggregate(events: Iterable[Any]) -> list[tuple[Any, ...]]:
 _UPSERTS: dict[tuple[str, str], str] = {}
 
 
-def _upsert_sql(dialect: Dialect) -> str:
+def upsert_sql(dialect: Dialect) -> str:
     sql = _UPSERTS.get((dialect.name, dialect.driver))
     if sql is None:
         make = pg_insert if dialect.name == "postgresql" else sqlite_insert
@@ -138,7 +138,7 @@ async def _upsert(conn: AsyncConnection, found: list[tuple[Any, ...]]) -> None:
     if conn.dialect.name == "postgresql" and conn.dialect.driver == "asyncpg":
         await conn.exec_driver_sql(_PG_UPSERT, tuple(list(column) for column in zip(*found, strict=True)))
     else:
-        await conn.exec_driver_sql(_upsert_sql(conn.dialect), found)
+        await conn.exec_driver_sql(upsert_sql(conn.dialect), found)
 
 
 async def add(conn: AsyncConnection, events: Sequence[Any]) -> None:
@@ -157,7 +157,7 @@ async def add_on_driver(conn: AsyncConnection, events: Sequence[Any]) -> None:
         await raw.execute(_PG_UPSERT, *(list(column) for column in zip(*aggregate(events), strict=True)))
         return
     raw = await driver_connection(conn)
-    await raw.executemany(_upsert_sql(conn.dialect), aggregate(events))
+    await raw.executemany(upsert_sql(conn.dialect), aggregate(events))
 
 
 async def subtract(conn: AsyncConnection, rows: Sequence[Any]) -> None:

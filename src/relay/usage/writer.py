@@ -5,8 +5,9 @@ a bounded in-memory queue and writes them in batches (one transaction and one ex
 payload captures beside their events), with its metrics and a rate-limited report of what was lost.
 Batch items' events are written by the batch queue, in the transaction that finalizes the item (§10.8).
 
-What it deliberately does not know. SQL (``relay.store.usage``), HTTP, how an event is built, and
-payload policy (``relay.usage.capture`` decides what is captured; this module only carries the record).
+What it deliberately does not know. SQL (``relay.store.usage_flush`` writes a flush), HTTP, how an
+event is built, and payload policy (``relay.usage.capture`` decides what is captured; this module only
+carries the record).
 
 Invariants. ``record`` never blocks, never awaits and never raises: when the queue is full the event
 is dropped, ``relay_usage_events_dropped_total{reason="queue_full"}`` counts it and a warning says so
@@ -25,10 +26,10 @@ from collections import deque
 from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from relay.background import DONE, Backoff, Loop
-from relay.store import usage as store
+from relay.store.usage_flush import write_flush
 from relay.store.write_errors import describe_error, refused
 from relay.usage.capture import PayloadRecord
 from relay.usage.event import UsageEvent
@@ -103,6 +104,7 @@ class UsageWriter:
         self._payload_bytes = 0
         self._closed = False
         self._failing = False  # the last write failed: a full batch waits for the backoff, not at once
+        self._connection: AsyncConnection | None = None
         self._drain = Loop(
             "relay-usage-writer",
             self._write_pass,
@@ -170,6 +172,7 @@ class UsageWriter:
             if lost:
                 self._drop("shutdown", lost)
                 self._payloads_dropped.labels("shutdown").inc(payloads)
+        await self._let_go(invalidate=False)
         self._report.report()
 
     # -- the drain task --------------------------------------------------------------------------------
@@ -222,11 +225,33 @@ class UsageWriter:
 
     async def _insert(self, items: list[_Item]) -> None:
         events = [event for event, _ in items]
-        payloads = [payload.to_row() for _, payload in items if payload is not None]
-        async with self._engine.begin() as conn:
-            await store.insert_events(conn, events)
-            await store.insert_payloads(conn, payloads)
+        payloads = [payload for _, payload in items if payload is not None]
+        conn = self._connection or await self._keep_connection()
+        try:
+            await write_flush(conn, events, payloads)
+        except Exception as exc:
+            if not refused(exc):  # an outage: the next attempt starts on a new connection
+                await self._let_go(invalidate=True)
+            raise
         self._transactions.inc()
+
+    async def _keep_connection(self) -> AsyncConnection:
+        """The connection flushes are written on, kept between them: a checkout per flush (and its
+        reset on return) cost more CPU than a small flush's rows (``relay.store.usage_flush``)."""
+        conn = await self._engine.connect()
+        self._connection = conn
+        return conn
+
+    async def _let_go(self, *, invalidate: bool) -> None:
+        conn, self._connection = self._connection, None
+        if conn is None:
+            return
+        try:
+            if invalidate:
+                await conn.invalidate()
+            await conn.close()
+        except Exception as exc:  # a broken connection's close: nothing left to save
+            log.debug("usage writer connection close failed: %s", describe_error(exc))
 
     async def _write_one_by_one(self, batch: list[_Item]) -> None:
         # Each item leaves the queue as soon as it is settled, so an outage half-way through (which

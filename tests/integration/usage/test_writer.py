@@ -17,6 +17,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from relay.store import tables as t
+from relay.store import usage_flush
 from relay.store.engine import create_engine
 from relay.usage.capture import PayloadRecord
 from relay.usage.event import UsageEvent
@@ -76,7 +77,9 @@ async def test_a_running_writer_flushes_within_its_interval(engine: AsyncEngine)
         await writer.stop()
 
 
-async def test_events_arriving_during_a_write_wait_for_the_next_interval(engine: AsyncEngine) -> None:
+async def test_events_arriving_during_a_write_wait_for_the_next_interval(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Events arriving while a write is in flight wait for the next interval: writing them at once
     chained one small transaction after another under steady load (a transaction per 2–8 events at
     500 req/s, ≈ 1.4 ms of CPU each on SQLite). 3 events arrive inside the first write's transaction and
@@ -85,17 +88,33 @@ async def test_events_arriving_during_a_write_wait_for_the_next_interval(engine:
     within a poll of the commit, far inside the 2 s interval."""
     registry = CollectorRegistry()
     writer = UsageWriter(engine, registry, flush_interval_s=2.0)
-
+    loop = asyncio.get_running_loop()
     inserts: list[int] = []
+
+    def arrive(count: int) -> None:
+        inserts.append(count)
+        if len(inserts) == 1:  # inside the first write's transaction
+            for _ in range(3):
+                writer.record(make_event())
 
     def arrive_meanwhile(conn: Any, cursor: Any, statement: str, parameters: Any, *args: Any) -> None:
         if statement.lstrip().upper().startswith("INSERT INTO USAGE_EVENTS"):
-            inserts.append(len(parameters))
-            if len(inserts) == 1:  # inside the first write's transaction
-                for _ in range(3):
-                    writer.record(make_event())
+            arrive(len(parameters))
 
-    sa_event.listen(engine.sync_engine, "before_cursor_execute", arrive_meanwhile)
+    # Postgres: SQLAlchemy runs the flush's statements. SQLite: the flush's transaction runs whole on
+    # aiosqlite's thread (relay.store.usage_flush), which hands the arrival to the event loop ahead of
+    # the flush's own answer, as a request answered meanwhile would be.
+    original = usage_flush._transaction
+
+    def transaction_meanwhile(db: Any, statements: Any) -> None:
+        loop.call_soon_threadsafe(arrive, len(statements[0][1]))
+        original(db, statements)
+
+    sqlite = engine.dialect.name == "sqlite"
+    if sqlite:
+        monkeypatch.setattr(usage_flush, "_transaction", transaction_meanwhile)
+    else:
+        sa_event.listen(engine.sync_engine, "before_cursor_execute", arrive_meanwhile)
     await writer.start()
     try:
         for _ in range(10):
@@ -107,8 +126,41 @@ async def test_events_arriving_during_a_write_wait_for_the_next_interval(engine:
         assert inserts == [10, 5]
     finally:
         await writer.stop()
-        sa_event.remove(engine.sync_engine, "before_cursor_execute", arrive_meanwhile)
+        if not sqlite:
+            sa_event.remove(engine.sync_engine, "before_cursor_execute", arrive_meanwhile)
     assert await stored(engine) == 15
+
+
+async def test_flushes_share_one_kept_connection_until_it_fails(sqlite_engine: AsyncEngine) -> None:
+    """A checkout (and its reset on return) per flush cost more than a small flush's rows: the writer
+    keeps one connection between flushes, and lets it go when a write fails (an outage)."""
+    checkouts: list[object] = []
+
+    def checked_out(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+        checkouts.append(dbapi_connection)
+
+    sa_event.listen(sqlite_engine.sync_engine, "checkout", checked_out)
+    registry = CollectorRegistry()
+    writer = UsageWriter(
+        sqlite_engine, registry, flush_interval_s=0.02, retry_initial_s=0.02, retry_max_s=0.05
+    )
+    await writer.start()
+    try:
+        for written in (1, 2, 3):
+            writer.record(make_event())
+            await eventually(lambda n=written: sample(registry, "relay_usage_events_written_total") == n)
+        assert sample(registry, "relay_usage_write_transactions_total") == 3 and len(checkouts) == 1
+        await hide_table(sqlite_engine, True)
+        checkouts.clear()
+        writer.record(make_event())
+        await eventually(lambda: sample(registry, "relay_usage_write_errors_total") >= 2)
+        await hide_table(sqlite_engine, False)
+        await eventually(lambda: sample(registry, "relay_usage_events_written_total") == 4)
+        assert len(checkouts) >= 3  # the table shown again, and a new connection after each failure
+    finally:
+        await writer.stop()
+        sa_event.remove(sqlite_engine.sync_engine, "checkout", checked_out)
+    assert await stored(sqlite_engine) == 4
 
 
 async def test_a_full_queue_drops_counts_and_says_so(

@@ -13,7 +13,7 @@ from sqlalchemy.dialects.sqlite import aiosqlite
 
 from relay.store import tables as t
 from relay.store.columns import _sqlite_utc_text, utc_bind_step
-from relay.store.usage import _bulk_insert
+from relay.store.usage import bulk_insert
 
 SQLITE = aiosqlite.dialect()
 SQLALCHEMYS = t.usage_events.c.ts.type.dialect_impl(SQLITE).bind_processor(SQLITE)
@@ -30,7 +30,7 @@ def test_sqlite_gets_the_one_call_step_and_the_usage_insert_uses_it() -> None:
     assert utc_bind_step(SQLITE) is _sqlite_utc_text
     assert _sqlite_utc_text(None) is None
     ts_position = [c.name for c in t.usage_events.columns].index("ts")
-    assert dict(_bulk_insert(SQLITE).converted)[ts_position] is _sqlite_utc_text
+    assert dict(bulk_insert(SQLITE).converted)[ts_position] is _sqlite_utc_text
     value = datetime(2026, 12, 7, 4, 42, 10, tzinfo=UTC)
     assert _sqlite_utc_text(value) == "2026-12-07 04:42:10.000000" == SQLALCHEMYS(value)  # type: ignore[misc]
 
