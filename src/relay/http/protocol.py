@@ -175,9 +175,7 @@ class RelayHttpProtocol(HttpToolsProtocol):
             on_response=self.on_response_complete,
         )
         if existing is None or existing.response_complete:
-            task = self.loop.create_task(self.cycle.run_asgi(app))
-            task.add_done_callback(self.tasks.discard)
-            self.tasks.add(task)
+            self._start_asgi_task(self.cycle, app)
         else:  # a pipelined request waits for the answer before it
             self.flow.pause_reading()
             self.pipeline.appendleft((self.cycle, app))

@@ -54,10 +54,15 @@ async def write_flush(conn: AsyncConnection, events: Sequence[Any], payloads: Se
         payloads_insert = usage.bulk_insert(dialect, t.payloads)
         statements.append((payloads_insert.sql, [payloads_insert.params(p) for p in payloads]))
     raw = await driver_connection(conn)
+    error = dialect.loaded_dbapi.Error
     try:
+        if not raw._running or raw._connection is None:
+            # aiosqlite would raise ValueError("Connection closed"), which reads as a refused row
+            # (``refused``) and would drop the flush: a closed connection is an outage.
+            raise dialect.loaded_dbapi.OperationalError("the usage writer's connection is closed")
         await raw._execute(_transaction, raw._conn, statements)
-    except dialect.loaded_dbapi.Error as exc:
-        raise DBAPIError.instance("usage flush", None, exc, dialect.loaded_dbapi.Error) from exc
+    except error as exc:
+        raise DBAPIError.instance("usage flush", None, exc, error) from exc
 
 
 def _transaction(db: sqlite3.Connection, statements: _Statements) -> None:

@@ -9,11 +9,12 @@ from typing import Any
 
 import pytest
 from sqlalchemy import func, select
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.store import tables as t
 from relay.store import usage_rollup
+from relay.store.driver import driver_connection
 from relay.store.usage_flush import write_flush
 from relay.store.write_errors import refused
 from relay.usage.capture import PayloadRecord
@@ -82,3 +83,16 @@ async def test_a_refused_flush_leaves_nothing_and_its_connection_usable(engine: 
         assert (await table(engine, t.usage_rollup), await count(engine, t.payloads)) == before
         await write_flush(conn, [again[0]], [])  # the same connection writes the next flush
     assert await count(engine, t.usage_events) == 2
+
+
+async def test_a_flush_on_a_closed_connection_is_an_outage_not_a_refusal(engine: AsyncEngine) -> None:
+    """The writer keeps its connection between flushes; one closed under it must be retried on a new
+    connection, never taken for rows the database refused (which are dropped)."""
+    async with engine.connect() as conn:
+        raw = await driver_connection(conn)
+        await raw.close()  # aiosqlite's thread or asyncpg's connection ends under SQLAlchemy
+        with pytest.raises(DBAPIError) as outage:
+            await write_flush(conn, [make_event()], [])
+        assert not refused(outage.value)
+        await conn.invalidate()
+    assert await count(engine, t.usage_events) == 0

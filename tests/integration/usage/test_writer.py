@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from relay.store import tables as t
 from relay.store import usage_flush
+from relay.store.driver import driver_connection
 from relay.store.engine import create_engine
 from relay.usage.capture import PayloadRecord
 from relay.usage.event import UsageEvent
@@ -161,6 +162,30 @@ async def test_flushes_share_one_kept_connection_until_it_fails(sqlite_engine: A
         await writer.stop()
         sa_event.remove(sqlite_engine.sync_engine, "checkout", checked_out)
     assert await stored(sqlite_engine) == 4
+
+
+async def test_a_kept_connection_closed_under_the_writer_loses_nothing(engine: AsyncEngine) -> None:
+    """The connection kept between flushes can end under the writer (a database restart, a driver
+    thread gone): the next flush fails as an outage and is written on a new connection, never dropped
+    as refused."""
+    registry = CollectorRegistry()
+    writer = UsageWriter(engine, registry, flush_interval_s=0.02, retry_initial_s=0.02, retry_max_s=0.05)
+    await writer.start()
+    try:
+        writer.record(make_event())
+        await eventually(lambda: sample(registry, "relay_usage_events_written_total") == 1)
+        kept = writer._connection
+        assert kept is not None
+        await (await driver_connection(kept)).close()
+        for _ in range(3):
+            writer.record(make_event())
+        await eventually(lambda: sample(registry, "relay_usage_events_written_total") == 4)
+        assert sample(registry, "relay_usage_write_errors_total") >= 1
+        assert sample(registry, "relay_usage_events_dropped_total", reason="refused") == 0
+        assert writer._connection is not kept
+    finally:
+        await writer.stop()
+    assert await stored(engine) == 4
 
 
 async def test_a_full_queue_drops_counts_and_says_so(
