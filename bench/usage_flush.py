@@ -8,7 +8,7 @@ thread, aiosqlite's included) per flush of N events (``--sizes``), alternating:
 - **kept connection** (what ``relay.usage.writer`` does): ``relay.store.usage_flush.write_flush`` on one
   connection kept between flushes — on SQLite the whole transaction in one call on aiosqlite's thread;
 - **checkout per flush** (the writer before it): ``engine.begin()`` per flush, then
-  ``usage.insert_events`` and ``usage.insert_payloads`` through SQLAlchemy.
+  ``usage.insert_events`` through SQLAlchemy (no payloads in either).
 
 Prints ms per flush and µs per event, medians over ``--rounds``. A benchmark, not a test.
 
@@ -53,7 +53,6 @@ async def measure(url: str, sizes: list[int], flushes: int, rounds: int) -> Foun
         async def checkout_per_flush(events: list[Any]) -> None:
             async with engine.begin() as conn:
                 await usage.insert_events(conn, events)
-                await usage.insert_payloads(conn, [])
 
         ways = (("kept connection", kept_connection), ("checkout per flush", checkout_per_flush))
         for _ in range(rounds):

@@ -28,13 +28,11 @@ import asyncio
 import logging
 import math
 import os
-import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import httptools
-from uvicorn.protocols.http.flow_control import service_unavailable
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
@@ -126,7 +124,6 @@ class RelayHttpProtocol(HttpToolsProtocol):
             self._deadline = self.loop.time() + self.bounds.header_timeout_s
 
     def on_headers_complete(self) -> None:
-        """uvicorn's, with Relay's header count and clocks, building a :class:`RelayCycle`."""
         if len(self.headers) > self.bounds.max_headers:
             limit = self.bounds.max_headers
             self.refuse(431, "too_many_headers", f"more than {limit} request headers (RELAY_MAX_HEADERS)")
@@ -134,51 +131,14 @@ class RelayHttpProtocol(HttpToolsProtocol):
         self._phase = _BODY
         self._head_bytes = 0
         self._deadline = self.loop.time() + self.bounds.body_read_timeout_s
-        parser = self.parser
-        scope = self.scope
-        http_version = parser.get_http_version()
-        scope["method"] = parser.get_method().decode("ascii")
-        if http_version != "1.1":
-            scope["http_version"] = http_version
-        if parser.should_upgrade() and self._should_upgrade():
-            return
-        url = self.url
-        if b"?" in url or b"#" in url or not url.startswith(b"/"):
-            parsed = httptools.parse_url(url)
-            raw_path, query = parsed.path, parsed.query or b""
-        else:  # origin-form without a query: the path is the URL as sent
-            raw_path, query = url, b""
-        path = raw_path.decode("ascii")
-        if "%" in path:
-            path = urllib.parse.unquote(path)
-        scope["path"] = self.root_path + path
-        scope["raw_path"] = self.root_path.encode("ascii") + raw_path
-        scope["query_string"] = query
-        most = self.limit_concurrency
-        if most is not None and (len(self.connections) >= most or len(self.tasks) >= most):
-            app = service_unavailable
-            self.logger.warning("Exceeded concurrency limit.")
-        else:
-            app = self.app
-        existing = self.cycle
-        self.cycle = RelayCycle(
-            scope=scope,
-            transport=self.transport,
-            flow=self.flow,
-            logger=self.logger,
-            access_logger=self.access_logger,
-            access_log=self.access_log,
-            default_headers=self.server_state.default_headers,
-            message_event=asyncio.Event(),
-            expect_100_continue=self.expect_100_continue,
-            keep_alive=http_version != "1.0" and parser.should_keep_alive(),
-            on_response=self.on_response_complete,
-        )
-        if existing is None or existing.response_complete:
-            self._start_asgi_task(self.cycle, app)
-        else:  # a pipelined request waits for the answer before it
-            self.flow.pause_reading()
-            self.pipeline.appendleft((self.cycle, app))
+        previous = self.cycle
+        super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and cycle is not previous:
+            # uvicorn names its cycle class inside its own method: the new cycle becomes Relay's (the
+            # same object and attributes, a leaner ``send``) before its task first runs. Its task
+            # resolves ``self.send`` when it starts, so the application is handed RelayCycle.send.
+            cycle.__class__ = RelayCycle
 
     def on_message_complete(self) -> None:
         if self.cycle is not None and self.cycle.response_complete:

@@ -260,11 +260,6 @@ async def insert_events_on_driver(conn: AsyncConnection, events: Sequence[EventR
 _ON_DRIVER: Final = {("sqlite", "aiosqlite"), ("postgresql", "asyncpg")}
 
 
-async def insert_payloads(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]) -> None:
-    if rows:
-        await conn.execute(insert(t.payloads), [dict(r) for r in rows])
-
-
 async def get_payload(conn: AsyncConnection, request_id: str) -> Row | None:
     row = (await conn.execute(select(t.payloads).where(t.payloads.c.request_id == request_id))).first()
     return dict(row._mapping) if row else None

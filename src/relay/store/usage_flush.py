@@ -8,7 +8,8 @@ aiosqlite a flush was a pool checkout (with its reset on return), then ``BEGIN``
 the event loop: about 1.6 ms of CPU before the first row (``bench/usage_flush.py``). On SQLite the
 whole transaction here is one call on aiosqlite's thread, on a connection the writer keeps between
 flushes. On Postgres it is SQLAlchemy's transaction on that kept connection (no pool checkout and
-pre-ping per flush), with the same statements as before.
+pre-ping per flush), with ``relay.store.usage.insert_events`` (its rollup upsert is one statement over
+arrays there, not one per row).
 
 What it deliberately does not know. Queueing, retries and what a refusal means (``relay.usage.writer``).
 

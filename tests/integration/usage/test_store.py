@@ -17,6 +17,8 @@ from relay.store import tables as t
 from relay.store import usage as store
 from relay.store import usage_pagination
 from relay.store.catalog import utcnow
+from relay.store.usage_flush import write_flush
+from relay.usage.capture import PayloadRecord
 from relay.usage.event import UsageEvent
 from tests.integration.usage.helpers import BASE_TS, batch_event, make_event
 
@@ -284,9 +286,8 @@ async def test_payloads(engine: AsyncEngine) -> None:
         "request_truncated": False,
         "response_truncated": True,
     }
-    async with engine.begin() as conn:
-        await store.insert_payloads(conn, [row])
     async with engine.connect() as conn:
+        await write_flush(conn, [], [PayloadRecord(**row)])  # the live writer's payload insert
         assert await store.get_payload(conn, "req-p") == row
         assert await store.get_payload(conn, "req-none") is None
 

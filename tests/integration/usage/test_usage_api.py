@@ -13,6 +13,8 @@ import pytest
 
 from relay.store import usage as store
 from relay.store.engine import create_engine
+from relay.store.usage_flush import write_flush
+from relay.usage.capture import PayloadRecord
 from relay.usage.event import UsageEvent
 from tests.fixtures.relay_server import RelayProcess
 from tests.integration.usage.helpers import BASE_TS, batch_event, make_event
@@ -26,9 +28,8 @@ def seed(relay: RelayProcess, events: list[UsageEvent], payloads: Sequence[Mappi
     async def run() -> None:
         engine = create_engine(relay.database_url)
         try:
-            async with engine.begin() as conn:
-                await store.insert_events(conn, events)
-                await store.insert_payloads(conn, list(payloads))
+            async with engine.connect() as conn:  # as the live writer writes them
+                await write_flush(conn, events, [PayloadRecord(**payload) for payload in payloads])
         finally:
             await engine.dispose()
 
