@@ -36,13 +36,17 @@ not a test: it always exits 0 once it has measured.
     .venv/bin/python bench/live_overhead.py [--duration 5] [--concurrency 1,16,64] [--rate 500]
                                             [--generator auto|wrk|python] [--redis URL]
                                             [--log-level info|warning] [--no-floor]
-                                            [--otel [--base-src DIR]] [--src DIR]
+                                            [--otel] [--base-src DIR] [--src DIR] [--rounds N]
 
 ``--otel`` (issue 29) adds **traced**: a second ``relay serve`` with tracing on (``RELAY_OTEL_ENDPOINT``
 = ``bench/otlp_sink.py``, a local sink that answers every export; ratio 1.0: every request a server
 span and an attempt span), run beside **relay** (tracing off) in every round; ``--base-src DIR`` adds
 **base**, a relay from another source tree (a worktree of the commit before tracing), for "off costs
 nothing". The summary prints each one's CPU ms/req and p50/p99 side by side with the differences.
+
+``--base-src DIR`` alone runs **base** right before **relay** at every load of every round, so two
+builds meet the machine at the same moment (on a shared VM its speed drifts by ±30 % within minutes,
+more than most changes move), and prints each pair's difference and each load's median of them.
 
 Load generator: ``wrk`` (1 thread) when installed, else an asyncio/aiohttp generator, which costs
 0.3–0.7 ms CPU per request itself and competes for the same cores as Relay and the fake upstream (the
@@ -627,6 +631,28 @@ def otel_lines(rows: list[Row]) -> list[str]:
     return out
 
 
+def base_lines(rows: list[Row]) -> list[str]:
+    """``--base-src`` without ``--otel``: relay's CPU per request against base's, run by run (the two
+    ran back to back in each round) and as the median of each load's differences."""
+    out = ["", "relay (this build) vs base (--base-src), CPU ms/req, each pair run back to back:"]
+    deltas: dict[str, list[float]] = {}
+    for r in rows:
+        base = find(rows, r.load, r.concurrency, "base") if r.target == "relay" else None
+        if base is None or r.proxy_cpu_ms is None or base.proxy_cpu_ms is None:
+            continue
+        load = f"{r.load} {r.concurrency.split(' r')[0]}"  # the rounds of one load together
+        delta = r.proxy_cpu_ms - base.proxy_cpu_ms
+        deltas.setdefault(load, []).append(delta)
+        out.append(
+            f"  {r.load} {r.concurrency}: base {base.proxy_cpu_ms:.3f} → relay {r.proxy_cpu_ms:.3f} "
+            f"({delta:+.3f}, {delta / base.proxy_cpu_ms * 100:+.0f} %); "
+            f"others {base.others_cores:.2f} / {r.others_cores:.2f} cores"
+        )
+    for load, found in deltas.items():
+        out.append(f"  {load}: median difference {statistics.median(found):+.3f} ms over {len(found)} pairs")
+    return out
+
+
 def verdict(ok: bool) -> str:
     return "PASS" if ok else "MISS"
 
@@ -783,8 +809,9 @@ def main() -> None:
         "--base-src",
         metavar="DIR",
         type=Path,
-        help="with --otel: also run a relay from this src/ directory (e.g. a worktree of the commit "
-        "before tracing) as target base, for tracing off vs the build before it",
+        help="also run a relay from this src/ directory (e.g. a worktree of the commit before a change) "
+        "as target base, right before relay in every round: two builds at the same moment of the "
+        "machine (with --otel: tracing off vs the build before it)",
     )
     parser.add_argument(
         "--src",
@@ -890,19 +917,20 @@ def main() -> None:
             pids["traced"] = tracing.process.pid
             chat = "/v1/chat/completions"
             traced = Target("traced", tracing.base_url + chat, {"Authorization": f"Bearer {traced_key}"})
-            if args.base_src:
-                base = start_relay(
-                    procs,
-                    tmp / "base",
-                    extra_env={"RELAY_REDIS_URL": args.redis} if args.redis else None,
-                    log_level=args.log_level,
-                    src=args.base_src.resolve(),
-                )
-                base_key = configure(base, upstream, budget=args.budget)
-                pids["base"] = base.process.pid
-                base_auth = {"Authorization": f"Bearer {base_key}"}
-                targets.insert(targets.index(via), Target("base", base.base_url + chat, base_auth))
             targets.insert(targets.index(via) + 1, traced)  # base, relay (off), traced (on) side by side
+        if args.base_src:
+            base = start_relay(
+                procs,
+                tmp / "base",
+                extra_env={"RELAY_REDIS_URL": args.redis} if args.redis else None,
+                log_level=args.log_level,
+                src=args.base_src.resolve(),
+            )
+            base_key = configure(base, upstream, budget=args.budget)
+            pids["base"] = base.process.pid
+            base_auth = {"Authorization": f"Bearer {base_key}"}
+            chat = "/v1/chat/completions"
+            targets.insert(targets.index(via), Target("base", base.base_url + chat, base_auth))
         idle = CpuMeter(pids)
         idle.start()
         time.sleep(1.0)
@@ -993,6 +1021,9 @@ def main() -> None:
         for line in otel_lines(rows):
             print(line)
         print(sink_stats)
+    elif args.base_src:
+        for line in base_lines(rows):
+            print(line)
     for line in cached:
         print(line)
     if rates:

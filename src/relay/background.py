@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Final, Protocol
@@ -149,7 +150,8 @@ DONE: Final = _Done()
 @dataclass(frozen=True, slots=True)
 class PauseFor:
     """What a step returns to pause this long (still cut short by ``wake``) instead of ``every_s``
-    before the next step: a loop whose pace depends on what the step found."""
+    before the next step: a loop whose pace depends on what the step found. ``math.inf`` pauses until
+    the next ``wake``."""
 
     seconds: float
 
@@ -168,6 +170,9 @@ def log_failure(name: str, exc: BaseException, delay: float) -> None:
 
 async def pause_or_wake(wake: asyncio.Event, seconds: float) -> None:
     if wake.is_set():
+        return
+    if math.isinf(seconds):  # ``PauseFor(math.inf)``: until woken
+        await wake.wait()
         return
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(wake.wait(), seconds)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 
 import pytest
 
@@ -109,6 +110,23 @@ async def test_a_step_may_choose_the_next_pause() -> None:
     await loop.start()
     assert await loop.finished(timeout_s=30)
     assert pause.waits == [0.25, 1.0]  # a pause of 0 is no pause
+
+
+async def test_an_endless_pause_lasts_until_the_next_wake() -> None:
+    steps: list[str] = []
+
+    async def step() -> object:
+        steps.append("step")
+        return PauseFor(math.inf) if len(steps) == 1 else DONE
+
+    loop = Loop("quiet", step, every_s=0.01)
+    await loop.start()
+    for _ in range(20):  # many turns of the event loop: a timed pause of 0.01 s would have ended
+        await asyncio.sleep(0.005)
+    assert steps == ["step"] and loop.running
+    loop.wake()
+    assert await loop.finished(timeout_s=30)
+    assert steps == ["step", "step"]
 
 
 async def test_wait_first_pauses_before_the_first_step() -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import time
 from collections import deque
 from typing import Final
@@ -28,7 +29,7 @@ from typing import Final
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from relay.background import DONE, Backoff, Loop
+from relay.background import DONE, Backoff, Loop, PauseFor
 from relay.store.usage_flush import write_flush
 from relay.store.write_errors import describe_error, refused
 from relay.usage.capture import PayloadRecord
@@ -61,6 +62,12 @@ class _DropReport:
         if self._pending and time.monotonic() - self._last >= self._interval:
             self.report()
 
+    def due_in(self) -> float:
+        """Seconds until a pending report is due (``inf`` when nothing is pending)."""
+        if not self._pending:
+            return math.inf
+        return max(0.0, self._last + self._interval - time.monotonic())
+
     def report(self) -> None:
         if not self._pending:
             return
@@ -77,7 +84,9 @@ class UsageWriter:
     """Queues live usage events (and payload captures) and writes them in batches, off the response path.
 
     One task drains the queue: it waits up to ``flush_interval_s`` for events to accumulate (or less,
-    once ``batch_size`` are waiting), then writes the oldest ``batch_size`` in one transaction. Payload
+    once ``batch_size`` are waiting), then writes the oldest ``batch_size`` in one transaction. With
+    nothing queued it sleeps until the next event arrives, then waits ``flush_interval_s`` for the
+    events behind it: an idle relay does not wake 20 times a second to find nothing. Payload
     bodies have their own memory budget (``payload_budget_bytes``): past it a capture is dropped and
     counted, its event kept. Call ``record`` from the event loop's thread.
     """
@@ -104,6 +113,9 @@ class UsageWriter:
         self._payload_bytes = 0
         self._closed = False
         self._failing = False  # the last write failed: a full batch waits for the backoff, not at once
+        self._flush_interval = flush_interval_s
+        self._quiet = False  # the last pass found nothing queued: the next event wakes the drain task
+        self._gather = False  # woken by the first event after a quiet spell: wait for the ones behind it
         self._connection: AsyncConnection | None = None
         self._drain = Loop(
             "relay-usage-writer",
@@ -149,7 +161,10 @@ class UsageWriter:
                 else:
                     self._payload_bytes += payload.size
             self._queue.append((event, payload))
-            if len(self._queue) >= self._batch_size and not self._failing:
+            if self._quiet:
+                self._quiet, self._gather = False, True
+                self._drain.wake()
+            elif len(self._queue) >= self._batch_size and not self._failing:
                 self._drain.wake()
         except Exception:  # pragma: no cover - defensive: recording must never fail a request
             log.exception("usage event could not be queued")
@@ -184,6 +199,13 @@ class UsageWriter:
         if self._closed and not self._queue:
             return DONE
         self._report.report_due()
+        if not self._queue:
+            self._quiet = True  # ``record`` wakes the task; a pending loss report is still logged on time
+            return PauseFor(self._report.due_in())
+        if self._gather and not self._closed:
+            self._gather = False
+            return PauseFor(self._flush_interval)  # cut short by a full batch, like every interval
+        self._gather = False
         while self._queue:
             await self._write_head()
             if len(self._queue) < self._batch_size and not self._closed:

@@ -8,12 +8,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay.store import tables as t
-from relay.store import usage_rollup
+from relay.store import usage, usage_rollup
 from relay.store.driver import driver_connection
 from relay.store.usage_flush import write_flush
 from relay.store.write_errors import refused
@@ -68,6 +68,31 @@ async def test_a_flush_writes_its_events_their_rollup_sums_and_its_payloads(engi
     async with engine.begin() as conn:
         await usage_rollup.rebuild(conn)  # the sums recomputed from the events themselves
     assert summed == await table(engine, t.usage_rollup)
+
+
+async def test_every_write_path_stores_what_sqlalchemys_one_row_statement_stores(engine: AsyncEngine) -> None:
+    """300 events: on SQLite several multi-row statements (``relay.store.sqlite_rows``) in the flush and
+    in the finalizer's insert; the rows read back equal those of ``insert_events`` (SQLAlchemy's
+    executemany of the one-row statement), every column."""
+    events = [
+        make_event(minutes=n % 4, guardrails=[{"guardrail": "g", "action": "redact"}] if n % 9 == 0 else None)
+        for n in range(300)
+    ]
+    stored: list[list[tuple[Any, ...]]] = []
+    for way in ("flush", "on driver", "sqlalchemy"):
+        async with engine.begin() as conn:
+            await conn.execute(delete(t.usage_events))
+            await conn.execute(delete(t.usage_rollup))
+        if way == "flush":
+            async with engine.connect() as conn:
+                await write_flush(conn, events, [])
+        else:
+            async with engine.begin() as conn:
+                write = usage.insert_events_on_driver if way == "on driver" else usage.insert_events
+                await write(conn, events)
+        stored.append([*await table(engine, list(t.usage_events.c)), *await table(engine, t.usage_rollup)])
+    assert len(stored[0]) > 300
+    assert stored[0] == stored[1] == stored[2]
 
 
 async def test_a_refused_flush_leaves_nothing_and_its_connection_usable(engine: AsyncEngine) -> None:

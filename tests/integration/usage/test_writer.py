@@ -65,6 +65,42 @@ async def test_everything_recorded_is_stored_in_few_transactions(engine: AsyncEn
     assert sample(registry, "relay_usage_queue_depth") == 0
 
 
+async def test_an_idle_writer_sleeps_until_an_event_arrives_then_gathers_an_interval(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With nothing queued the drain task makes no pass at every interval (an idle relay is not woken
+    20 times a second); the first event wakes it, and the events recorded within the interval after
+    it go in the same transaction."""
+    passes: list[int] = []
+    write_pass = UsageWriter._write_pass
+
+    async def counted(self: UsageWriter) -> object:
+        passes.append(len(self._queue))
+        return await write_pass(self)
+
+    monkeypatch.setattr(UsageWriter, "_write_pass", counted)
+    registry = CollectorRegistry()
+    writer = UsageWriter(engine, registry, flush_interval_s=0.02)
+    await writer.start()
+    try:
+        await eventually(lambda: len(passes) >= 1)
+        await asyncio.sleep(0.3)  # fifteen intervals with nothing queued
+        assert passes == [0]  # one pass found the queue empty; none since
+        writer.record(make_event())
+        await asyncio.sleep(0)  # the drain task wakes, and waits an interval for more
+        for _ in range(4):
+            writer.record(make_event())
+        await eventually(lambda: sample(registry, "relay_usage_events_written_total") == 5)
+        assert sample(registry, "relay_usage_write_transactions_total") == 1
+        await eventually(lambda: passes[-1] == 0)  # quiet again after the flush
+        quiet = len(passes)
+        await asyncio.sleep(0.2)
+        assert len(passes) == quiet
+    finally:
+        await writer.stop()
+    assert await stored(engine) == 5
+
+
 async def test_a_running_writer_flushes_within_its_interval(engine: AsyncEngine) -> None:
     registry = CollectorRegistry()
     writer = UsageWriter(engine, registry, flush_interval_s=0.05)
