@@ -20,8 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import Processes, cpu_seconds, machine_line, start_fake_upstream
-from live_overhead import SRC, configure, start_relay
+from common import SRC, Processes, cpu_seconds, machine_line, start_fake_upstream
+from live_overhead import configure, start_relay
 
 
 def idle_ms_per_s(procs: Processes, upstream: str, src: Path, seconds: float, settle: float) -> float:

@@ -887,7 +887,8 @@ def main() -> None:
         direct = Target(
             "direct", upstream + "/v1/chat/completions", {"Authorization": f"Bearer {UPSTREAM_KEY}"}
         )
-        via = Target("relay", relay.base_url + "/v1/chat/completions", {"Authorization": f"Bearer {key}"})
+        chat = "/v1/chat/completions"
+        via = Target("relay", relay.base_url + chat, {"Authorization": f"Bearer {key}"})
         translated = Target(
             "translated", relay.base_url + "/v1/chat/completions", via.headers, model=TRANSLATED_MODEL
         )
@@ -915,7 +916,6 @@ def main() -> None:
             tracing = start_relay(procs, tmp / "traced", extra_env=traced_env, log_level=args.log_level)
             traced_key = configure(tracing, upstream, budget=args.budget)
             pids["traced"] = tracing.process.pid
-            chat = "/v1/chat/completions"
             traced = Target("traced", tracing.base_url + chat, {"Authorization": f"Bearer {traced_key}"})
             targets.insert(targets.index(via) + 1, traced)  # base, relay (off), traced (on) side by side
         if args.base_src:
@@ -929,7 +929,6 @@ def main() -> None:
             base_key = configure(base, upstream, budget=args.budget)
             pids["base"] = base.process.pid
             base_auth = {"Authorization": f"Bearer {base_key}"}
-            chat = "/v1/chat/completions"
             targets.insert(targets.index(via), Target("base", base.base_url + chat, base_auth))
         idle = CpuMeter(pids)
         idle.start()

@@ -28,7 +28,6 @@ What it deliberately does not know: routes beyond their paths, sessions, the cat
 from __future__ import annotations
 
 import logging
-import os
 import re
 from typing import Any
 
@@ -40,7 +39,7 @@ from relay.crypto.sealing import constant_time_equal
 from relay.domain.credentials import KEY_PREFIX
 from relay.errors import RelayError, Unauthenticated
 from relay.http.errors import control_error_body
-from relay.http.wire import ClientDisconnected, read_body
+from relay.http.wire import ClientDisconnected, new_request_id, read_body
 
 log = logging.getLogger("relay.control")
 
@@ -75,7 +74,7 @@ class ControlGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        request_id = os.urandom(16).hex()
+        request_id = new_request_id()
         rid = request_id.encode()
         started = False
 

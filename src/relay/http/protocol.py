@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -37,6 +36,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from relay.http.cycle import RelayCycle
+from relay.http.wire import new_request_id
 
 log = logging.getLogger("relay.http")
 
@@ -201,7 +201,7 @@ class RelayHttpProtocol(HttpToolsProtocol):
         """Write a complete JSON error answer and close the connection."""
         self._refused = True
         self._deadline = math.inf
-        request_id = os.urandom(16).hex()
+        request_id = new_request_id()
         raw_url: bytes = getattr(self, "url", b"") or b""
         path = raw_url.split(b"?", 1)[0][:256].decode("latin-1")
         body = type(self).render(path, status, code, message)

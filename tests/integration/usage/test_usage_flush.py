@@ -70,10 +70,10 @@ async def test_a_flush_writes_its_events_their_rollup_sums_and_its_payloads(engi
     assert summed == await table(engine, t.usage_rollup)
 
 
-async def test_every_write_path_stores_what_sqlalchemys_one_row_statement_stores(engine: AsyncEngine) -> None:
-    """300 events: on SQLite several multi-row statements (``relay.store.sqlite_rows``) in the flush and
-    in the finalizer's insert; the rows read back equal those of ``insert_events`` (SQLAlchemy's
-    executemany of the one-row statement), every column."""
+async def test_every_write_path_stores_the_same_rows_and_rollup_sums(engine: AsyncEngine) -> None:
+    """The live writer's flush (on SQLite, one call on the driver's thread), the finalizer's insert on
+    the driver and ``insert_events`` through SQLAlchemy store the same 300 events, every column, and
+    the same rollup sums."""
     events = [
         make_event(minutes=n % 4, guardrails=[{"guardrail": "g", "action": "redact"}] if n % 9 == 0 else None)
         for n in range(300)

@@ -28,4 +28,4 @@ async def test_the_server_ticks_once_a_second_and_stops_when_told() -> None:
     assert [name for name, _ in server.server_state.default_headers] == [b"date", b"server"]
     server.should_exit = True
     await asyncio.wait_for(main_loop, timeout=30)  # woken by should_exit, not by its next tick
-    assert ticks == [0, 0] and all(counter % 10 == 0 for counter in ticks)  # each tick refreshes the date
+    assert ticks == [0, 0]  # a multiple of 10 each time: every tick refreshes the date header
